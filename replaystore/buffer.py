@@ -1,0 +1,166 @@
+"""``ReplayBuffer``: the one object applications talk to.
+
+It validates input, parses cursors and formats event ids, then hands each call
+to a backend as a single atomic operation. Everything that decides a verdict
+happens inside the backend, in that one step, so every replica that shares a
+backend reads the same verdict from the same source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from .backends import Backend, backend_from_url
+from .cursor import Cursor
+from .info import SessionInfo
+from .retention import (
+    Retention,
+    check_payloads,
+    check_sequence,
+    check_session,
+    is_valid_sequence,
+    is_valid_session,
+)
+from .verdicts import Evidence, Resumption, Verdict
+
+__all__ = ["ReplayBuffer"]
+
+# A name that can never be stored (NUL is refused in sequence names): an
+# invalid sequence hint is judged as a sequence the session does not have.
+_NO_SUCH_SEQUENCE = "\x00"
+
+
+class ReplayBuffer:
+    """Session-scoped SSE replay buffers with exact resumption or a verdict.
+
+    >>> buf = ReplayBuffer.from_url("memory://", max_events=10_000)
+
+    ``teardown_on_failure`` (default on) makes every failed
+    :meth:`resolve_and_replay` delete the session in the same atomic step, so
+    that no replica can go on serving it: the client must re-initialize.
+    """
+
+    def __init__(self, backend: Backend, *, teardown_on_failure: bool = True) -> None:
+        self.backend = backend
+        self.retention = backend.retention
+        self.teardown_on_failure = teardown_on_failure
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str = "memory://",
+        *,
+        max_events: int = 10_000,
+        max_age: float | None = None,
+        session_ttl: float = 86_400.0,
+        tombstone_ttl: float = 3_600.0,
+        max_payload: int = 1 << 20,
+        teardown_on_failure: bool = True,
+        **backend_options: Any,
+    ) -> ReplayBuffer:
+        """Pick the backend by URL scheme (``memory://``, ``redis://``, ``redis+cluster://`` …)."""
+        retention = Retention(
+            max_events=max_events,
+            max_age=max_age,
+            session_ttl=session_ttl,
+            tombstone_ttl=tombstone_ttl,
+            max_payload=max_payload,
+        )
+        backend = backend_from_url(url, retention, **backend_options)
+        return cls(backend, teardown_on_failure=teardown_on_failure)
+
+    async def __aenter__(self) -> ReplayBuffer:
+        await self.backend.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def open_session(self, session: str) -> SessionInfo:
+        """Create ``session`` (fresh epoch) or refresh it if it is live."""
+        return await self.backend.open_session(check_session(session))
+
+    async def close_session(self, session: str) -> bool:
+        """Delete ``session``; resolves then get ``unknown_session`` and a ``closed`` tombstone."""
+        return await self.backend.close_session(check_session(session))
+
+    async def session_info(self, session: str) -> SessionInfo | None:
+        if not is_valid_session(session):
+            return None
+        return await self.backend.session_info(session)
+
+    async def append(self, session: str, sequence: str, payload: bytes | None) -> str:
+        """Store one event and return its id (a cursor string).
+
+        ``payload=None`` stores a priming event: it takes a position, so the
+        client can resume from it, and replays as an event without payload.
+        """
+        return (await self.append_many(session, sequence, [payload]))[0]
+
+    async def append_many(
+        self, session: str, sequence: str, payloads: Sequence[bytes | None]
+    ) -> list[str]:
+        """Store a burst of events of one sequence in one atomic step (one round trip)."""
+        check_session(session)
+        check_sequence(sequence)
+        payloads = list(payloads)
+        check_payloads(payloads, self.retention)
+        if not payloads:
+            return []
+        epoch, first = await self.backend.append(session, sequence, payloads)
+        return [f"{epoch}-{first + i}" for i in range(len(payloads))]
+
+    async def resolve_and_replay(
+        self, session: str, last_event_id: str, sequence: str | None = None
+    ) -> Resumption:
+        """Judge ``last_event_id`` and, when it resumes, return exactly the missed events.
+
+        Never raises for bad input: any string gives a verdict. A failed
+        verdict tears the session down (unless ``teardown_on_failure`` is off).
+        """
+        return await self._resolve(session, last_event_id, sequence, replay=True)
+
+    async def resolve(
+        self, session: str, last_event_id: str, sequence: str | None = None
+    ) -> Resumption:
+        """The verdict :meth:`resolve_and_replay` would give, without replay or side effects."""
+        return await self._resolve(session, last_event_id, sequence, replay=False)
+
+    async def _resolve(
+        self, session: str, last_event_id: object, sequence: object, *, replay: bool
+    ) -> Resumption:
+        raw = last_event_id if isinstance(last_event_id, str) else repr(last_event_id)
+        if not is_valid_session(session):
+            evidence = Evidence(
+                session=repr(session)[:64] if not isinstance(session, str) else session[:64],
+                reason="not a valid session id",
+                cursor=raw[:64],
+            )
+            return Resumption(Verdict.UNKNOWN_SESSION, evidence)
+        named: str | None
+        if sequence is None:
+            named = None
+        elif is_valid_sequence(sequence):
+            assert isinstance(sequence, str)
+            named = sequence
+        else:
+            named = _NO_SUCH_SEQUENCE
+        resumption = await self.backend.resolve(
+            session,
+            Cursor.try_parse(last_event_id),
+            raw,
+            named,
+            replay=replay,
+            teardown=self.teardown_on_failure,
+        )
+        return resumption

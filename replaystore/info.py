@@ -1,0 +1,44 @@
+"""Read-only snapshots of a session's bookkeeping, for operators and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cursor import Cursor
+
+__all__ = ["SequenceInfo", "SessionInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceInfo:
+    """One event sequence (an SSE stream) of a session.
+
+    ``floor`` is the lowest retained position of this sequence, ``high_water``
+    its highest issued position, ``retained`` how many of its events are kept.
+    A sequence whose events have all been evicted is forgotten.
+    """
+
+    floor: int
+    high_water: int
+    retained: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session incarnation.
+
+    ``floor`` is the lowest retained position (``high_water + 1`` when nothing
+    is retained), ``high_water`` the last position issued. Positions start at 1.
+    """
+
+    session: str
+    epoch: str
+    floor: int
+    high_water: int
+    retained: int
+    sequences: dict[str, SequenceInfo] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> Cursor:
+        """The cursor "before the first event": resuming from it replays everything."""
+        return Cursor(self.epoch, 0)

@@ -1,0 +1,132 @@
+"""What a resumption attempt can come to, and what the decision was based on.
+
+The verdict is the one thing every replica must agree on, so it is a plain
+string enum whose values are stable API: they travel in HTTP error bodies, logs
+and metrics. The rules that pick a verdict, and the order they are checked in,
+are written down in ``docs/verdicts.md``; the memory backend implements them in
+``replaystore/_rules.py`` and the Redis backend in ``backends/lua/resolve.lua``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .cursor import Cursor
+from .errors import ResumptionDesyncError
+
+__all__ = ["Event", "Evidence", "Resumption", "Tombstone", "Verdict"]
+
+
+class Verdict(enum.StrEnum):
+    """The outcome of resolving a cursor. Only :attr:`RESUMED` is a success."""
+
+    RESUMED = "resumed"
+    MALFORMED_CURSOR = "malformed_cursor"
+    UNKNOWN_SESSION = "unknown_session"
+    FOREIGN_CURSOR = "foreign_cursor"
+    BELOW_FLOOR = "below_floor"
+    AHEAD_OF_HIGH_WATER = "ahead_of_high_water"
+    AMBIGUOUS_SEQUENCE = "ambiguous_sequence"
+    UNKNOWN_SEQUENCE = "unknown_sequence"
+    SEQUENCE_MISMATCH = "sequence_mismatch"
+    NOT_RETAINED = "not_retained"
+
+    @property
+    def ok(self) -> bool:
+        return self is Verdict.RESUMED
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One stored event. ``payload`` is ``None`` for a priming event."""
+
+    event_id: str
+    sequence: str
+    position: int
+    payload: bytes | None
+
+    @property
+    def cursor(self) -> Cursor:
+        return Cursor.parse(self.event_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """Why a session stopped existing, kept for a while after it did.
+
+    ``verdict`` is the failed verdict that tore the session down, or ``None``
+    when it was closed on purpose (``reason`` then says ``"closed"``).
+    """
+
+    reason: str
+    at: float
+    verdict: Verdict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The facts a verdict was decided on, as read in the same atomic step.
+
+    Every field but ``session`` and ``reason`` is optional: a verdict reached
+    early (say, an unknown session) has seen less. ``as_dict`` drops the
+    missing ones, which is the form put in HTTP error bodies and logs.
+    """
+
+    session: str
+    reason: str
+    cursor: str | None = None
+    cursor_epoch: str | None = None
+    cursor_position: int | None = None
+    epoch: str | None = None
+    floor: int | None = None
+    high_water: int | None = None
+    retained: int | None = None
+    sequence: str | None = None
+    sequence_floor: int | None = None
+    sequence_high_water: int | None = None
+    cursor_sequence: str | None = None
+    sequence_count: int | None = None
+    replayed: int | None = None
+    torn_down: bool = False
+    tombstone: Tombstone | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in asdict(self).items():
+            if value is None or (key == "torn_down" and not value):
+                continue
+            if key == "tombstone":
+                value = {k: (str(v) if k == "verdict" and v else v) for k, v in value.items()}
+                value = {k: v for k, v in value.items() if v is not None}
+            out[key] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """The answer to one resolve (and replay) call.
+
+    ``events`` holds exactly the events after the cursor in ``sequence``, in
+    position order, when the verdict is :attr:`Verdict.RESUMED` and the call
+    replayed; it is empty otherwise. There is never a partial replay.
+    """
+
+    verdict: Verdict
+    evidence: Evidence
+    sequence: str | None = None
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.RESUMED
+
+    def raise_for_verdict(self) -> Resumption:
+        """Return self when resumed, raise :class:`ResumptionDesyncError` otherwise."""
+        if not self.ok:
+            raise ResumptionDesyncError(self)
+        return self
