@@ -12,6 +12,7 @@ from .errors import (
     InvalidInputError,
     ReplayStoreError,
     ResumptionDesyncError,
+    StorageError,
     UnknownSessionError,
     UnsupportedURLError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "Retention",
     "SequenceInfo",
     "SessionInfo",
+    "StorageError",
     "Tombstone",
     "UnknownSessionError",
     "UnsupportedURLError",

@@ -30,7 +30,7 @@ from typing import Protocol
 from .cursor import Cursor
 from .verdicts import Evidence, Verdict
 
-__all__ = ["Judgement", "Record", "SequenceState", "SessionView", "judge"]
+__all__ = ["REASONS", "Judgement", "Record", "SequenceState", "SessionView", "judge", "reason"]
 
 
 @dataclass(slots=True)
@@ -68,64 +68,83 @@ class SessionView(Protocol):
     def next_in_sequence(self, position: int) -> int | None: ...
 
 
+#: Why a verdict was reached, by short code. The Lua scripts report the same
+#: codes, so the human text lives only here.
+REASONS: dict[str, str] = {
+    "resumed": "continuity proven from the cursor to the sequence high-water",
+    "origin_empty": "nothing has been issued yet",
+    "no_session": "the session does not exist",
+    "invalid_session": "not a valid session id",
+    "closed": "the session was closed",
+    "torn_down": "the session was torn down after a failed resumption",
+    "malformed": "the cursor is not of the form <epoch>-<position>",
+    "foreign": "the cursor was issued by another session or an earlier incarnation of this one",
+    "unknown_sequence": "the session has no retained sequence of that name",
+    "ahead": "the cursor is ahead of the last issued position (stale replica or reordering proxy)",
+    "origin_evicted": "events since the origin have been evicted",
+    "origin_ambiguous": "the origin cursor names no sequence and the session has several",
+    "evicted": "the cursor's event has been evicted (never clamp to the floor)",
+    "missing_event": "no event is retained at the cursor position",
+    "mismatch": "the cursor's event belongs to another sequence than the one named",
+    "no_sequence_state": "the cursor's sequence has no bookkeeping",
+    "chain_broken": "the sequence's chain of events after the cursor is broken",
+    "chain_short": "the sequence's retained events do not reach its high-water",
+}
+
+
+def reason(code: str) -> str:
+    return REASONS.get(code, code)
+
+
 @dataclass(slots=True)
 class Judgement:
     verdict: Verdict
-    reason: str
+    code: str
     sequence: str | None
     chain: list[Record]
     cursor_sequence: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return reason(self.code)
 
 
 def judge(view: SessionView, cursor: Cursor | None, named: str | None) -> Judgement:
     """Apply checks 2-11 (the caller has established that the session exists)."""
 
-    def fail(verdict: Verdict, reason: str, cursor_sequence: str | None = None) -> Judgement:
-        return Judgement(verdict, reason, named, [], cursor_sequence)
+    def fail(verdict: Verdict, code: str, cursor_sequence: str | None = None) -> Judgement:
+        return Judgement(verdict, code, named, [], cursor_sequence)
 
     if cursor is None:
-        return fail(Verdict.MALFORMED_CURSOR, "the cursor is not of the form <epoch>-<position>")
+        return fail(Verdict.MALFORMED_CURSOR, "malformed")
     if cursor.epoch != view.epoch:
-        return fail(
-            Verdict.FOREIGN_CURSOR,
-            "the cursor was issued by another session or an earlier incarnation of this one",
-        )
+        return fail(Verdict.FOREIGN_CURSOR, "foreign")
     if named is not None and named not in view.sequences:
-        return fail(Verdict.UNKNOWN_SEQUENCE, "the session has no retained sequence of that name")
+        return fail(Verdict.UNKNOWN_SEQUENCE, "unknown_sequence")
     p = cursor.position
     if p > view.top:
-        return fail(
-            Verdict.AHEAD_OF_HIGH_WATER,
-            "the cursor is ahead of the last issued position (stale replica or reordering proxy)",
-        )
+        return fail(Verdict.AHEAD_OF_HIGH_WATER, "ahead")
     if p == 0:
         if view.floor > 1:
-            return fail(Verdict.BELOW_FLOOR, "events since the origin have been evicted")
+            return fail(Verdict.BELOW_FLOOR, "origin_evicted")
         if named is None:
             if len(view.sequences) > 1:
-                return fail(
-                    Verdict.AMBIGUOUS_SEQUENCE,
-                    "the origin cursor names no sequence and the session has several",
-                )
+                return fail(Verdict.AMBIGUOUS_SEQUENCE, "origin_ambiguous")
             if not view.sequences:
-                return Judgement(Verdict.RESUMED, "nothing has been issued yet", None, [])
+                return Judgement(Verdict.RESUMED, "origin_empty", None, [])
             named = next(iter(view.sequences))
         start = view.sequences[named].floor
         return _walk(view, named, start, 0)
     if p < view.floor:
-        return fail(Verdict.BELOW_FLOOR, "the cursor's event has been evicted (do not clamp)")
+        return fail(Verdict.BELOW_FLOOR, "evicted")
     record = view.record(p)
     if record is None:
-        return fail(Verdict.NOT_RETAINED, "no event is retained at the cursor position")
+        return fail(Verdict.NOT_RETAINED, "missing_event")
     if named is not None and record.sequence != named:
-        return fail(
-            Verdict.SEQUENCE_MISMATCH,
-            "the cursor's event belongs to another sequence than the one named",
-            record.sequence,
-        )
+        return fail(Verdict.SEQUENCE_MISMATCH, "mismatch", record.sequence)
     sequence = record.sequence
     if sequence not in view.sequences:
-        return fail(Verdict.NOT_RETAINED, "the cursor's sequence has no bookkeeping", sequence)
+        return fail(Verdict.NOT_RETAINED, "no_sequence_state", sequence)
     return _walk(view, sequence, view.next_in_sequence(p), p)
 
 
@@ -136,24 +155,13 @@ def _walk(view: SessionView, sequence: str, start: int | None, prev: int) -> Jud
     while position is not None:
         record = view.record(position)
         if record is None or record.prev != prev or record.sequence != sequence:
-            return Judgement(
-                Verdict.NOT_RETAINED,
-                "the sequence's chain of events after the cursor is broken",
-                sequence,
-                [],
-            )
+            return Judgement(Verdict.NOT_RETAINED, "chain_broken", sequence, [])
         chain.append(record)
         prev = position
         position = view.next_in_sequence(position)
     if prev != view.sequences[sequence].high_water:
-        return Judgement(
-            Verdict.NOT_RETAINED,
-            "the sequence's retained events do not reach its high-water",
-            sequence,
-            [],
-        )
-    proven = "continuity proven from the cursor to the high-water"
-    return Judgement(Verdict.RESUMED, proven, sequence, chain)
+        return Judgement(Verdict.NOT_RETAINED, "chain_short", sequence, [])
+    return Judgement(Verdict.RESUMED, "resumed", sequence, chain)
 
 
 def evidence_for(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from ._rules import reason
 from .backends import Backend, backend_from_url
 from .cursor import Cursor
 from .info import SessionInfo
@@ -143,7 +144,7 @@ class ReplayBuffer:
         if not is_valid_session(session):
             evidence = Evidence(
                 session=repr(session)[:64] if not isinstance(session, str) else session[:64],
-                reason="not a valid session id",
+                reason=reason("invalid_session"),
                 cursor=raw[:64],
             )
             return Resumption(Verdict.UNKNOWN_SESSION, evidence)

@@ -33,12 +33,13 @@ __all__ = [
 #: one session id are what the epoch rules out, and 2**-48 is far enough).
 EPOCH_LENGTH = 12
 #: The largest position a cursor may carry. Positions are also handled by Lua
-#: inside Redis, where numbers are doubles, so they stay below 2**53.
-MAX_POSITION = 2**53 - 1
+#: inside Redis, where numbers are doubles printed with 14 significant digits,
+#: so they stay below 10**14 (a hundred trillion events per session).
+MAX_POSITION = 10**14 - 1
 #: Anything longer is rejected before any regular expression runs on it.
-MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 16
+MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 14
 
-_CURSOR_RE = re.compile(rf"([0-9a-f]{{{EPOCH_LENGTH}}})-(0|[1-9][0-9]{{0,15}})")
+_CURSOR_RE = re.compile(rf"([0-9a-f]{{{EPOCH_LENGTH}}})-(0|[1-9][0-9]{{0,13}})")
 _EPOCH_RE = re.compile(rf"[0-9a-f]{{{EPOCH_LENGTH}}}")
 
 

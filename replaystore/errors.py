@@ -17,6 +17,7 @@ __all__ = [
     "InvalidInputError",
     "ReplayStoreError",
     "ResumptionDesyncError",
+    "StorageError",
     "UnknownSessionError",
     "UnsupportedURLError",
 ]
@@ -36,6 +37,14 @@ class UnknownSessionError(ReplayStoreError, LookupError):
     def __init__(self, session: str) -> None:
         super().__init__(f"unknown session {session!r}")
         self.session = session
+
+
+class StorageError(ReplayStoreError):
+    """The storage server could not be reached or answered with an error.
+
+    Nothing is known about the verdict: callers must not treat it as a
+    success (an HTTP layer answers 503, not an empty 200).
+    """
 
 
 class UnsupportedURLError(ReplayStoreError, ValueError):

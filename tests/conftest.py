@@ -9,13 +9,21 @@ Redis Cluster, each started by the test session on loopback ports.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import fakeredis
 import pytest
 
 from replaystore import ReplayBuffer
+from tests.servers import (
+    ServerHandle,
+    redis_server_binary,
+    start_cluster,
+    start_standalone,
+    valkey_server_binary,
+)
 
 
 @dataclass
@@ -39,15 +47,58 @@ async def _damage_memory(buffer: ReplayBuffer, session: str, position: int) -> N
     del state.records[position]
 
 
-CASES: dict[str, BackendCase] = {
-    "memory-asyncio": BackendCase("memory-asyncio", "memory://", "asyncio", _damage_memory),
-    "memory-trio": BackendCase("memory-trio", "memory://", "trio", _damage_memory),
-}
+async def _damage_redis(buffer: ReplayBuffer, session: str, position: int) -> None:
+    backend: Any = buffer.backend
+    await backend.client.xdel(backend._keys(session)[1], f"{position}-0")
 
 
-@pytest.fixture(params=list(CASES))
-def case(request: pytest.FixtureRequest) -> BackendCase:
-    return CASES[request.param]
+def _fakeredis_options(prefix: str) -> dict[str, Any]:
+    # One FakeServer per test, shared by that test's buffers (its "replicas").
+    server = _FAKE_SERVERS.setdefault(prefix, fakeredis.FakeServer())
+    return {"prefix": prefix, "client": fakeredis.FakeAsyncRedis(server=server)}
+
+
+_FAKE_SERVERS: dict[str, fakeredis.FakeServer] = {}
+
+CASE_NAMES = ["memory-asyncio", "memory-trio", "fakeredis", "redis", "valkey", "cluster"]
+
+
+@pytest.fixture(scope="session")
+def real_servers() -> Iterator[dict[str, ServerHandle]]:
+    """Real servers started once per test session, on free loopback ports, only when needed.
+
+    A missing binary fails loudly (``ServerUnavailable``): CI must run all of them.
+    """
+    started: dict[str, ServerHandle] = {}
+    yield started
+    for handle in started.values():
+        handle.stop()
+
+
+def _server(real_servers: dict[str, ServerHandle], kind: str) -> ServerHandle:
+    if kind not in real_servers:
+        if kind == "redis":
+            real_servers[kind] = start_standalone(redis_server_binary(), "redis")
+        elif kind == "valkey":
+            real_servers[kind] = start_standalone(valkey_server_binary(), "valkey")
+        else:
+            real_servers[kind] = start_cluster(redis_server_binary(), masters=3)
+    return real_servers[kind]
+
+
+@pytest.fixture(params=CASE_NAMES)
+def case(request: pytest.FixtureRequest, real_servers: dict[str, ServerHandle]) -> BackendCase:
+    name = request.param
+    if name.startswith("memory"):
+        return BackendCase(
+            name, "memory://", name.split("-")[1], _damage_memory, lambda p: {"name": p}
+        )
+    if name == "fakeredis":
+        return BackendCase(name, "redis://", "asyncio", _damage_redis, _fakeredis_options)
+    handle = _server(real_servers, name)
+    return BackendCase(
+        name, handle.url, "asyncio", _damage_redis, lambda prefix: {"prefix": prefix}
+    )
 
 
 @pytest.fixture
@@ -77,3 +128,4 @@ async def make_buffer(case: BackendCase) -> AsyncIterator[MakeBuffer]:
     yield factory
     for buffer in made:
         await buffer.aclose()
+    _FAKE_SERVERS.pop(prefix, None)

@@ -140,6 +140,9 @@ def test_cluster_three_masters_cross_slot(flavor: str) -> None:
             assert int(info["cluster_known_nodes"]) == 3
             assert int(info["cluster_size"]) == 3
             assert int(info["cluster_slots_assigned"]) == 16384
+
+        with pytest.raises(ValueError, match="standalone"):
+            handle.restart()
     finally:
         handle.stop()
     assert handle.pids() == []
@@ -169,11 +172,6 @@ def test_restart_loses_data_on_same_port() -> None:
             assert client.get("kept") == "1"
         finally:
             client.close()
-
-
-def test_restart_rejected_for_cluster() -> None:
-    with start_cluster(redis_server_binary()) as handle, pytest.raises(ValueError, match="standalone"):
-        handle.restart()
 
 
 def test_atexit_kills_forgotten_servers(tmp_path: Path) -> None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from .._rules import Record, SequenceState, evidence_for, judge
+from .._rules import reason as _reason
 from ..cursor import Cursor, new_epoch
 from ..errors import UnknownSessionError, UnsupportedURLError
 from ..info import SequenceInfo, SessionInfo
@@ -38,17 +41,11 @@ class _Session:
     epoch: str
     touched: float
     top: int = 0
+    floor: int = 1  # one past the last evicted position
+    retained: int = 0  # bookkept, like the Redis meta hash: damage does not change it
     records: dict[int, Record] = field(default_factory=dict)  # insertion order = position order
     links: dict[int, int] = field(default_factory=dict)  # position -> next position, same sequence
     sequences: dict[str, SequenceState] = field(default_factory=dict)
-
-    @property
-    def floor(self) -> int:
-        return next(iter(self.records), self.top + 1)
-
-    @property
-    def retained(self) -> int:
-        return len(self.records)
 
     def record(self, position: int) -> Record | None:
         return self.records.get(position)
@@ -59,6 +56,8 @@ class _Session:
     def evict_oldest(self) -> None:
         position, record = next(iter(self.records.items()))
         del self.records[position]
+        self.floor = position + 1
+        self.retained -= 1
         following = self.links.pop(position, None)
         state = self.sequences[record.sequence]
         state.retained -= 1
@@ -68,24 +67,55 @@ class _Session:
             state.floor = following
 
 
+class _Store:
+    """The sessions of one in-process store, possibly shared by several backends."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, _Session] = {}
+        self.tombstones: dict[str, tuple[float, Tombstone]] = {}  # session -> (expires, why)
+        self.lock = threading.Lock()
+
+
+# Named stores (``memory://NAME``) live while some backend uses them.
+_NAMED: weakref.WeakValueDictionary[str, _Store] = weakref.WeakValueDictionary()
+
+
 @register_backend
 class MemoryBackend(Backend):
-    """In-process session logs. Data lives and dies with the process."""
+    """In-process session logs. Data lives and dies with the process.
+
+    ``memory://`` is private to one buffer; ``memory://NAME`` is shared by every
+    buffer in the process that names it, which is how two "replicas" in one
+    process (or a test) share one verdict source.
+    """
 
     schemes = ("memory",)
 
-    def __init__(self, retention: Retention, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        retention: Retention,
+        *,
+        name: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__(retention)
         self._clock = clock
-        self._sessions: dict[str, _Session] = {}
-        self._tombstones: dict[str, tuple[float, Tombstone]] = {}  # session -> (expires, why)
-        self._lock = threading.Lock()
+        if name is None:
+            self._store = _Store()
+        else:
+            self._store = _NAMED.get(name) or _NAMED.setdefault(name, _Store())
+        self._sessions = self._store.sessions
+        self._tombstones = self._store.tombstones
+        self._lock = self._store.lock
         self._ops = 0
 
     @classmethod
     def from_url(cls, url: str, retention: Retention, **options: Any) -> MemoryBackend:
-        if url.rstrip("/") != "memory:":
-            raise UnsupportedURLError(f"memory:// takes no host, path or query: {url!r}")
+        parts = urlsplit(url)
+        if parts.path.strip("/") or parts.query or parts.fragment:
+            raise UnsupportedURLError(f"memory:// takes at most a store name: {url!r}")
+        if parts.netloc:
+            options.setdefault("name", parts.netloc)
         return cls(retention, **options)
 
     # -- bookkeeping -------------------------------------------------------
@@ -157,8 +187,9 @@ class MemoryBackend(Backend):
                     state.links[prev] = position
                     seq.high_water = position
                 seq.retained += 1
+                state.retained += 1
                 state.records[position] = Record(position, sequence, prev, now, payload)
-                if len(state.records) > self.retention.max_events:
+                if state.retained > self.retention.max_events and state.records:
                     state.evict_oldest()
                     seq = state.sequences.get(sequence)
             state.touched = now
@@ -179,9 +210,10 @@ class MemoryBackend(Backend):
             state = self._live(session, now)
             if state is None:
                 tomb = self._tombstone(session, now)
-                reason = "the session does not exist"
+                code = "no_session"
                 if tomb is not None:
-                    reason = f"the session was {'closed' if tomb.verdict is None else 'torn down'}"
+                    code = "closed" if tomb.verdict is None else "torn_down"
+                reason = _reason(code)
                 evidence = Evidence(
                     session=session, reason=reason, cursor=raw_cursor[:64], tombstone=tomb
                 )
@@ -216,7 +248,7 @@ class MemoryBackend(Backend):
             now = self._clock()
             existed = self._live(session, now) is not None
             if existed:
-                self._bury(session, Tombstone("closed", now))
+                self._bury(session, Tombstone(_reason("closed"), now))
             return existed
 
 
