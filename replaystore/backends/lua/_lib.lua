@@ -67,11 +67,10 @@ local function trim(max_events, max_age_ms, now)
         break
       end
     end
+    -- Trim per batch: the next XRANGE must not see this batch again.
+    if floor then redis.call('XTRIM', E, 'MINID', floor .. '-0') end
   end
-  if floor then
-    redis.call('XTRIM', E, 'MINID', floor .. '-0')
-    redis.call('HSET', M, 'floor', floor, 'count', count)
-  end
+  if floor then redis.call('HSET', M, 'floor', floor, 'count', count) end
 end
 
 -- The session's bookkeeping as a flat array: epoch, top, floor, count, then
