@@ -63,6 +63,20 @@ _FAKE_SERVERS: dict[str, fakeredis.FakeServer] = {}
 CASE_NAMES = ["memory-asyncio", "memory-trio", "fakeredis", "redis", "valkey", "cluster"]
 
 
+_REAL = ("redis", "valkey", "cluster")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark real-server tests and run them after the fast ones (a stable reordering)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        case_name = callspec.params.get("case") if callspec else None
+        path = str(item.path)
+        if case_name in _REAL or "/tests/redis/" in path or "/tests/mcp/" in path:
+            item.add_marker(pytest.mark.realserver)
+    items.sort(key=lambda item: item.get_closest_marker("realserver") is not None)
+
+
 @pytest.fixture(scope="session")
 def real_servers() -> Iterator[dict[str, ServerHandle]]:
     """Real servers started once per test session, on free loopback ports, only when needed.

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from replaystore import Cursor, ReplayBuffer, Resumption, Verdict
 
@@ -70,21 +68,15 @@ def check_resumed(
 async def replica(
     make_buffer: MakeBuffer, first: ReplayBuffer, *, teardown_on_failure: bool = True
 ) -> ReplayBuffer:
-    """A second replica of the server ``first`` talks to: a buffer on the same storage.
+    """A second replica of the server ``first`` talks to: same storage, same retention.
 
-    A server backend (Redis, Valkey, cluster, fakeredis) gets a second buffer
-    from ``make_buffer`` with the same retention settings: its own client and
-    connection pool, the same key prefix, so it sees the same sessions.
-
-    An in-process backend (``memory://``) keeps its data inside the backend
-    object, so every ``from_url`` is a separate store and a second
-    ``make_buffer()`` would see nothing. The replicas of one process share one
-    backend object; such a replica is made with the public constructor
-    ``ReplayBuffer(first.backend, ...)``. Which of the two applies is found out
-    through the public API (does the new buffer see a session ``first`` opened?).
+    ``make_buffer`` gives every buffer of one test the same key prefix (and, for
+    ``memory://``, the same named in-process store), so a second buffer is a
+    second replica with its own client. Callers check that it does see the
+    first one's sessions before relying on it.
     """
     r = first.retention
-    other = await make_buffer(
+    return await make_buffer(
         max_events=r.max_events,
         max_age=r.max_age,
         session_ttl=r.session_ttl,
@@ -92,15 +84,6 @@ async def replica(
         max_payload=r.max_payload,
         teardown_on_failure=teardown_on_failure,
     )
-    probe = f"replica-probe-{uuid.uuid4().hex}"
-    await first.open_session(probe)
-    try:
-        shared = await other.session_info(probe) is not None
-    finally:
-        await first.close_session(probe)
-    if shared:
-        return other
-    return ReplayBuffer(first.backend, teardown_on_failure=teardown_on_failure)
 
 
 async def append_plan(
@@ -119,7 +102,3 @@ def after(
 ) -> list[tuple[str, str, int, bytes | None]]:
     """The events of ``sequence`` in ``log`` strictly after ``position``."""
     return [entry for entry in log if entry[1] == sequence and entry[2] > position]
-
-
-def kwargs_for(teardown: bool) -> dict[str, Any]:
-    return {"teardown_on_failure": teardown}
