@@ -580,7 +580,7 @@ async def _provoke(buf, case, kind: str) -> tuple[str, str | None]:
     if kind == "sequence_mismatch":
         return b[0], "a"
     if kind == "not_retained":
-        await case.damage(buf, S, 5)
+        await case.damage(buf, S, 6)  # a4, in the chain after a2
         return a[1], None
     raise AssertionError(kind)
 

@@ -1,0 +1,254 @@
+"""Shared pieces: sizes, paired timing, payloads, the Redis server and clients.
+
+Timing is always *paired*: a subject and its raw baseline run in alternating
+rounds inside the same process, against the same server, with the same kind of
+client. What is reported is the median per-operation time of each over the
+rounds, their ratio, and the spread of the per-round ratios. Absolute numbers
+are printed for orientation only; on a shared 2-core machine only the ratios
+mean anything.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from mcp_types import JSONRPCNotification
+
+from tests.servers import ServerHandle, redis_server_binary, start_standalone
+
+PAYLOAD_BYTES = 200
+"""Every stored event is a 200-byte JSON-RPC notification (serialized)."""
+
+_JSON_FRAME = len(
+    JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/message", params={"level": "info", "data": ""}
+    ).model_dump_json(by_alias=True)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each benchmark does; ``QUICK`` is for the smoke test."""
+
+    quick: bool
+    rounds: int
+    warmup: int
+    append_ops: int
+    batch_ops: int
+    replay_ops: int
+    fastmcp_append_ops: int
+    fastmcp_replay_ops: int
+    capped_retention: int
+    fastmcp_big_retention: int
+    storm_sessions: int
+    storm_tasks: int
+    storm_ops_per_task: int
+    storm_writers: int
+    storm_initial_per_stream: int
+    storm_window: int
+    storm_write_interval: float
+    evicted_sessions: int
+    evicted_retention: int
+    foreign_pairs: int
+    memory_events: int
+    memory_sequences: int
+    memory_batch: int
+    fastmcp_memory_events: int
+
+
+FULL = Sizes(
+    quick=False,
+    rounds=7,
+    warmup=200,
+    append_ops=400,
+    batch_ops=100,
+    replay_ops=40,
+    fastmcp_append_ops=150,
+    fastmcp_replay_ops=8,
+    capped_retention=1000,
+    fastmcp_big_retention=1000,
+    storm_sessions=200,
+    storm_tasks=50,
+    storm_ops_per_task=40,
+    storm_writers=4,
+    storm_initial_per_stream=20,
+    storm_window=20,
+    storm_write_interval=0.002,
+    evicted_sessions=50,
+    evicted_retention=20,
+    foreign_pairs=25,
+    memory_events=100_000,
+    memory_sequences=5,
+    memory_batch=500,
+    fastmcp_memory_events=1000,
+)
+
+QUICK = Sizes(
+    quick=True,
+    rounds=3,
+    warmup=5,
+    append_ops=20,
+    batch_ops=5,
+    replay_ops=3,
+    fastmcp_append_ops=10,
+    fastmcp_replay_ops=2,
+    capped_retention=50,
+    fastmcp_big_retention=120,
+    storm_sessions=12,
+    storm_tasks=4,
+    storm_ops_per_task=6,
+    storm_writers=2,
+    storm_initial_per_stream=6,
+    storm_window=5,
+    storm_write_interval=0.002,
+    evicted_sessions=4,
+    evicted_retention=6,
+    foreign_pairs=3,
+    memory_events=2000,
+    memory_sequences=5,
+    memory_batch=200,
+    fastmcp_memory_events=50,
+)
+
+
+# -- payloads ---------------------------------------------------------------
+
+
+def message(i: int) -> JSONRPCNotification:
+    """A JSON-RPC notification whose serialized form is exactly ``PAYLOAD_BYTES`` long."""
+    data = f"{i % 10**8:08d}".ljust(PAYLOAD_BYTES - _JSON_FRAME, "x")
+    return JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/message", params={"level": "info", "data": data}
+    )
+
+
+def payload(i: int) -> bytes:
+    """The bytes replaystore and the raw baselines store: the serialized :func:`message`."""
+    return message(i).model_dump_json(by_alias=True).encode()
+
+
+# -- results ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Row:
+    """One paired measurement: a subject against its raw baseline."""
+
+    id: str
+    group: str
+    subject: str
+    baseline: str
+    subject_us: float
+    baseline_us: float
+    ratio: float
+    ratio_min: float
+    ratio_max: float
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Op = Callable[[int], Awaitable[object]]
+
+
+async def paired(
+    row_id: str,
+    group: str,
+    subject: tuple[str, Op],
+    baseline: tuple[str, Op],
+    *,
+    ops: int,
+    sizes: Sizes,
+    note: str = "",
+) -> Row:
+    """Time ``ops`` sequential awaits of each, alternating rounds; return the medians and ratio.
+
+    Each op receives a fresh integer (shared counter) so it can vary its data.
+    """
+    counter = itertools.count()
+    (s_label, s_op), (b_label, b_op) = subject, baseline
+    for _ in range(sizes.warmup):
+        await s_op(next(counter))
+        await b_op(next(counter))
+    s_times: list[float] = []
+    b_times: list[float] = []
+    for r in range(sizes.rounds):
+        order: list[tuple[Op, list[float]]] = [(s_op, s_times), (b_op, b_times)]
+        if r % 2:
+            order.reverse()
+        for op, sink in order:
+            gc.collect()
+            start = time.perf_counter()
+            for _ in range(ops):
+                await op(next(counter))
+            sink.append((time.perf_counter() - start) / ops)
+    per_round = [s / b for s, b in zip(s_times, b_times, strict=True)]
+    s_med, b_med = statistics.median(s_times), statistics.median(b_times)
+    return Row(
+        id=row_id,
+        group=group,
+        subject=s_label,
+        baseline=b_label,
+        subject_us=s_med * 1e6,
+        baseline_us=b_med * 1e6,
+        ratio=s_med / b_med,
+        ratio_min=min(per_round),
+        ratio_max=max(per_round),
+        note=note,
+    )
+
+
+# -- Redis ------------------------------------------------------------------
+
+
+@contextmanager
+def redis_server() -> Iterator[ServerHandle]:
+    """Our own throw-away redis-server on a free loopback port (never the machine's 6379)."""
+    handle = start_standalone(redis_server_binary(), "redis")
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def client(url: str, *, decode: bool = False) -> aioredis.Redis:
+    """A redis-py asyncio client (hiredis parser when installed, default connection pool).
+
+    Sequential awaits use one pooled connection; concurrent tasks each take one.
+    """
+    return aioredis.Redis.from_url(url, decode_responses=decode)
+
+
+async def commandstats(r: aioredis.Redis) -> dict[str, int]:
+    """``INFO commandstats`` as {command: calls} (commands run inside Lua are counted too)."""
+    info: dict[str, Any] = await r.info("commandstats")
+    out: dict[str, int] = {}
+    for key, value in info.items():
+        name = key.removeprefix("cmdstat_")
+        out[name] = int(value["calls"]) if isinstance(value, dict) else 0
+    return out
+
+
+async def count_inner_commands(
+    r: aioredis.Redis, run: Callable[[], Awaitable[object]], times: int
+) -> dict[str, float]:
+    """Average number of each Redis command per call of ``run`` (CONFIG RESETSTAT first).
+
+    Only meaningful on a server nobody else uses: ours.
+    """
+    await r.config_resetstat()
+    for _ in range(times):
+        await run()
+    stats = await commandstats(r)
+    stats.pop("config|resetstat", None)
+    stats.pop("info", None)
+    return {k: round(v / times, 2) for k, v in sorted(stats.items(), key=lambda kv: -kv[1])}
