@@ -172,8 +172,13 @@ def evidence_for(
     judgement: Judgement,
     *,
     torn_down: bool,
+    replay: bool = True,
 ) -> Evidence:
-    """Evidence with the same fields the Lua script reports."""
+    """Evidence with the same fields the Lua script reports.
+
+    ``replayed`` counts the events actually returned: 0 for a probe
+    (``replay=False``) that resumes, as in ``resolve.lua``.
+    """
     seq = view.sequences.get(judgement.sequence) if judgement.sequence else None
     return Evidence(
         session=session,
@@ -190,6 +195,8 @@ def evidence_for(
         sequence_high_water=seq.high_water if seq else None,
         cursor_sequence=judgement.cursor_sequence,
         sequence_count=len(view.sequences),
-        replayed=len(judgement.chain) if judgement.verdict is Verdict.RESUMED else None,
+        replayed=(len(judgement.chain) if replay else 0)
+        if judgement.verdict is Verdict.RESUMED
+        else None,
         torn_down=torn_down,
     )

@@ -8,6 +8,7 @@ backend reads the same verdict from the same source.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -111,7 +112,10 @@ class ReplayBuffer:
     async def append_many(
         self, session: str, sequence: str, payloads: Sequence[bytes | None]
     ) -> list[str]:
-        """Store a burst of events of one sequence in one atomic step (one round trip)."""
+        """Store a burst of events of one sequence in one atomic step (one round trip).
+
+        An empty batch stores nothing and does not consult the backend.
+        """
         check_session(session)
         check_sequence(sequence)
         payloads = list(payloads)
@@ -164,4 +168,7 @@ class ReplayBuffer:
             replay=replay,
             teardown=self.teardown_on_failure,
         )
+        if named is _NO_SUCH_SEQUENCE:  # do not leak the placeholder
+            evidence = dataclasses.replace(resumption.evidence, sequence=None)
+            return dataclasses.replace(resumption, sequence=None, evidence=evidence)
         return resumption

@@ -222,7 +222,7 @@ class MemoryBackend(Backend):
             failed = judgement.verdict is not Verdict.RESUMED
             torn_down = failed and replay and teardown
             evidence = evidence_for(
-                session, raw_cursor, cursor, state, judgement, torn_down=torn_down
+                session, raw_cursor, cursor, state, judgement, torn_down=torn_down, replay=replay
             )
             if torn_down:
                 self._bury(session, Tombstone(judgement.reason, now, judgement.verdict))

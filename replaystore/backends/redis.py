@@ -36,7 +36,7 @@ import msgpack
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from .._rules import reason
 from ..cursor import Cursor, new_epoch
@@ -105,7 +105,10 @@ class RedisBackend(Backend):
     ) -> RedisBackend:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        prefix = options.pop("prefix", None) or query.pop("prefix", None) or DEFAULT_PREFIX
+        # Pop the query's prefix even when the option wins: left in the query it
+        # would reach redis-py as an unknown connection argument.
+        query_prefix = query.pop("prefix", None)
+        prefix = options.pop("prefix", None) or query_prefix or DEFAULT_PREFIX
         if client is not None:
             return cls(retention, client, prefix=prefix, owns_client=False)
         options.setdefault("decode_responses", False)
@@ -129,7 +132,15 @@ class RedisBackend(Backend):
         return cls(retention, client, prefix=prefix)
 
     def _keys(self, session: str) -> list[str]:
-        base = f"{self.prefix}{{{session}}}"
+        """The session's four key names, all with the hash tag ``{<session>}``.
+
+        Redis Cluster hashes the text between the first ``{`` and the next
+        ``}``; a session id containing braces would cut that tag short (or
+        empty it, spreading the keys over several slots), so such ids are
+        written as hex behind a space, which no session id can contain.
+        """
+        tag = session if "{" not in session and "}" not in session else " " + session.encode().hex()
+        base = f"{self.prefix}{{{tag}}}"
         return [f"{base}:m", f"{base}:e", f"{base}:n", f"{base}:t"]
 
     async def _run(self, name: str, session: str, *args: Any) -> Any:
@@ -141,7 +152,9 @@ class RedisBackend(Backend):
             except NoScriptError:
                 # The script cache is volatile; EVAL runs and re-caches it.
                 return await self.client.eval(script.source, len(keys), *keys, *args)
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:
+            # RedisClusterException (no reachable node, slot not covered, keys
+            # in several slots) is not a RedisError.
             raise StorageError(f"{name} failed on redis: {exc}") from exc
 
     async def connect(self) -> None:
@@ -150,7 +163,7 @@ class RedisBackend(Backend):
                 await self.client.initialize()
             else:
                 await self.client.ping()
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:
             raise StorageError(f"cannot reach redis: {exc}") from exc
 
     async def aclose(self) -> None:

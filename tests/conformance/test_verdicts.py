@@ -218,7 +218,9 @@ async def test_seed_scenario_sub_stream_and_top_level_cursors(make_buffer):
     def body(sequence: str, position: int) -> bytes:
         return f"{sequence}@{position}".encode()
 
-    top = await buf.append_many("S", "_GET_stream", [body("_GET_stream", p) for p in range(1, 3121)])
+    top = await buf.append_many(
+        "S", "_GET_stream", [body("_GET_stream", p) for p in range(1, 3121)]
+    )
     top_cursor = top[-1]
     assert top_cursor == f"{info.epoch}-3120"
     tool = await buf.append_many("S", "tool-7", [body("tool-7", p) for p in range(3121, 4451)])
@@ -359,6 +361,7 @@ async def test_unknown_session_after_teardown_carries_the_failed_verdict(make_bu
 @pytest.mark.parametrize(
     "session",
     ["", " ", "with space", "x" * 257, "caf\u00e9", "tab\there", "nul\x00", None, 42, b"bytes"],
+    ids=lambda v: repr(v)[:24],
 )
 async def test_unknown_session_for_an_invalid_session_id(make_buffer, session):
     buf = await make_buffer()
@@ -392,7 +395,9 @@ async def test_foreign_cursor_from_another_session(make_buffer):
     res = await buf.resolve_and_replay("mine", theirs[0], "a")
     check_failed(res, Verdict.FOREIGN_CURSOR, torn_down=True)
     # the other session is not affected
-    check_resumed(await buf.resolve_and_replay("other", theirs[0]), [(theirs[1], "a", 2, b"y")], "a")
+    check_resumed(
+        await buf.resolve_and_replay("other", theirs[0]), [(theirs[1], "a", 2, b"y")], "a"
+    )
 
 
 @pytest.mark.parametrize("end", ["close", "teardown"])
@@ -452,7 +457,9 @@ async def test_ahead_of_high_water(make_buffer):
     assert res.evidence.high_water == 3
 
 
-@pytest.mark.parametrize("hint", ["zzz", "A", "a ", "a\x00", "\x00", "", "x" * 300, 7, b"a"])
+@pytest.mark.parametrize(
+    "hint", ["zzz", "A", "a ", "a\x00", "\x00", "", "x" * 300, 7, b"a"], ids=lambda v: repr(v)[:24]
+)
 async def test_unknown_sequence(make_buffer, hint):
     buf = await make_buffer()
     await buf.open_session(S)
@@ -804,6 +811,25 @@ async def test_session_ttl_expiry_makes_the_session_unknown(make_buffer):
     assert reborn.high_water == 0
 
 
+async def test_tombstone_expires_after_tombstone_ttl(make_buffer):
+    buf = await make_buffer(tombstone_ttl=0.3)
+    await buf.open_session(S)
+    await buf.open_session("other")
+    first = await buf.append(S, "a", b"1")
+    await buf.append("other", "a", b"1")
+    assert await buf.close_session(S)
+    torn = await buf.resolve_and_replay("other", "junk")
+    check_failed(torn, Verdict.MALFORMED_CURSOR, torn_down=True)
+    assert (await buf.resolve(S, first)).evidence.tombstone is not None
+    assert (await buf.resolve("other", first)).evidence.tombstone is not None
+    await anyio.sleep(0.5)
+    for session in (S, "other"):
+        res = await buf.resolve_and_replay(session, first)
+        check_failed(res, Verdict.UNKNOWN_SESSION, torn_down=False)
+        assert res.evidence.tombstone is None
+        assert res.evidence.reason == (await buf.resolve("never", first)).evidence.reason
+
+
 async def test_activity_keeps_a_session_alive(make_buffer):
     buf = await make_buffer(session_ttl=0.8)
     await buf.open_session(S)
@@ -842,9 +868,7 @@ async def test_append_many_over_max_events_is_atomic_and_consistent(make_buffer)
     check_failed(await buf.resolve(S, early), Verdict.BELOW_FLOOR, torn_down=False)
     check_failed(await buf.resolve(S, ids[2]), Verdict.BELOW_FLOOR, torn_down=False)
     res = await buf.resolve_and_replay(S, ids[3])
-    check_resumed(
-        res, [(ids[i], "a", i + 2, f"e{i}".encode()) for i in range(4, 8)], "a"
-    )
+    check_resumed(res, [(ids[i], "a", i + 2, f"e{i}".encode()) for i in range(4, 8)], "a")
     # a batch far over the limit keeps only its own tail
     big = await buf.append_many(S, "b", [b"%d" % i for i in range(50)])
     info = await buf.session_info(S)

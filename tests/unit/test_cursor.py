@@ -1,0 +1,194 @@
+"""The cursor codec: one spelling per cursor, everything else is a CursorError."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replaystore import Cursor, CursorError
+from replaystore.cursor import EPOCH_LENGTH, MAX_CURSOR_LENGTH, MAX_POSITION, new_epoch
+
+HEX = "0123456789abcdef"
+epochs = st.text(alphabet=HEX, min_size=EPOCH_LENGTH, max_size=EPOCH_LENGTH)
+positions = st.integers(min_value=0, max_value=MAX_POSITION)
+cursors = st.builds(Cursor, epochs, positions)
+CANONICAL = re.compile(r"[0-9a-f]{12}-(0|[1-9][0-9]{0,13})")
+
+
+@given(cursors)
+def test_round_trip(cursor):
+    text = str(cursor)
+    assert text == f"{cursor.epoch}-{cursor.position}"
+    assert Cursor.parse(text) == cursor
+    assert Cursor.try_parse(text) == cursor
+    assert Cursor.parse(text.encode("ascii")) == cursor  # bytes, as read off the wire
+    assert len(text) <= MAX_CURSOR_LENGTH
+    assert CANONICAL.fullmatch(text)
+
+
+@given(cursors)
+def test_ids_are_valid_sse_id_fields(cursor):
+    text = str(cursor)
+    assert not set(text) & {"\r", "\n", "\x00"}
+    assert text.isascii()
+    assert text.strip() == text
+
+
+@settings(max_examples=500)
+@given(st.text())
+def test_arbitrary_text_is_rejected_or_spelled_exactly(text):
+    try:
+        cursor = Cursor.parse(text)
+    except CursorError:
+        assert Cursor.try_parse(text) is None
+        return
+    assert str(cursor) == text  # never accepts a second spelling of a cursor
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        st.text(alphabet=HEX + "-+ 0\r\n\x00ABCDEFG", max_size=MAX_CURSOR_LENGTH + 3),
+        st.builds(
+            lambda e, sep, p, tail: f"{e}{sep}{p}{tail}",
+            st.text(alphabet=HEX + "ABCDEF", min_size=11, max_size=13),
+            st.sampled_from(["-", "--", "_", ":", " - ", ""]),
+            st.one_of(
+                st.integers(-5, 10**20).map(str), st.text(alphabet="0123456789", max_size=20)
+            ),
+            st.sampled_from(["", " ", "\n", "\r\n", "\x00", "0"]),
+        ),
+    )
+)
+def test_near_cursors_are_rejected_or_spelled_exactly(text):
+    cursor = Cursor.try_parse(text)
+    if cursor is not None:
+        assert str(cursor) == text
+        assert CANONICAL.fullmatch(text)
+    else:
+        assert not CANONICAL.fullmatch(text)
+        with pytest.raises(CursorError):
+            Cursor.parse(text)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40))
+def test_arbitrary_bytes_are_rejected_or_spelled_exactly(data):
+    try:
+        cursor = Cursor.parse(data)
+    except CursorError:
+        return
+    assert str(cursor).encode("ascii") == data
+
+
+@given(st.one_of(st.integers(), st.floats(), st.none(), st.lists(st.integers()), st.tuples()))
+def test_non_text_is_a_cursor_error(value):
+    with pytest.raises(CursorError):
+        Cursor.parse(value)
+    assert Cursor.try_parse(value) is None
+
+
+def test_cursor_error_is_a_value_error():
+    assert issubclass(CursorError, ValueError)
+
+
+E = "0123456789ab"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "4471",
+        "0",
+        "-1",
+        E,
+        f"{E}-",
+        f"{E}--1",
+        f"{E}-+1",
+        f"{E}-01",
+        f"{E}-00",
+        f" {E}-1",
+        f"{E}-1 ",
+        f"{E}-1\n",
+        f"{E}-1\r\n",
+        f"{E}-1\x00",
+        f"{E.upper()}-1",
+        "0123456789AB-1",
+        f"{E[:-1]}-1",
+        f"{E}0-1",
+        f"{E}-1.0",
+        f"{E}-1e3",
+        f"{E}-0x1",
+        f"{E}-\u0661",  # ARABIC-INDIC DIGIT ONE: str.isdigit() but not a cursor digit
+        f"{E}-\uff11",  # FULLWIDTH DIGIT ONE
+        f"{E}-{MAX_POSITION + 1}",
+        f"{E}-{2**64}",
+        f"{E}-1" + "0" * (1 << 20),
+        "x" * (1 << 20),
+        "\ud800",
+    ],
+)
+def test_rejects(text):
+    with pytest.raises(CursorError):
+        Cursor.parse(text)
+    assert Cursor.try_parse(text) is None
+
+
+def test_max_lengths():
+    longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION)
+    assert len(str(longest)) == MAX_CURSOR_LENGTH
+    assert Cursor.parse(str(longest)) == longest
+    assert MAX_POSITION == 10**14 - 1
+    with pytest.raises(CursorError):
+        Cursor.parse(f"{E}-{MAX_POSITION + 1}")  # one character too long
+    with pytest.raises(CursorError):
+        Cursor.parse(str(longest) + "0")
+    assert Cursor.parse(f"{E}-0") == Cursor(E, 0)  # the origin
+
+
+def test_bytes_input():
+    assert Cursor.parse(f"{E}-7".encode()) == Cursor(E, 7)
+    for bad in (b"", b"\xff", f"{E}-7\n".encode(), "\u00e9".encode(), f"{E}-07".encode()):
+        with pytest.raises(CursorError):
+            Cursor.parse(bad)
+    with pytest.raises(CursorError):
+        Cursor.parse(bytearray(f"{E}-7".encode()))
+
+
+@pytest.mark.parametrize(
+    ("epoch", "position"),
+    [
+        ("0123456789AB", 1),
+        ("0123456789a", 1),
+        ("0123456789abc", 1),
+        ("0123456789ag", 1),
+        (12, 1),
+        (E, -1),
+        (E, MAX_POSITION + 1),
+        (E, True),
+        (E, 1.0),
+        (E, "1"),
+    ],
+)
+def test_constructor_validates(epoch, position):
+    with pytest.raises(CursorError):
+        Cursor(epoch, position)
+
+
+def test_new_epoch_is_a_fresh_valid_epoch():
+    epochs_seen = {new_epoch() for _ in range(200)}
+    assert len(epochs_seen) == 200
+    for epoch in epochs_seen:
+        assert re.fullmatch(r"[0-9a-f]{12}", epoch)
+        assert Cursor.parse(f"{epoch}-0").epoch == epoch
+
+
+@given(cursors, cursors)
+def test_order_and_equality_follow_the_fields(a, b):
+    assert (a == b) == ((a.epoch, a.position) == (b.epoch, b.position))
+    assert (a < b) == ((a.epoch, a.position) < (b.epoch, b.position))
+    assert (hash(a) == hash(b)) or a != b
