@@ -23,7 +23,9 @@ not decode responses.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import time
 from collections.abc import Sequence
@@ -117,6 +119,9 @@ class RedisBackend(Backend):
                 "replaystore needs decode_responses=False (payloads are bytes)"
             )
         scheme = parts.scheme.lower()
+        unknown = sorted(set(query) - _known_query_options())
+        if unknown:
+            raise UnsupportedURLError(f"unknown option(s) in redis URL: {', '.join(unknown)}")
         rest = urlunsplit(parts._replace(query=urlencode(query)))
         try:
             if scheme in ("redis+cluster", "rediss+cluster"):
@@ -308,6 +313,22 @@ def _info(session: str, flat: list[Any]) -> SessionInfo:
         retained=int(flat[3]),
         sequences=dict(sorted(sequences.items(), key=lambda kv: kv[1].floor)),
     )
+
+
+@functools.cache
+def _known_query_options() -> frozenset[str]:
+    """Query options redis-py accepts, so a typo fails here and not at the first call."""
+    from redis.asyncio import connection
+
+    names = set(connection.URL_QUERY_ARGUMENT_PARSERS)
+    for cls in (
+        connection.AbstractConnection,
+        connection.Connection,
+        connection.SSLConnection,
+        connection.UnixDomainSocketConnection,
+    ):
+        names |= set(inspect.signature(cls.__init__).parameters) - {"self", "args", "kwargs"}
+    return frozenset(names)
 
 
 def _hosts(parts: Any) -> list[tuple[str, int]]:

@@ -38,6 +38,7 @@ end
 -- age limit). Keeps floor, count and the per-sequence bookkeeping exact.
 local function trim(max_events, max_age_ms, now)
   local count = tonumber(redis.call('HGET', M, 'count'))
+  if count <= max_events and max_age_ms == 0 then return end -- the common case: nothing to read
   local floor = nil
   local done = false
   while count > 0 and not done do

@@ -1,0 +1,150 @@
+"""Redis Cluster (3 masters): one session lives in one slot, sessions spread over nodes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+import redis.asyncio as aioredis
+
+from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
+from tests.servers import ServerHandle, find_free_port
+
+from ._support import client_of, keys_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+# Session ids are 1..256 visible ASCII characters, braces included.
+BRACED = ["a{b}c", "{x}", "{", "{}", "a}b", "{{}}", "x}", "{}}", "a{", "s-{0}-{1}"]
+# Ids that start with '}' once gave keys with an empty hash tag.
+LEADING_CLOSE = ["}", "}x", "}{", "}}", "}a{b}c"]
+
+
+async def _node_clients(handle: ServerHandle) -> list[aioredis.Redis]:
+    return [aioredis.Redis(host="127.0.0.1", port=port) for port in handle.ports]
+
+
+async def _basics(buf: ReplayBuffer, other: ReplayBuffer, session: str) -> None:
+    """Append, resume (from either replica), fail, tear down: the core contract."""
+    info = await buf.open_session(session)
+    ids = await buf.append_many(session, "q", [b"1", b"2"])
+    ids += [await other.append(session, "q", b"3")]
+    assert ids == [f"{info.epoch}-{p}" for p in (1, 2, 3)]
+    for replica in (buf, other):
+        replay = await replica.resolve_and_replay(session, ids[0])
+        assert replay.verdict is Verdict.RESUMED, (session, replay)
+        assert [e.payload for e in replay.events] == [b"2", b"3"]
+    torn = await other.resolve_and_replay(session, f"{info.epoch}-7")
+    assert torn.verdict is Verdict.AHEAD_OF_HIGH_WATER
+    assert torn.evidence.torn_down
+    gone = await buf.resolve(session, ids[0])
+    assert gone.verdict is Verdict.UNKNOWN_SESSION
+    assert gone.evidence.tombstone is not None
+    assert gone.evidence.tombstone.verdict is Verdict.AHEAD_OF_HIGH_WATER
+    with pytest.raises(UnknownSessionError):
+        await buf.append(session, "q", b"4")
+
+
+async def test_all_keys_of_a_session_in_one_slot(cluster_server: ServerHandle, prefix: str) -> None:
+    node = aioredis.Redis(host="127.0.0.1", port=cluster_server.ports[0])
+    buf = ReplayBuffer.from_url(cluster_server.url, prefix=prefix)
+    try:
+        for session in ["plain", "8c2f0d6e-1b4a-4c1e-9a57-3f1e2d4c5b6a", *BRACED]:
+            keys = keys_of(buf, session)
+            assert len(keys) == 4
+            slots = {int(await node.execute_command("CLUSTER", "KEYSLOT", k)) for k in keys}
+            assert len(slots) == 1, (session, keys, slots)
+    finally:
+        await node.aclose()
+        await buf.aclose()
+
+
+async def test_sessions_spread_over_nodes(cluster_server: ServerHandle, prefix: str) -> None:
+    """50 sessions land on more than one master; each session's keys sit on exactly one."""
+    nodes = await _node_clients(cluster_server)
+    try:
+        async with ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as buf:
+            sessions = [f"sess-{i}" for i in range(50)]
+            for session in sessions:
+                await buf.open_session(session)
+                await buf.append_many(session, "q", [b"a", b"b"])
+                await buf.append_many(session, "r", [b"c"])  # creates the links hash
+            await buf.close_session(sessions[0])  # leaves a tombstone key instead
+
+            where: dict[str, set[int]] = defaultdict(set)
+            count: dict[str, int] = defaultdict(int)
+            for node in nodes:
+                port = node.connection_pool.connection_kwargs["port"]
+                async for key in node.scan_iter(match=f"{prefix}*", count=1000):
+                    session = key.decode()[len(prefix) + 1 :].rsplit("}:", 1)[0]
+                    where[session].add(port)
+                    count[session] += 1
+            assert set(where) == set(sessions)
+            assert all(len(ports) == 1 for ports in where.values()), where
+            assert count[sessions[0]] == 1  # tombstone only
+            assert all(count[s] == 3 for s in sessions[1:])  # meta, events, links
+            used = set().union(*where.values())
+            assert len(used) >= 2, used
+    finally:
+        for node in nodes:
+            await node.aclose()
+
+
+async def test_cluster_basics_with_braced_session_ids(
+    cluster_server: ServerHandle, prefix: str
+) -> None:
+    async with (
+        ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as buf,
+        ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as other,
+    ):
+        for session in ["plain", *BRACED]:
+            await _basics(buf, other, session)
+
+
+@pytest.mark.parametrize("session", LEADING_CLOSE)
+async def test_session_starting_with_closing_brace(
+    cluster_server: ServerHandle, prefix: str, session: str
+) -> None:
+    """Regression: '<prefix>{}x}:m' has an empty hash tag, so Redis hashed each whole
+    key and the four keys of the session fell into different slots (CROSSSLOT)."""
+    node = aioredis.Redis(host="127.0.0.1", port=cluster_server.ports[0])
+    try:
+        probe = ReplayBuffer.from_url(cluster_server.url, prefix=prefix)
+        keys = keys_of(probe, session)
+        slots = {int(await node.execute_command("CLUSTER", "KEYSLOT", k)) for k in keys}
+        assert len(slots) == 1, (session, keys, slots)
+        await probe.aclose()
+    finally:
+        await node.aclose()
+    async with (
+        ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as buf,
+        ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as other,
+    ):
+        await _basics(buf, other, session)
+
+
+async def test_session_starting_with_closing_brace_works_standalone(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """The same ids are fine where there are no slots."""
+    async with (
+        ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf,
+        ReplayBuffer.from_url(redis_server.url, prefix=prefix) as other,
+    ):
+        for session in LEADING_CLOSE:
+            await _basics(buf, other, session)
+
+
+async def test_unreachable_cluster_is_a_storage_error() -> None:
+    """Connecting to a cluster nobody listens on raises StorageError, promptly."""
+    url = f"redis+cluster://127.0.0.1:{find_free_port()}"
+    buf = ReplayBuffer.from_url(url)
+    with pytest.raises(StorageError):
+        async with buf:
+            pass
+    await buf.aclose()
+
+
+async def test_cluster_client_is_a_cluster_client(cluster_server: ServerHandle) -> None:
+    async with ReplayBuffer.from_url(cluster_server.url) as buf:
+        assert isinstance(client_of(buf), aioredis.RedisCluster)

@@ -1,0 +1,290 @@
+"""The Lua scripts on a real Redis: script-cache loss, round trips, replay cost.
+
+Everything here reads or resets server-wide counters (``INFO commandstats``,
+``CONFIG RESETSTAT``) or empties the script cache, so the module runs on a
+Redis server of its own (``scratch_server``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from replaystore import ReplayBuffer, Verdict
+from tests.servers import ServerHandle
+
+from ._support import client_of, command_calls
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+
+def _sha(name: str) -> str:
+    from replaystore.backends.redis import _SCRIPTS
+
+    return _SCRIPTS[name].sha
+
+
+async def test_script_flush_between_operations(scratch_server: ServerHandle, prefix: str) -> None:
+    """Every operation re-sends its script (EVAL) when the cache was emptied."""
+    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+        client = client_of(buf)
+        await client.script_flush()
+        info = await buf.open_session("s")
+        assert await client.script_exists(_sha("open")) == [True]
+        ids = []
+        for i in range(3):
+            await client.script_flush()
+            ids.append(await buf.append("s", "q", b"%d" % i))
+            assert await client.script_exists(_sha("append")) == [True]
+        await client.script_flush()
+        ids += await buf.append_many("s", "q", [b"3", b"4"])
+        assert ids == [f"{info.epoch}-{p}" for p in range(1, 6)]
+        await client.script_flush()
+        probe = await buf.resolve("s", ids[1])
+        assert probe.verdict is Verdict.RESUMED
+        await client.script_flush()
+        replay = await buf.resolve_and_replay("s", ids[1])
+        assert [e.payload for e in replay.events] == [b"2", b"3", b"4"]
+        await client.script_flush()
+        snapshot = await buf.session_info("s")
+        assert snapshot is not None
+        assert snapshot.high_water == 5
+        await client.script_flush()
+        assert await buf.close_session("s") is True
+
+
+async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, prefix: str) -> None:
+    """SCRIPT FLUSH from another connection, in a loop, while two replicas append.
+
+    Nothing may fail and nothing may be lost: the positions of both writers'
+    events together are exactly 1..N, each writer's events in its own order.
+    """
+    rounds = 150
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    a = ReplayBuffer.from_url(scratch_server.url, prefix=prefix)
+    b = ReplayBuffer.from_url(scratch_server.url, prefix=prefix)
+    written: dict[str, list[str]] = {"w1": [], "w2": []}
+    flushes = 0
+    done = anyio.Event()
+    try:
+        async with a, b:
+            await admin.config_resetstat()
+            info = await a.open_session("s")
+
+            async def writer(buf: ReplayBuffer, name: str) -> None:
+                for i in range(rounds):
+                    if i % 10 == 0:
+                        ids = await buf.append_many("s", name, [b"%s:%d" % (name.encode(), i)] * 3)
+                    else:
+                        ids = [await buf.append("s", name, b"%s:%d" % (name.encode(), i))]
+                    written[name] += ids
+
+            async def flusher() -> None:
+                nonlocal flushes
+                while not done.is_set():
+                    await admin.script_flush()
+                    flushes += 1
+                    await anyio.sleep(0.001)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(flusher)
+                async with anyio.create_task_group() as writers:
+                    writers.start_soon(writer, a, "w1")
+                    writers.start_soon(writer, b, "w2")
+                done.set()
+
+            stats = await command_calls(admin)
+            assert flushes > 10
+            # The fallback really ran: some calls hit NOSCRIPT and were re-sent with EVAL.
+            assert stats.get("eval", 0) > 0, stats
+
+            total = len(written["w1"]) + len(written["w2"])
+            assert total == 2 * (rounds + rounds // 10 * 2)
+            positions: list[int] = []
+            for name in ("w1", "w2"):
+                replay = await a.resolve_and_replay("s", f"{info.epoch}-0", name)
+                assert replay.verdict is Verdict.RESUMED, replay
+                assert [e.event_id for e in replay.events] == written[name]
+                expected = [
+                    b"%s:%d" % (name.encode(), i)
+                    for i in range(rounds)
+                    for _ in range(3 if i % 10 == 0 else 1)
+                ]
+                assert [e.payload for e in replay.events] == expected
+                positions += [e.position for e in replay.events]
+            assert sorted(positions) == list(range(1, total + 1))
+    finally:
+        await admin.aclose()
+
+
+class _CountingClient:
+    """Records every command the buffer hands to its redis client.
+
+    Every redis-py command method (``evalsha``, ``eval``, ``xrange`` ...) goes
+    through ``execute_command``, so wrapping it sees all of them.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.sent: list[str] = []
+        self._original = client.execute_command
+
+        async def counting(*args: Any, **options: Any) -> Any:
+            self.sent.append(str(args[0]).upper())
+            return await self._original(*args, **options)
+
+        client.execute_command = counting
+
+    def take(self) -> list[str]:
+        sent, self.sent = self.sent, []
+        return sent
+
+
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+async def test_one_round_trip_per_operation(
+    kind: str, request: pytest.FixtureRequest, prefix: str
+) -> None:
+    """Each append, append_many and resolve_and_replay is exactly one EVALSHA.
+
+    How it is counted, and why this way: Redis 7.0 (the redis-server used
+    here) has no per-connection command counter (its ``CLIENT LIST`` has no
+    ``tot-cmds`` field; Valkey 9 has one, but it counts the commands a script
+    runs for the connection too, checked), and
+    ``INFO commandstats`` counts a script's commands next to the top-level
+    ones, so none of them alone tells how many commands the client sent.
+    Two counts together do:
+
+    * client side, ``execute_command`` of the buffer's client is wrapped: every
+      command redis-py sends on behalf of the buffer passes through it, so the
+      list of names is exactly the round trips (connection set-up is done
+      before counting starts, by a warm-up call);
+    * server side, on a server of this module alone, ``CONFIG RESETSTAT`` and
+      then ``cmdstat_evalsha`` must equal the number of operations and
+      ``cmdstat_eval`` must be absent (no NOSCRIPT fallback: the scripts are
+      cached by the warm-up), so what the wrapper saw is what the server ran.
+    """
+    server: ServerHandle = request.getfixturevalue(
+        "scratch_server" if kind == "redis" else "scratch_valkey"
+    )
+    n = 25
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        async with ReplayBuffer.from_url(server.url, prefix=prefix) as buf:
+            counter = _CountingClient(client_of(buf))
+            info = await buf.open_session("s")
+            warm = await buf.append("s", "q", b"warm-up")  # caches the append script
+            await buf.resolve_and_replay("s", warm)  # caches the resolve script
+            counter.take()
+
+            async def measure(phase: Any) -> dict[str, int]:
+                await admin.config_resetstat()
+                counter.take()
+                await phase()
+                sent = counter.take()
+                stats = await command_calls(admin)
+                assert set(sent) == {"EVALSHA"}, sent
+                assert "eval" not in stats, stats
+                assert stats.get("evalsha") == len(sent), (stats, sent)
+                return {"round_trips": len(sent), **stats}
+
+            ids: list[str] = []
+
+            async def appends() -> None:
+                for i in range(n):
+                    ids.append(await buf.append("s", "q", b"%d" % i))
+
+            async def replays() -> None:
+                for event_id in ids[:n]:
+                    replay = await buf.resolve_and_replay("s", event_id)
+                    assert replay.verdict is Verdict.RESUMED
+
+            async def burst() -> None:
+                ids.extend(await buf.append_many("s", "q", [b"b"] * 100))
+
+            assert (await measure(appends))["round_trips"] == n
+            assert (await measure(replays))["round_trips"] == n
+            stats = await measure(burst)
+            assert stats["round_trips"] == 1
+            # All 100 events were written by that single script run.
+            assert stats["xadd"] == 100
+            assert ids[-1] == f"{info.epoch}-{1 + n + 100}"
+    finally:
+        await admin.aclose()
+
+
+async def _replay_cost(
+    buf: ReplayBuffer, admin: Any, session: str, *, mine: int, others: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Build a session, then count the commands one resolve and one replay run.
+
+    ``mine`` events of sequence "mine", the last 11 appended one by one with a
+    burst of other sequences' events between each; ``others`` events of three
+    other sequences in total. Returns the inner command counts of resolve and
+    of resolve_and_replay for the cursor 10 events before "mine"'s high-water.
+    """
+    info = await buf.open_session(session)
+    gaps = 12
+    per_gap = others // gaps
+    extra = others - per_gap * gaps
+    head = mine - 11
+    if head:
+        await buf.append_many(session, "mine", [b"old"] * head)
+    if extra:
+        await buf.append_many(session, "o0", [b"o"] * extra)
+    tail: list[str] = []
+    for i in range(11):
+        await buf.append_many(session, f"o{i % 3}", [b"o"] * per_gap)
+        tail.append(await buf.append(session, "mine", b"m%d" % i))
+    await buf.append_many(session, "o1", [b"o"] * per_gap)
+    snapshot = await buf.session_info(session)
+    assert snapshot is not None
+    assert snapshot.retained == mine + others
+    assert snapshot.floor == 1
+
+    cursor = tail[0]
+    await buf.resolve(session, cursor)  # warm-up: the script is cached, no NOSCRIPT below
+    await admin.config_resetstat()
+    probe = await buf.resolve(session, cursor)
+    resolve_calls = await command_calls(admin)
+    await admin.config_resetstat()
+    replay = await buf.resolve_and_replay(session, cursor)
+    replay_calls = await command_calls(admin)
+    assert probe.verdict is Verdict.RESUMED
+    assert replay.verdict is Verdict.RESUMED
+    assert [e.event_id for e in replay.events] == tail[1:]
+    assert [e.payload for e in replay.events] == [b"m%d" % i for i in range(1, 11)]
+    assert info.epoch == replay.evidence.epoch
+    return resolve_calls, replay_calls
+
+
+async def test_replay_cost_independent_of_history(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """Replaying the last 10 events of a sequence costs the same Redis work whatever else is stored.
+
+    Counted, not timed: ``INFO commandstats`` counts each command a script
+    issues, so after ``CONFIG RESETSTAT`` the counts are exactly the work one
+    resolve did. A session with 100 events of other sequences, one with 20 000,
+    and one whose own sequence has 2 000 older events must give identical counts.
+    """
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(
+            scratch_server.url, prefix=prefix, max_events=100_000
+        ) as buf:
+            small = await _replay_cost(buf, admin, "small", mine=20, others=100)
+            big = await _replay_cost(buf, admin, "big", mine=20, others=20_000)
+            deep = await _replay_cost(buf, admin, "deep", mine=2_000, others=100)
+    finally:
+        await admin.aclose()
+    for resolve_calls, replay_calls in (small, big, deep):
+        assert resolve_calls.pop("evalsha") == 1
+        assert replay_calls.pop("evalsha") == 1
+    assert small == big == deep
+    # And the work is proportional to the 10 replayed events, not to anything else.
+    resolve_calls, replay_calls = small
+    assert sum(replay_calls.values()) < 100, replay_calls
+    assert replay_calls["xrange"] <= 12, replay_calls

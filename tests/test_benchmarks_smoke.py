@@ -1,0 +1,154 @@
+"""Smoke test of ``benchmarks.run``: quick mode, structure and correctness only.
+
+It starts its own Redis (``tests.servers``), runs every benchmark at tiny
+sizes and checks the shape of the report and the correctness results of the
+reconnect storm. It never asserts on a time or a speed ratio: those are noise
+at these sizes and on a shared machine. The peer's (FastMCP's) silent failures
+are facts to report, not to assert: only that they were measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from benchmarks.common import QUICK
+from benchmarks.run import render, run_all
+
+pytestmark = pytest.mark.realserver
+
+OUTCOME_KEYS = {
+    "attempts",
+    "exact",
+    "silent_gap",
+    "duplicate",
+    "wrong_stream",
+    "explicit_failure",
+    "store_returned_none",
+    "events_replayed",
+    "verdicts",
+}
+SPEED_IDS = {
+    "append.redis",
+    "append.redis.at_cap",
+    "append_many16.redis",
+    "append.memory",
+    "replay10.redis",
+    "replay100.redis",
+    "fastmcp.append",
+    "fastmcp.append.large",
+    "fastmcp.replay10",
+    "fastmcp.replay100",
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    path = tmp_path_factory.mktemp("benchmarks") / "quick.json"
+    results = run_all(quick=True, json_path=path, echo=False)
+    written: dict[str, Any] = json.loads(path.read_text())
+    assert written == json.loads(json.dumps(results))
+    return written
+
+
+def _outcomes_consistent(o: dict[str, Any]) -> None:
+    assert set(o) == OUTCOME_KEYS
+    for key in OUTCOME_KEYS - {"verdicts"}:
+        assert isinstance(o[key], int) and o[key] >= 0, key
+    judged = o["exact"] + o["silent_gap"] + o["duplicate"] + o["wrong_stream"]
+    assert judged + o["explicit_failure"] == o["attempts"]
+    assert sum(o["verdicts"].values()) == o["attempts"]
+
+
+def test_report_sections(report: dict[str, Any]) -> None:
+    assert set(report) == {
+        "meta",
+        "speed",
+        "inner_commands_per_call",
+        "fastmcp_setup",
+        "storm",
+        "memory",
+    }
+    assert report["meta"]["quick"] is True
+    assert report["meta"]["redis_server"]
+
+
+def test_speed_rows_are_paired_measurements(report: dict[str, Any]) -> None:
+    rows = report["speed"]
+    assert {row["id"] for row in rows} == SPEED_IDS
+    for row in rows:
+        for key in ("subject_us", "baseline_us", "ratio", "ratio_min", "ratio_max"):
+            assert math.isfinite(row[key]) and row[key] > 0, (row["id"], key)
+        assert row["ratio_min"] <= row["ratio_max"]
+        assert row["subject"] and row["baseline"]
+
+
+def test_inner_command_profile(report: dict[str, Any]) -> None:
+    profile = report["inner_commands_per_call"]
+    append = profile["replaystore append (below cap)"]["calls"]
+    assert append["xadd"] == 1  # one event, one XADD, inside one script call
+    assert append["evalsha"] == 1
+    assert profile["replaystore append_many(16)"]["calls"]["xadd"] == 16
+    assert profile["FastMCP replay_events_after (100 events)"]["calls"]["get"] >= 100
+    for p in profile.values():
+        assert p["server_us_per_call"] >= 0 and p["inner_commands"] > 0
+
+
+def test_replaystore_is_exact_under_the_storm(report: dict[str, Any]) -> None:
+    storm = report["storm"]
+    stats = storm["stores"]["replaystore"]
+    outcomes = stats["outcomes"]
+    _outcomes_consistent(outcomes)
+    expected = QUICK.storm_tasks * QUICK.storm_ops_per_task * QUICK.storm_repeats
+    assert outcomes["attempts"] == expected
+    assert outcomes["silent_gap"] == 0
+    assert outcomes["duplicate"] == 0
+    assert outcomes["wrong_stream"] == 0
+    # Retention is far above what the storm writes: nothing may fail either.
+    assert outcomes["exact"] == outcomes["attempts"]
+    assert outcomes["store_returned_none"] == 0
+    assert stats["resumes_per_s"] > 0
+    assert storm["stores"]["raw_xrange"]["resumes_per_s"] > 0
+
+
+def test_replaystore_fails_explicitly_when_it_cannot_resume(report: dict[str, Any]) -> None:
+    evicted = report["storm"]["evicted"]["replaystore"]
+    _outcomes_consistent(evicted)
+    assert evicted["attempts"] == QUICK.evicted_sessions
+    assert evicted["explicit_failure"] == evicted["attempts"]
+    assert evicted["verdicts"] == {"below_floor": evicted["attempts"]}
+
+    foreign = report["storm"]["foreign"]["replaystore"]
+    _outcomes_consistent(foreign)
+    assert foreign["attempts"] == QUICK.foreign_pairs
+    assert foreign["verdicts"] == {"foreign_cursor": foreign["attempts"]}
+
+
+def test_fastmcp_outcomes_were_measured(report: dict[str, Any]) -> None:
+    storm = report["storm"]
+    _outcomes_consistent(storm["stores"]["fastmcp"]["outcomes"])
+    _outcomes_consistent(storm["evicted"]["fastmcp"])
+    _outcomes_consistent(storm["foreign"]["fastmcp"])
+    assert storm["stores"]["fastmcp"]["outcomes"]["attempts"] > 0
+    assert isinstance(storm["throughput_ratio_replaystore_vs_fastmcp"], float)
+
+
+def test_memory_breakdown(report: dict[str, Any]) -> None:
+    memory = report["memory"]
+    assert memory["events"] == QUICK.memory_events
+    rs = memory["replaystore"]
+    assert set(rs["keys"]) == {"meta hash", "events stream", "links hash"}
+    assert rs["total_bytes"] == sum(k["bytes"] for k in rs["keys"].values())
+    assert rs["bytes_per_event"] > 0 and rs["ratio_to_bare_stream"] > 0
+    assert memory["bare_stream"]["bytes_per_event"] > 0
+    assert memory["fastmcp"]["bytes_per_event"] > 0
+
+
+def test_render_prints_every_section(report: dict[str, Any]) -> None:
+    text = render(report)
+    for heading in ("Speed:", "Redis server time", "Reconnect storm", "Memory:"):
+        assert heading in text
+    assert "evicted: fastmcp" in text
