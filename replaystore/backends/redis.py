@@ -16,6 +16,9 @@ URL forms (query ``prefix=`` sets the key prefix, default ``replaystore:``)::
     rediss+cluster://...                          (TLS)
     redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]
 
+Standalone connections come from a blocking pool (``max_connections``, default
+128; ``pool_timeout`` seconds to wait for a free one, default 10).
+
 ``from_url(..., client=...)`` takes a ready ``redis.asyncio`` client instead
 (fakeredis in tests, or a client the application already configured); it must
 not decode responses.
@@ -131,7 +134,13 @@ class RedisBackend(Backend):
             else:
                 if scheme == "redis+unix":
                     rest = "unix" + rest[len("redis+unix") :]
-                client = aioredis.Redis.from_url(rest, **options)
+                # A blocking pool: past max_connections a call waits for a free
+                # connection (up to pool_timeout) instead of failing, so a burst
+                # of sessions slows down rather than turning into StorageErrors.
+                options.setdefault("max_connections", 128)
+                options["timeout"] = options.pop("pool_timeout", 10.0)
+                pool = aioredis.BlockingConnectionPool.from_url(rest, **options)
+                client = aioredis.Redis.from_pool(pool)  # closes the pool on aclose()
         except (ValueError, TypeError) as exc:
             raise UnsupportedURLError(f"bad redis URL {url!r}: {exc}") from exc
         return cls(retention, client, prefix=prefix)

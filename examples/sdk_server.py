@@ -1,0 +1,29 @@
+"""Official MCP SDK server whose SSE streams survive reconnects: ``python examples/sdk_server.py``.
+
+Set ``REPLAYSTORE_URL=redis://localhost:6379/0`` to share the store between
+replicas; the default ``memory://`` keeps it in this process.
+"""
+
+import os
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+
+from replaystore import ReplayBuffer
+from replaystore.mcp import streamable_http_app
+
+mcp = MCPServer("demo")
+
+
+@mcp.tool()
+async def countdown(ctx: Context, n: int) -> str:
+    for i in range(n):
+        await ctx.report_progress(i + 1, n)
+    return f"done {n}"
+
+
+buffer = ReplayBuffer.from_url(os.environ.get("REPLAYSTORE_URL", "memory://"))
+app = streamable_http_app(mcp, buffer, retry_interval=1000)  # MCP at /mcp
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=8000)

@@ -1,0 +1,41 @@
+"""MCP streamable HTTP resumption backed by a :class:`~replaystore.ReplayBuffer`.
+
+Needs the ``mcp`` extra (``pip install 'replaystore[mcp]'``). Official SDK::
+
+    from mcp.server.mcpserver import MCPServer
+    from replaystore import ReplayBuffer
+    from replaystore.mcp import streamable_http_app
+
+    mcp = MCPServer("demo")
+    app = streamable_http_app(mcp, ReplayBuffer.from_url("redis://localhost:6379/0"))
+
+FastMCP 4::
+
+    from fastmcp import FastMCP
+    from replaystore.mcp import fastmcp_http_app
+
+    app = fastmcp_http_app(FastMCP("demo"), ReplayBuffer.from_url("redis://localhost:6379/0"))
+
+See ``docs/mcp.md`` for what changes on the wire and why.
+"""
+
+from __future__ import annotations
+
+from .fastmcp import fastmcp_http_app
+from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
+from .store import GET_STREAM, ReplayEventStore, SessionEventStore
+from .transport import ReplaySessionManager, ReplayTransport, streamable_http_app
+
+__all__ = [
+    "GET_STREAM",
+    "STORAGE_ERROR",
+    "CountingObserver",
+    "PrometheusObserver",
+    "ReplayEventStore",
+    "ReplaySessionManager",
+    "ReplayTransport",
+    "ResumptionObserver",
+    "SessionEventStore",
+    "fastmcp_http_app",
+    "streamable_http_app",
+]

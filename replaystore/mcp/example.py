@@ -1,0 +1,149 @@
+"""A runnable MCP server that exercises resumption: ``python -m replaystore.mcp.example``.
+
+Built with the official SDK's ``MCPServer``, served at ``/mcp`` (streamable
+HTTP, resumable through a :class:`~replaystore.ReplayBuffer`) with a short
+``retry`` interval (100 ms) so that clients come back quickly, and Prometheus
+metrics at ``/metrics`` when ``prometheus_client`` is installed. Tools:
+
+- ``countdown(n, interval_ms=10, close_after=0)``: ``n`` progress
+  notifications for the call (when the client sent a progress token), then
+  ``"done {n}"``. With ``close_after > 0`` the server closes the SSE
+  connection after that many notifications, so the client has to resume with
+  ``Last-Event-ID`` to get the rest.
+- ``broadcast(n)``: ``n`` log messages on the standalone GET stream (tied to
+  no request), then ``"sent {n}"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..buffer import ReplayBuffer
+from .metrics import PrometheusObserver, ResumptionObserver
+from .transport import streamable_http_app
+
+__all__ = ["build_app", "build_server", "main", "serve"]
+
+#: Milliseconds a client waits before reconnecting (sent in every priming event).
+RETRY_INTERVAL_MS = 100
+
+
+def build_server() -> MCPServer:
+    """The MCP server with the two tools, transport-agnostic."""
+    server = MCPServer("replaystore-example")
+
+    @server.tool()
+    async def countdown(ctx: Context, n: int, interval_ms: int = 10, close_after: int = 0) -> str:
+        """Send n progress notifications (closing the stream after close_after), then finish."""
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
+            if close_after and i + 1 == close_after:
+                await ctx.close_sse_stream()
+            if interval_ms > 0:
+                await anyio.sleep(interval_ms / 1000)
+        return f"done {n}"
+
+    @server.tool()
+    async def broadcast(ctx: Context, n: int) -> str:
+        """Send n log messages on the standalone GET stream (tied to no request)."""
+        for i in range(n):
+            await ctx.session.send_log_message("info", f"broadcast {i + 1}/{n}")
+        return f"sent {n}"
+
+    return server
+
+
+def build_app(
+    url: str = "memory://",
+    max_events: int = 10_000,
+    *,
+    host: str = "127.0.0.1",
+    observer: ResumptionObserver | None = None,
+    **buffer_options: Any,
+) -> Starlette:
+    """The ASGI app: MCP at ``/mcp``, metrics at ``/metrics`` (if prometheus_client is there).
+
+    The buffer is closed when the app's lifespan ends.
+    """
+    buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
+    registry: Any = None
+    if observer is None:
+        try:
+            from prometheus_client import CollectorRegistry
+
+            registry = CollectorRegistry()
+            observer = PrometheusObserver(registry)
+        except ImportError:  # pragma: no cover - optional extra
+            observer = None
+    app = streamable_http_app(
+        build_server(),
+        buffer,
+        observer=observer,
+        retry_interval=RETRY_INTERVAL_MS,
+        host=host,
+    )
+    if registry is not None:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        async def metrics(request: Request) -> Response:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+        app.router.routes.append(Route("/metrics", metrics))
+
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(starlette_app: Starlette) -> AsyncIterator[None]:
+        async with buffer, inner(starlette_app):
+            yield
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    url: str = "memory://",
+    max_events: int = 10_000,
+    *,
+    log_level: str = "warning",
+) -> None:
+    """Serve :func:`build_app` with uvicorn until interrupted."""
+    import uvicorn
+
+    # broadcast() uses notifications/message on purpose (a standalone stream
+    # message); the SDK flags the logging capability as deprecated for 2026-07-28.
+    warnings.filterwarnings("ignore", message="The logging capability is deprecated")
+
+    uvicorn.run(build_app(url, max_events, host=host), host=host, port=port, log_level=log_level)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m replaystore.mcp.example", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--url", default="memory://", help="replay store URL (memory://, redis://…)"
+    )
+    parser.add_argument("--max-events", type=int, default=10_000, help="events kept per session")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    serve(args.host, args.port, args.url, args.max_events, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

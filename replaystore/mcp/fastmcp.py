@@ -1,0 +1,80 @@
+"""FastMCP 4: ``mcp.http_app(event_store=...)``, resumable through a ReplayBuffer.
+
+FastMCP builds its session manager inside the app's lifespan and wraps the
+event store per transport with a *random* prefix (not the real session id), so
+no other process could ever resume those streams, and its store answers an
+unknown id with an empty 200. :func:`fastmcp_http_app` keeps FastMCP's app as
+it is (routes, auth, middleware, host/origin guard) and, once the lifespan
+has built the manager and before any request is served, adopts it as a
+:class:`~replaystore.mcp.ReplaySessionManager`: each session then gets a store
+view keyed by its real ``Mcp-Session-Id`` and the fail-closed transport.
+No module global is patched, so other FastMCP apps in the process are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from ..buffer import ReplayBuffer
+from .metrics import ResumptionObserver
+from .store import ReplayEventStore
+from .transport import ReplaySessionManager, as_event_store
+
+__all__ = ["fastmcp_http_app"]
+
+
+def fastmcp_http_app(
+    mcp: Any,
+    buffer: ReplayBuffer | ReplayEventStore,
+    *,
+    observer: ResumptionObserver | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
+
+    ``mcp`` is a ``fastmcp.FastMCP``; ``kwargs`` are those of ``http_app``
+    (``path``, ``retry_interval``, ``middleware`` …) except ``event_store`` and
+    ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
+    mount it with ``lifespan=app.lifespan`` as usual.
+    """
+    if "event_store" in kwargs:
+        raise TypeError("pass the buffer instead of event_store")
+    if kwargs.get("transport", "http") not in ("http", "streamable-http"):
+        raise ValueError("resumability needs the streamable HTTP transport")
+    store = as_event_store(buffer, observer)
+    app = mcp.http_app(event_store=store, **kwargs)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(starlette_app: Any) -> AsyncIterator[Any]:
+        async with inner(starlette_app) as state:
+            managers = list(_session_managers(app))
+            if not managers and not kwargs.get("stateless_http"):
+                raise RuntimeError("FastMCP app has no streamable HTTP session manager to adopt")
+            for manager in managers:
+                ReplaySessionManager.adopt(manager, store)
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def _session_managers(app: Any) -> list[StreamableHTTPSessionManager]:
+    """The session managers behind the app's routes (through auth wrappers' ``.app``)."""
+    found: list[StreamableHTTPSessionManager] = []
+    for route in getattr(app, "routes", []):
+        node = getattr(route, "endpoint", None)
+        for _ in range(6):
+            if node is None:
+                break
+            manager = getattr(node, "session_manager", None)
+            if isinstance(manager, StreamableHTTPSessionManager):
+                if manager not in found:
+                    found.append(manager)
+                break
+            node = getattr(node, "app", None)
+    return found

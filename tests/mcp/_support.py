@@ -1,0 +1,313 @@
+"""Real MCP server processes and a raw HTTP/SSE client for the MCP integration tests.
+
+The servers run as subprocesses (``python -m replaystore.mcp.example`` or the
+FastMCP twin in ``tests/mcp/fastmcp_app.py``) on free loopback ports, so the
+tests see real sockets, real disconnects and real Redis round trips. The raw
+client speaks the legacy streamable HTTP protocol (2025-11-25) by hand, which
+is the only way to drop a connection at an exact point and to read the HTTP
+status and body of a failed resumption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from tests.servers import find_free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PV = "2025-11-25"
+START_TIMEOUT = 60.0
+
+
+@dataclass
+class ServerProcess:
+    """One MCP server subprocess; ``url`` is its MCP endpoint."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    store_url: str
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/mcp"
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _popen(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+
+
+def spawn(name: str, module: str, store_url: str, max_events: int, log_dir: Path) -> ServerProcess:
+    """One server process from its command line (``python -m MODULE --port --url --max-events``)."""
+    port = find_free_port()
+    log_path = log_dir / f"{name}.log"
+    args = ["-m", module, "--port", str(port), "--url", store_url,
+            "--max-events", str(max_events), "--log-level", "warning"]  # fmt: skip
+    return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
+
+
+def spawn_many(
+    name: str, apps: dict[str, tuple[str, str, int]], log_dir: Path
+) -> dict[str, ServerProcess]:
+    """Several apps (``name -> (kind, store_url, max_events)``) in one process, one port each."""
+    specs = [
+        [app, kind, find_free_port(), url, max_events]
+        for app, (kind, url, max_events) in apps.items()
+    ]
+    log_path = log_dir / f"{name}.log"
+    proc = _popen(["-m", "tests.mcp.multi_server", json.dumps(specs)], log_path)
+    return {
+        str(app): ServerProcess(str(app), int(port), proc, log_path, str(url))
+        for app, _kind, port, url, _max in specs
+    }
+
+
+def wait_ready(servers: list[ServerProcess]) -> None:
+    """Wait until every server accepts connections and answers HTTP.
+
+    Polls with bare sockets: building an httpx client per attempt costs enough
+    CPU (TLS context) to slow the servers' start-up on a two-core machine.
+    """
+    deadline = time.monotonic() + START_TIMEOUT
+    pending = list(servers)
+    while pending:
+        for server in list(pending):
+            if server.proc.poll() is not None:
+                raise RuntimeError(f"{server.name} exited early:\n{server.log_tail()}")
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=0.5).close()
+            except OSError:
+                continue
+            pending.remove(server)
+        if pending:
+            if time.monotonic() > deadline:
+                names = ", ".join(s.name for s in pending)
+                raise RuntimeError(f"servers not ready: {names}\n{pending[0].log_tail()}")
+            time.sleep(0.1)
+    with httpx.Client(timeout=5) as client:
+        for server in servers:
+            assert client.get(server.url).status_code == 400  # no session id: 400, not down
+
+
+# ---------------------------------------------------------------------- SSE
+
+
+@dataclass
+class SSE:
+    id: str | None
+    data: str
+    retry: int | None = None
+
+    @property
+    def message(self) -> dict[str, Any] | None:
+        return json.loads(self.data) if self.data else None
+
+    @property
+    def priming(self) -> bool:
+        return not self.data
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[SSE]:
+    """Parse an SSE body (only what MCP servers send: id, data, retry, event)."""
+    event_id: str | None = None
+    data: list[str] = []
+    retry: int | None = None
+    seen = False
+    async for line in response.aiter_lines():
+        if line == "":
+            if seen:
+                yield SSE(event_id, "\n".join(data), retry)
+            event_id, data, retry, seen = None, [], None, False
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        seen = True
+        if key == "id":
+            event_id = value
+        elif key == "data":
+            data.append(value)
+        elif key == "retry":
+            retry = int(value)
+
+
+def progress_of(event: SSE) -> float | None:
+    message = event.message
+    if message and message.get("method") == "notifications/progress":
+        return float(message["params"]["progress"])
+    return None
+
+
+def result_text(event: SSE, request_id: int) -> str | None:
+    message = event.message
+    if message and message.get("id") == request_id and "result" in message:
+        return str(message["result"]["content"][0]["text"])
+    return None
+
+
+def position(event_id: str) -> int:
+    match = re.fullmatch(r"[0-9a-f]{12}-(\d+)", event_id)
+    assert match, event_id
+    return int(match.group(1))
+
+
+# ---------------------------------------------------------------- raw client
+
+
+@dataclass
+class RawSession:
+    """A hand-driven legacy MCP session (protocol 2025-11-25) over httpx."""
+
+    client: httpx.AsyncClient
+    url: str
+    session_id: str = ""
+    next_id: int = 1
+    seen_ids: list[str] = field(default_factory=list)
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-protocol-version": PV,
+        }
+        if self.session_id:
+            headers["mcp-session-id"] = self.session_id
+        headers.update(extra)
+        return headers
+
+    async def initialize(self) -> RawSession:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PV,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        }
+        async with self.client.stream("POST", self.url, json=body, headers=self.headers()) as r:
+            assert r.status_code == 200, await r.aread()
+            self.session_id = r.headers["mcp-session-id"]
+            async for event in sse_events(r):
+                if event.message and event.message.get("id") == 0:
+                    break
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        r2 = await self.client.post(self.url, json=note, headers=self.headers())
+        assert r2.status_code == 202, r2.text
+        return self
+
+    def request(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        request_id = self.next_id
+        self.next_id += 1
+        return request_id, {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+    def call(
+        self, tool: str, arguments: dict[str, Any], token: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        if token is not None:
+            params["_meta"] = {"progressToken": token}
+        return self.request("tools/call", params)
+
+    @contextlib.asynccontextmanager
+    async def post(self, body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        async with self.client.stream("POST", self.url, json=body, headers=self.headers()) as r:
+            yield r
+
+    @contextlib.asynccontextmanager
+    async def get(self, last_event_id: str | None = None) -> AsyncIterator[httpx.Response]:
+        extra = {"accept": "text/event-stream"}
+        if last_event_id is not None:
+            extra["last-event-id"] = last_event_id
+        headers = self.headers(**extra)
+        headers.pop("content-type")
+        async with self.client.stream("GET", self.url, headers=headers) as r:
+            yield r
+
+    async def ping_status(self) -> int:
+        _, body = self.request("ping", {})
+        r = await self.client.post(self.url, json=body, headers=self.headers())
+        await r.aread()
+        return r.status_code
+
+    async def run_tool(self, tool: str, arguments: dict[str, Any], token: str | None = None) -> str:
+        """Call a tool on a fresh POST stream and read it to the result."""
+        request_id, body = self.call(tool, arguments, token)
+        with anyio.fail_after(15):
+            async with self.post(body) as r:
+                assert r.status_code == 200
+                async for event in sse_events(r):
+                    text = result_text(event, request_id)
+                    if text is not None:
+                        return text
+        raise AssertionError("no result")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Read one sample from a Prometheus text exposition (0 if absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        sample, _, label_text = head.partition("{")
+        if sample != name:
+            continue
+        got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+        if got == want:
+            return float(value)
+    return 0.0
+
+
+@contextlib.contextmanager
+def stopped_on_exit(servers: list[ServerProcess]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for server in servers:
+            server.stop()

@@ -1,0 +1,64 @@
+"""The example server's tools on FastMCP 4, served through ``fastmcp_http_app``.
+
+Run as ``python -m tests.mcp.fastmcp_app --port P --url URL --max-events N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+import uvicorn
+from fastmcp import Context, FastMCP
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+
+from replaystore import ReplayBuffer
+from replaystore.mcp import PrometheusObserver, fastmcp_http_app
+
+
+def build_app(url: str = "memory://", max_events: int = 10_000) -> Any:
+    mcp = FastMCP("replaystore-fastmcp-example")
+
+    @mcp.tool
+    async def countdown(ctx: Context, n: int, interval_ms: int = 10, close_after: int = 0) -> str:
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
+            if close_after and i + 1 == close_after:
+                await ctx.close_sse_stream()
+            if interval_ms > 0:
+                await anyio.sleep(interval_ms / 1000)
+        return f"done {n}"
+
+    @mcp.tool
+    async def broadcast(ctx: Context, n: int) -> str:
+        for i in range(n):
+            await ctx.session.send_log_message("info", f"broadcast {i + 1}/{n}")
+        return f"sent {n}"
+
+    registry = CollectorRegistry()
+
+    @mcp.custom_route("/metrics", methods=["GET"])
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    buffer = ReplayBuffer.from_url(url, max_events=max_events)
+    return fastmcp_http_app(mcp, buffer, observer=PrometheusObserver(registry), retry_interval=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--url", default="memory://")
+    parser.add_argument("--max-events", type=int, default=10_000)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args()
+    app = build_app(args.url, args.max_events)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()
