@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import _server
 from tests.servers import (
     ServerHandle,
     redis_server_binary,
-    start_cluster,
     start_standalone,
     valkey_server_binary,
 )
@@ -30,15 +30,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _shared(real_servers: dict[str, ServerHandle], kind: str) -> ServerHandle:
-    if kind not in real_servers:
-        if kind == "redis":
-            real_servers[kind] = start_standalone(redis_server_binary(), "redis")
-        elif kind == "valkey":
-            real_servers[kind] = start_standalone(valkey_server_binary(), "valkey")
-        else:
-            real_servers[kind] = start_cluster(redis_server_binary(), masters=3)
-    return real_servers[kind]
+# The session-wide servers are the conformance suite's (one of each kind per run).
+_shared = _server
 
 
 @pytest.fixture
