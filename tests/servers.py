@@ -696,3 +696,225 @@ def _wait_for_cluster(handle: ServerHandle, masters: int) -> None:
                 f"expected {expected}, still waiting on:\n{details}\n" + _nodes_log_tails(handle)
             )
         time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------
+# TLS and Sentinel (used by tests/redis/test_tls_sentinel.py)
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """A throw-away CA and a server certificate for 127.0.0.1 / localhost."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_tls_files(directory: Path) -> TLSFiles:
+    """Create a CA and a CA-signed server cert (SAN ``IP:127.0.0.1, DNS:localhost``).
+
+    EC P-256 keys keep generation fast; the extensions make the chain pass
+    strict X.509 verification (CA with keyCertSign, leaf with serverAuth).
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ServerUnavailable("openssl NOT FOUND on PATH -- needed to make test certificates.")
+    d = Path(directory)
+    ext = d / "server.ext"
+    ext.write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+    )
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    steps = [
+        [
+            openssl, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "2", "-subj", "/CN=replaystore test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        [
+            openssl, "req", *ec, "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=localhost",
+        ],
+        [
+            openssl, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", str(ext),
+        ],
+    ]  # fmt: skip
+    for argv in steps:
+        result = subprocess.run(
+            argv, cwd=d, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False
+        )
+        if result.returncode != 0:
+            raise ServerStartupError(
+                f"`{' '.join(argv)}` failed ({result.returncode}):\n"
+                + (result.stdout + result.stderr).decode(errors="replace")
+            )
+    return TLSFiles(ca=d / "ca.pem", cert=d / "server.pem", key=d / "server.key")
+
+
+def _spawn_argv(argv: list[str], node: _Node) -> subprocess.Popen[bytes]:
+    """Like :func:`_spawn`, but with the complete command line given by the caller."""
+    with node.log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=node.workdir
+        )
+    _register_proc(proc)
+    node.proc = proc
+    return proc
+
+
+def _wait_until_ready(
+    node: _Node, what: str, probe: Callable[[int], bool], timeout: float = START_TIMEOUT
+) -> None:
+    """Like :func:`_wait_for_ping`, with any probe of the node's port (``True`` = ready)."""
+    proc = node.proc
+    assert proc is not None
+    deadline = time.monotonic() + timeout
+    last_error = "no attempt made"
+    while True:
+        code = proc.poll()
+        if code is not None:
+            _forget_proc(proc)
+            tail = _log_tail(node.log_path)
+            if "already in use" in tail.lower():
+                raise _AddressInUse(tail)
+            raise ServerStartupError(
+                f"{what} on port {node.port} exited with code {code} during start-up.\n"
+                f"--- tail of {node.log_path} ---\n{tail}"
+            )
+        try:
+            if probe(node.port):
+                return
+            last_error = "not ready yet"
+        except (OSError, ConnectionError, _RespError) as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() >= deadline:
+            _kill_proc(proc)
+            _forget_proc(proc)
+            raise ServerStartupError(
+                f"{what} on port {node.port} not ready within {timeout:.0f}s "
+                f"(last error: {last_error}).\n"
+                f"--- tail of {node.log_path} ---\n{_log_tail(node.log_path)}"
+            )
+        time.sleep(0.02)
+
+
+def _start_custom(
+    handle: ServerHandle,
+    what: str,
+    argv: Callable[[int, Path], list[str]],
+    probe: Callable[[int], bool],
+) -> _Node:
+    """Start one process on a fresh port (retrying port races) and add it to ``handle``."""
+    last_tail = ""
+    for _ in range(_PORT_ATTEMPTS):
+        port = find_free_port()
+        workdir = handle._root / f"node-{port}"
+        workdir.mkdir()
+        node = _Node(port=port, workdir=workdir, extra_args=[])
+        _spawn_argv(argv(port, workdir), node)
+        handle._nodes.append(node)
+        try:
+            _wait_until_ready(node, what, probe)
+        except _AddressInUse as exc:
+            handle._nodes.remove(node)
+            last_tail = str(exc)
+            shutil.rmtree(workdir, ignore_errors=True)
+            continue
+        return node
+    raise ServerStartupError(
+        f"{what}: every one of {_PORT_ATTEMPTS} port attempts hit 'Address already in use'.\n"
+        f"--- last server log ---\n{last_tail}"
+    )
+
+
+def _tls_ping(port: int, ca: Path, timeout: float = 1.0) -> bool:
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection((HOST, port), timeout=timeout) as raw,
+        context.wrap_socket(raw, server_hostname=HOST) as sock,
+    ):
+        sock.sendall(_encode_command(("PING",)))
+        with sock.makefile("rb") as stream:
+            return _read_reply(stream) == b"PONG"
+
+
+def start_tls_standalone(binary: str, tls: TLSFiles) -> ServerHandle:
+    """A non-persistent server that speaks TLS only (``--port 0``), no client certs.
+
+    ``url`` is ``rediss://127.0.0.1:<tls port>/0`` (add ``ssl_ca_certs`` to verify).
+    """
+    root = _make_root("kvtest-tls-")
+    handle = ServerHandle(url="", ports=[], kind="redis-tls", _binary=binary, _root=root)
+
+    def argv(port: int, workdir: Path) -> list[str]:
+        return [
+            binary,
+            "--port", "0",
+            "--tls-port", str(port),
+            "--bind", HOST,
+            "--tls-cert-file", str(tls.cert),
+            "--tls-key-file", str(tls.key),
+            "--tls-ca-cert-file", str(tls.ca),
+            "--tls-auth-clients", "no",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(workdir),
+            "--daemonize", "no",
+        ]  # fmt: skip
+
+    try:
+        node = _start_custom(handle, "redis-server (TLS)", argv, lambda p: _tls_ping(p, tls.ca))
+    except BaseException:
+        handle.stop()
+        raise
+    handle.ports = [node.port]
+    handle.url = f"rediss://{HOST}:{node.port}/0"
+    return handle
+
+
+def start_sentinel(binary: str, master_port: int, service: str = "mymaster") -> ServerHandle:
+    """One sentinel (``redis-server <conf> --sentinel``) watching ``127.0.0.1:master_port``.
+
+    Ready once it answers ``SENTINEL get-master-addr-by-name <service>`` with
+    the master's address. ``url`` is ``redis+sentinel://127.0.0.1:<port>/<service>/0``.
+    The sentinel rewrites its config file, so the file lives in the node dir.
+    """
+    root = _make_root("kvtest-sentinel-")
+    handle = ServerHandle(url="", ports=[], kind="sentinel", _binary=binary, _root=root)
+    expected = [HOST.encode(), str(master_port).encode()]
+
+    def argv(port: int, workdir: Path) -> list[str]:
+        conf = workdir / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\n"
+            f"bind {HOST}\n"
+            "daemonize no\n"
+            f'dir "{workdir}"\n'
+            f"sentinel monitor {service} {HOST} {master_port} 1\n"
+            f"sentinel down-after-milliseconds {service} 1000\n"
+        )
+        return [binary, str(conf), "--sentinel"]
+
+    def probe(port: int) -> bool:
+        reply = _command(port, "SENTINEL", "get-master-addr-by-name", service, timeout=1.0)
+        return reply == expected
+
+    try:
+        node = _start_custom(handle, "redis-server --sentinel", argv, probe)
+    except BaseException:
+        handle.stop()
+        raise
+    handle.ports = [node.port]
+    handle.url = f"redis+sentinel://{HOST}:{node.port}/{service}/0"
+    return handle

@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import msgpack
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from .._rules import reason
@@ -183,6 +183,11 @@ class RedisBackend(Backend):
     async def aclose(self) -> None:
         if self._owns_client:
             await self.client.aclose()
+            pool = getattr(self.client, "connection_pool", None)
+            if isinstance(pool, SentinelConnectionPool):
+                # master_for's client leaves the Sentinel's own clients open.
+                for sentinel in pool.sentinel_manager.sentinels:
+                    await sentinel.aclose()
 
     # -- the contract ------------------------------------------------------
 
@@ -367,9 +372,20 @@ def _credentials(parts: Any) -> dict[str, Any]:
     return out
 
 
+def _query_options(query: dict[str, str]) -> dict[str, Any]:
+    """Query options typed the way redis-py types them for ``redis://`` URLs."""
+    from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
+
+    out: dict[str, Any] = {}
+    for name, value in query.items():
+        parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
+        out[name] = parser(value) if parser else value
+    return out
+
+
 def _cluster_client(parts: Any, query: dict[str, str], *, tls: bool, **options: Any) -> Any:
     nodes = [ClusterNode(host, port) for host, port in _hosts(parts)]
-    options = {**_credentials(parts), **options}
+    options = {**_query_options(query), **_credentials(parts), **options}
     if tls:
         options.setdefault("ssl", True)
     return RedisCluster(startup_nodes=nodes, **options)
@@ -381,5 +397,7 @@ def _sentinel_client(parts: Any, query: dict[str, str], **options: Any) -> Any:
         raise ValueError("redis+sentinel:// needs the service name as the path")
     service = path[0]
     db = int(path[1]) if len(path) > 1 else 0
-    sentinel = Sentinel(_hosts(parts), **_credentials(parts), **options)  # type: ignore[no-untyped-call]
+    # socket_* options reach the sentinels too (redis-py copies them).
+    options = {**_query_options(query), **_credentials(parts), **options}
+    sentinel = Sentinel(_hosts(parts), **options)  # type: ignore[no-untyped-call]
     return sentinel.master_for(service, db=db, redis_class=aioredis.Redis)

@@ -125,3 +125,18 @@ def test_third_party_backend_registers_its_scheme() -> None:
     assert isinstance(buf.backend, _RecordingBackend)
     assert buf.backend.url == "recording://somewhere"  # type: ignore[attr-defined]
     assert buf.retention.max_events == 3
+
+
+def test_query_options_reach_cluster_and_sentinel_clients() -> None:
+    cluster: Any = ReplayBuffer.from_url(
+        "redis+cluster://127.0.0.1:7000?socket_timeout=1.5"
+    ).backend
+    assert cluster.client.nodes_manager.connection_kwargs["socket_timeout"] == 1.5
+    sentinel: Any = ReplayBuffer.from_url(
+        "redis+sentinel://u:pw@127.0.0.1:26379/svc/2?socket_timeout=2.5"
+    ).backend
+    pool = sentinel.client.connection_pool
+    assert pool.connection_kwargs["socket_timeout"] == 2.5
+    assert pool.connection_kwargs["password"] == "pw"
+    assert pool.connection_kwargs["db"] == 2
+    assert pool.sentinel_manager.sentinel_kwargs == {"socket_timeout": 2.5}
