@@ -382,41 +382,10 @@ class _AddressInUse(Exception):
 
 
 def _wait_for_ping(node: _Node, binary: str, timeout: float = START_TIMEOUT) -> None:
-    """Block until the node answers PING with PONG.
-
-    Fails fast if the process exits (reporting the log tail), and raises
-    :class:`_AddressInUse` when the exit was a port race so callers can retry.
-    """
-    proc = node.proc
-    assert proc is not None
-    deadline = time.monotonic() + timeout
-    last_error = "no attempt made"
-    while True:
-        code = proc.poll()
-        if code is not None:
-            _forget_proc(proc)
-            tail = _log_tail(node.log_path)
-            if "already in use" in tail.lower():
-                raise _AddressInUse(tail)
-            raise ServerStartupError(
-                f"{binary} on port {node.port} exited with code {code} during start-up.\n"
-                f"--- tail of {node.log_path} ---\n{tail}"
-            )
-        try:
-            if _command(node.port, "PING", timeout=1.0) == b"PONG":
-                return
-            last_error = "unexpected PING reply"
-        except (OSError, ConnectionError, _RespError) as exc:
-            last_error = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() >= deadline:
-            _kill_proc(proc)
-            _forget_proc(proc)
-            raise ServerStartupError(
-                f"{binary} on port {node.port} did not answer PING within {timeout:.0f}s "
-                f"(last error: {last_error}).\n"
-                f"--- tail of {node.log_path} ---\n{_log_tail(node.log_path)}"
-            )
-        time.sleep(0.02)
+    """Block until the node answers PING with PONG (see :func:`_wait_until_ready`)."""
+    _wait_until_ready(
+        node, binary, lambda port: _command(port, "PING", timeout=1.0) == b"PONG", timeout
+    )
 
 
 def _start_node(
@@ -774,7 +743,11 @@ def _spawn_argv(argv: list[str], node: _Node) -> subprocess.Popen[bytes]:
 def _wait_until_ready(
     node: _Node, what: str, probe: Callable[[int], bool], timeout: float = START_TIMEOUT
 ) -> None:
-    """Like :func:`_wait_for_ping`, with any probe of the node's port (``True`` = ready)."""
+    """Block until ``probe(port)`` is true.
+
+    Fails fast if the process exits (reporting the log tail), and raises
+    :class:`_AddressInUse` when the exit was a port race so callers can retry.
+    """
     proc = node.proc
     assert proc is not None
     deadline = time.monotonic() + timeout
