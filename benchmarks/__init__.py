@@ -1,6 +1,6 @@
 """Benchmarks of replaystore against raw Redis commands and against FastMCP 4's EventStore.
 
-Run from the repository root (``tests.servers`` starts the Redis server)::
+Run from the repository root (``replaystore.testing`` starts the Redis server)::
 
     python -m benchmarks.run [--quick] [--json out.json]
 

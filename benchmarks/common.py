@@ -22,7 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from mcp_types import JSONRPCNotification
 
-from tests.servers import ServerHandle, redis_server_binary, start_standalone
+from replaystore.testing.servers import ServerHandle, redis_server_binary, start_standalone
 
 PAYLOAD_BYTES = 200
 """Every stored event is a 200-byte JSON-RPC notification (serialized)."""

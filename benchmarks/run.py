@@ -2,7 +2,7 @@
 
     python -m benchmarks.run [--quick] [--json out.json]
 
-Run from the repository root: the Redis server is started by ``tests.servers``
+Run from the repository root: the Redis server is started by ``replaystore.testing``
 on a free loopback port (never the machine's 6379) and stopped at the end.
 ``--quick`` uses tiny sizes (the smoke test's mode); its ratios are noise.
 """

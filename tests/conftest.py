@@ -17,7 +17,7 @@ import fakeredis
 import pytest
 
 from replaystore import ReplayBuffer
-from tests.servers import (
+from replaystore.testing.servers import (
     ServerHandle,
     redis_server_binary,
     start_cluster,

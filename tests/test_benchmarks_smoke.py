@@ -1,6 +1,6 @@
 """Smoke test of ``benchmarks.run``: quick mode, structure and correctness only.
 
-It starts its own Redis (``tests.servers``), runs every benchmark at tiny
+It starts its own Redis (``replaystore.testing``), runs every benchmark at tiny
 sizes and checks the shape of the report and the correctness results of the
 reconnect storm. It never asserts on a time or a speed ratio: those are noise
 at these sizes and on a shared machine. The peer's (FastMCP's) silent failures

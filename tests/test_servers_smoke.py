@@ -18,7 +18,7 @@ import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from tests.servers import (
+from replaystore.testing.servers import (
     ServerHandle,
     find_free_port,
     redis_server_binary,
@@ -179,7 +179,7 @@ def test_atexit_kills_forgotten_servers(tmp_path: Path) -> None:
     repo_root = Path(__file__).resolve().parent.parent
     script = textwrap.dedent(
         """
-        from tests.servers import redis_server_binary, start_standalone
+        from replaystore.testing.servers import redis_server_binary, start_standalone
         handle = start_standalone(redis_server_binary())
         print(handle.pids()[0], handle._root, flush=True)
         # no stop(): the atexit hook must clean up

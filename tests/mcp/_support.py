@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 import httpx
 
-from tests.servers import find_free_port
+from replaystore.testing.servers import find_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PV = "2025-11-25"

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
+from replaystore.testing.servers import ServerHandle, redis_server_binary, start_standalone
 from tests.mcp._support import ServerProcess, spawn, spawn_many, wait_ready
-from tests.servers import ServerHandle, redis_server_binary, start_standalone
 
 #: Events kept per session by the "small" server: a countdown of 40 evicts its start.
 SMALL_MAX_EVENTS = 12

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import CountingObserver, ReplaySessionManager
-from tests.servers import find_free_port
+from replaystore.testing.servers import find_free_port
 
 pytestmark = pytest.mark.anyio
 

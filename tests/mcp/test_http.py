@@ -19,6 +19,7 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from replaystore import ReplayBuffer, Verdict
+from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (
     SSE,
     RawSession,
@@ -29,7 +30,6 @@ from tests.mcp._support import (
     result_text,
     sse_events,
 )
-from tests.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
 

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import _server
-from tests.servers import (
+from replaystore.testing.servers import (
     ServerHandle,
     redis_server_binary,
     start_standalone,
     valkey_server_binary,
 )
+from tests.conftest import _server
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
-from tests.servers import ServerHandle, find_free_port
+from replaystore.testing.servers import ServerHandle, find_free_port
 
 from ._support import client_of, keys_of
 

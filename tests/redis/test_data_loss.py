@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
-from tests.servers import ServerHandle
+from replaystore.testing.servers import ServerHandle
 
 from ._support import client_of, keys_of
 

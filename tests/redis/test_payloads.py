@@ -7,7 +7,7 @@ import os
 import pytest
 
 from replaystore import InvalidInputError, ReplayBuffer, Verdict
-from tests.servers import ServerHandle
+from replaystore.testing.servers import ServerHandle
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from replaystore import ReplayBuffer, UnknownSessionError, Verdict
-from tests.servers import ServerHandle
+from replaystore.testing.servers import ServerHandle
 
 from ._support import client_of, keys_of
 

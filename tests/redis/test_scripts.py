@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, Verdict
-from tests.servers import ServerHandle
+from replaystore.testing.servers import ServerHandle
 
 from ._support import client_of, command_calls
 

