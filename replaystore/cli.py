@@ -1,48 +1,110 @@
-"""The ``replaystore`` command: the demo, the example MCP server, and operator probes."""
+"""The replaystore command line: a demo, an example MCP server, and operator probes."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
+from . import __version__
 from .buffer import ReplayBuffer
 from .errors import ReplayStoreError
 
+_DESCRIPTION = (
+    "Replay buffers for server-sent events that resume exactly or say why they cannot. "
+    "Operator commands print JSON; every error is one line on stderr and a non-zero exit."
+)
+_URL_HELP = "store URL: memory://, redis://host:port/db[?prefix=...], redis+cluster://..."
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="replaystore", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="replaystore", description=_DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="play the seed's reconnect scenario and print each verdict")
-    demo.add_argument("--url", default="memory://", help="backend URL (default: memory://)")
+    demo = sub.add_parser(
+        "demo",
+        help="play a reconnect storm against the store and print each verdict",
+        description="Play a reconnect storm against the store: each reconnect attempt gets its "
+        "verdict, next to what a naive store would have answered. On Redis the demo deletes "
+        "its keys when it ends.",
+    )
+    demo.add_argument("--url", default="memory://", help=f"{_URL_HELP} (default: memory://)")
 
-    server = sub.add_parser("example-server", help="serve the example MCP server over HTTP")
-    server.add_argument("--host", default="127.0.0.1")
-    server.add_argument("--port", type=int, default=8000)
-    server.add_argument("--url", default="memory://", help="backend URL (default: memory://)")
-    server.add_argument("--max-events", type=int, default=10_000)
+    server = sub.add_parser(
+        "example-server",
+        help="serve the example MCP server over streamable HTTP",
+        description="Serve an MCP server (tools countdown and broadcast) at /mcp, with "
+        "Prometheus metrics at /metrics.",
+    )
+    server.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    server.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
+    )
+    server.add_argument("--url", default="memory://", help=f"{_URL_HELP} (default: memory://)")
+    server.add_argument(
+        "--max-events",
+        type=int,
+        default=10_000,
+        help="events kept per session before the oldest is evicted (default: %(default)s)",
+    )
+    server.add_argument(
+        "--log-level",
+        default="warning",
+        choices=_LOG_LEVELS,
+        help="server log level (default: %(default)s)",
+    )
 
-    inspect = sub.add_parser("inspect", help="print a session's floor and high-water marks")
-    inspect.add_argument("session")
-    inspect.add_argument("--url", required=True)
+    inspect = sub.add_parser(
+        "inspect",
+        help="print a session's floor and high-water marks, or why it ended",
+        description="Print a session's floor, high-water and retained count, per sequence too. "
+        "For a session that no longer exists, print its tombstone (why and when it ended) while "
+        "the store keeps it. Exit status 1 when the session does not exist.",
+    )
+    inspect.add_argument("session", help="the session id (for MCP: the Mcp-Session-Id)")
+    inspect.add_argument("--url", required=True, help=_URL_HELP)
 
-    probe = sub.add_parser("probe", help="the verdict a cursor would get (no replay, no teardown)")
-    probe.add_argument("session")
-    probe.add_argument("last_event_id")
-    probe.add_argument("--sequence")
-    probe.add_argument("--url", required=True)
+    probe = sub.add_parser(
+        "probe",
+        help="the verdict a cursor would get, and how many events a resume would replay",
+        description="Print the verdict a resume from LAST_EVENT_ID would get, its evidence, and "
+        "how many events it would replay. Never tears the session down; counting the events "
+        "reads them like a successful resume, which also keeps the session alive. Exit status "
+        "1 for any verdict but resumed.",
+    )
+    probe.add_argument("session", help="the session id (for MCP: the Mcp-Session-Id)")
+    probe.add_argument("last_event_id", help="the cursor a client would send as Last-Event-ID")
+    probe.add_argument(
+        "--sequence",
+        help="the stream being resumed (for MCP: a request id or _GET_stream); "
+        "default: the stream of the cursor's event",
+    )
+    probe.add_argument("--url", required=True, help=_URL_HELP)
     return parser
 
 
 async def _inspect(url: str, session: str) -> int:
     async with ReplayBuffer.from_url(url) as buf:
         info = await buf.session_info(session)
+        # For a session that is gone, a probe's unknown_session evidence carries
+        # the tombstone; resolve has no side effects and "0" is never judged.
+        gone = await buf.resolve(session, "0") if info is None else None
     if info is None:
-        print(json.dumps({"session": session, "exists": False}))
+        body: dict[str, Any] = {"session": session, "exists": False}
+        if gone is not None and gone.evidence.tombstone is not None:
+            body["tombstone"] = gone.evidence.as_dict()["tombstone"]
+        print(json.dumps(body, indent=2))
         return 1
     sequences = {
         name: {"floor": s.floor, "high_water": s.high_water, "retained": s.retained}
@@ -50,6 +112,7 @@ async def _inspect(url: str, session: str) -> int:
     }
     body = {
         "session": info.session,
+        "exists": True,
         "epoch": info.epoch,
         "floor": info.floor,
         "high_water": info.high_water,
@@ -63,28 +126,68 @@ async def _inspect(url: str, session: str) -> int:
 async def _probe(url: str, session: str, cursor: str, sequence: str | None) -> int:
     async with ReplayBuffer.from_url(url) as buf:
         res = await buf.resolve(session, cursor, sequence)
-    print(json.dumps({"verdict": res.verdict.value, "evidence": res.evidence.as_dict()}, indent=2))
+        would_replay: int | None = None
+        if res.ok:
+            # Count by replaying through a buffer that never tears down: the
+            # verdict above came from a call without side effects, this one only
+            # reads (and refreshes the session's TTL, as a successful resume does).
+            counting = ReplayBuffer(buf.backend, teardown_on_failure=False)
+            replay = await counting.resolve_and_replay(session, cursor, sequence)
+            would_replay = len(replay.events) if replay.ok else None
+    body = {
+        "verdict": res.verdict.value,
+        "would_replay": would_replay,
+        "evidence": res.evidence.as_dict(),
+    }
+    print(json.dumps(body, indent=2))
     return 0 if res.ok else 1
+
+
+async def _check_store(url: str) -> None:
+    """Connect once before serving, so an unreachable store is one line, not a traceback."""
+    async with ReplayBuffer.from_url(url):
+        pass
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return 1 if anyio.run(run_demo, args.url) else 0
+    if args.command == "example-server":
+        from .mcp.example import serve
+
+        anyio.run(_check_store, args.url)
+        serve(
+            args.host, args.port, url=args.url, max_events=args.max_events, log_level=args.log_level
+        )
+        return 0
+    if args.command == "inspect":
+        return anyio.run(_inspect, args.url, args.session)
+    return anyio.run(_probe, args.url, args.session, args.last_event_id, args.sequence)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            from .demo import run_demo
-
-            return 1 if anyio.run(run_demo, args.url) else 0
-        if args.command == "example-server":
-            from .mcp.example import serve
-
-            serve(args.host, args.port, url=args.url, max_events=args.max_events)
-            return 0
-        if args.command == "inspect":
-            return anyio.run(_inspect, args.url, args.session)
-        return anyio.run(_probe, args.url, args.session, args.last_event_id, args.sequence)
+        return _run(args)
     except ReplayStoreError as exc:
         print(f"replaystore: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``replaystore demo | head``): stop quietly,
+        # with the status of a command ended by SIGPIPE.
+        _quiet_stdout()
+        return 141
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,22 +1,30 @@
-"""``replaystore demo``: the seed's reconnect storm, replayed against a real backend.
+"""``replaystore demo``: a reconnect storm played against a real store, verdict by verdict.
 
-The scenario (``../shared/seed``): a session multiplexes a top-level stream
-(``_GET_stream``) and a tool sub-stream (``tool-7``). The client's last
-top-level event was at position 3120, its last sub-stream event at 4471; the
-count-based ring buffer has evicted everything up to 4400. Each reconnect
-attempt is played twice: against replaystore, which answers with a verdict,
-and against a naive store of the kind the field uses today (one global
-counter, replay "everything after the id, from the floor"), whose answer is
-computed by running it, not written down.
+The scenario: an MCP session multiplexes two event streams, the top-level
+stream (``_GET_stream``, as the SDK names it) and the stream of a long tool
+call (``tool-7``); positions are counted session-wide. The client's last
+top-level event was at position 3120 and its last tool event at 4471; a
+count-based ring buffer has evicted everything up to 4400. The client then
+reconnects in the ways seen behind reverse proxies and stale replicas: from
+each stream's own cursor, with the tool stream's cursor on the top-level
+stream (one ``Last-Event-ID`` slot, two streams), with a bare position, with a
+cursor ahead of the store, and with a cursor of an earlier incarnation.
 
-Every attempt runs on a fresh copy of the session, because a failed attempt
-tears the session down (that is the point).
+Each attempt is answered twice: by replaystore, with a verdict and its
+evidence, and by a naive store of the kind in common use (one global counter,
+replay "everything after the id, from the floor"), whose answer is computed by
+running it, not written down. Every attempt runs on a fresh copy of the
+session, because a failed attempt tears the session down (that is the point).
+The session has a name of its own and the demo deletes its keys when it ends,
+so it can run against a shared Redis.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .buffer import ReplayBuffer
 from .verdicts import Resumption
@@ -35,7 +43,7 @@ class _Stored:
 
 
 def _scenario() -> list[tuple[str, bytes]]:
-    """(sequence, payload) for positions 1, 2, ...: the seed's session, then the missed events."""
+    """(sequence, payload) for positions 1, 2, ...: the session up to the drop, then the rest."""
     events: list[tuple[str, bytes]] = []
     for i in range(1, TOP_CURSOR + 1):  # the top-level stream, up to the client's cursor 3120
         events.append((TOP, b'{"method":"notifications/message","n":%d}' % i))
@@ -90,6 +98,31 @@ async def _fresh(url: str, max_events: int, session: str) -> tuple[ReplayBuffer,
     return buf, ids
 
 
+async def _delete_keys(buf: ReplayBuffer, session: str) -> None:
+    """Delete every key the demo's session left in a shared store, tombstones included.
+
+    Only backends with a Redis client keep anything beyond the process. Every
+    key of a session carries the session in its cluster hash tag, so one SCAN
+    pattern finds them on a standalone server and on every cluster node.
+    """
+    backend: Any = buf.backend
+    client = getattr(backend, "client", None)
+    if client is None:
+        return
+    key_base = getattr(backend, "key_base", None)
+    if callable(key_base):
+        pattern = _glob_escape(key_base(session)) + "*"
+    else:
+        pattern = f"{_glob_escape(backend.prefix)}*{_glob_escape(session)}*"
+    keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+    for key in keys:  # one by one: a cluster refuses multi-key commands across slots
+        await client.delete(key)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _describe(res: Resumption) -> list[str]:
     ev = res.evidence.as_dict()
     keep = (
@@ -132,7 +165,7 @@ def _naive(store: _NaiveStore, last_event_id: str, wanted: str) -> str:
 async def run_demo(url: str = "memory://", out: Callable[[str], None] = print) -> int:
     """Play the scenario; return the number of attempts whose verdict was not the expected one."""
     max_events = len(_scenario()) - FLOOR + 1  # the ring size that leaves the floor at 4401
-    session = "S"
+    session = f"demo-{secrets.token_hex(6)}"
     out(f"replaystore demo on {url}: session {session!r}, ring buffer of {max_events} events")
     out(f"streams {TOP!r} (client cursor {TOP_CURSOR}) and {SUB!r} (client cursor {SUB_CURSOR});")
     out(f"retention has evicted everything up to {FLOOR - 1}.\n")
@@ -149,7 +182,7 @@ async def run_demo(url: str = "memory://", out: Callable[[str], None] = print) -
             TOP,
             "sequence_mismatch",
         ),
-        ("a bare position, as the seed's ids were", "4471", None, SUB, "malformed_cursor"),
+        ("a bare position, as naive stores issue them", "4471", None, SUB, "malformed_cursor"),
         ("a replica that has not caught up is ahead", "{e}-4971", None, SUB, "ahead_of_high_water"),
         ("a cursor of an earlier incarnation", "000000000000-4471", None, SUB, "foreign_cursor"),
     ]
@@ -174,6 +207,9 @@ async def run_demo(url: str = "memory://", out: Callable[[str], None] = print) -
                 out(f"  after   : every replica now sees {after.verdict.value} (fail closed)")
             out("")
     finally:
-        await buf.aclose()
+        try:
+            await _delete_keys(buf, session)
+        finally:
+            await buf.aclose()
     out("every failure above is a distinct verdict with its evidence; none is a silent 200.")
     return wrong

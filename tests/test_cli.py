@@ -1,15 +1,55 @@
-"""The ``replaystore`` command: the demo's verdicts, inspect and probe."""
+"""The ``replaystore`` command, run as a user runs it: real subprocesses, real Redis.
+
+The Redis cases use the test session's own redis-server (``real_servers``);
+the error cases point at a loopback port nobody listens on.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import socket
 import subprocess
 import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
-from replaystore.cli import main
+import replaystore
+from replaystore import ReplayBuffer, Verdict
+from replaystore.cli import _parser, main
 from replaystore.demo import run_demo
+from replaystore.testing.servers import ServerHandle, find_free_port
+
+COMMAND = [sys.executable, "-m", "replaystore"]
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def redis_handle(real_servers: dict[str, ServerHandle]) -> ServerHandle:
+    from tests.conftest import _server
+
+    return _server(real_servers, "redis")
+
+
+def all_keys(handle: ServerHandle) -> set[bytes]:
+    async def scan() -> set[bytes]:
+        async with ReplayBuffer.from_url(handle.url) as buf:
+            client: Any = buf.backend
+            return {key async for key in client.client.scan_iter(count=1000)}
+
+    return anyio.run(scan)
+
+
+# ------------------------------------------------------------------ demo
 
 
 @pytest.mark.anyio
@@ -34,29 +74,222 @@ async def test_demo_reaches_every_expected_verdict_on_memory(anyio_backend: str)
 
 
 @pytest.mark.realserver
-def test_demo_command_on_real_redis(real_servers: dict[str, object]) -> None:
-    from tests.conftest import _server
-
-    handle = _server(real_servers, "redis")  # type: ignore[arg-type]
-    out = subprocess.run(
-        [sys.executable, "-m", "replaystore", "demo", "--url", handle.url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def test_demo_command_on_real_redis_deletes_its_keys(real_servers: dict[str, ServerHandle]) -> None:
+    handle = redis_handle(real_servers)
+    before = all_keys(handle)
+    out = run_cli("demo", "--url", handle.url)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "UNEXPECTED" not in out.stdout
     assert out.stdout.count("verdict : ") == 6
+    assert out.stdout.count("every replica now sees unknown_session") == 5
+    left = all_keys(handle) - before
+    assert left == set(), f"the demo left keys behind: {sorted(left)[:10]}"
+
+
+def test_demo_into_a_closed_pipe_exits_quietly() -> None:
+    """``replaystore demo | head``: the reader is gone before the first line is written."""
+    proc = subprocess.Popen(
+        [*COMMAND, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `head` after it has read enough
+    try:
+        err = proc.stderr.read().decode()
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert err == ""
+    assert code == 141  # the status of a command ended by SIGPIPE
+
+
+# ------------------------------------------------------------- help text
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("no subcommands")
+
+
+def test_every_option_and_argument_has_help_text() -> None:
+    parser = _parser()
+    commands = _subparsers(parser)
+    assert {"demo", "example-server", "inspect", "probe"} <= set(commands)
+    for name, command in [("replaystore", parser), *commands.items()]:
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+
+
+@pytest.mark.parametrize("command", ["", "demo", "example-server", "inspect", "probe"])
+def test_help_is_plain_text(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"] if command else ["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: replaystore")
+    for markup in ("``", ":class:", ":func:", ":meth:", "\n.. "):
+        assert markup not in text, f"RST markup {markup!r} in help:\n{text}"
+
+
+def test_version() -> None:
+    out = run_cli("--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"replaystore {replaystore.__version__}"
+
+
+# ------------------------------------------------------- unreachable store
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["demo"],
+        ["inspect", "S"],
+        ["probe", "S", "000000000000-1"],
+        ["example-server", "--port", "0"],
+    ],
+    ids=["demo", "inspect", "probe", "example-server"],
+)
+def test_unreachable_redis_is_one_line_and_a_non_zero_exit(command: list[str]) -> None:
+    port = find_free_port()  # nothing listens there
+    out = run_cli(*command, "--url", f"redis://127.0.0.1:{port}/0", timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("replaystore: ") and str(port) in lines[0], lines[0]
+    assert "Traceback" not in out.stdout + out.stderr
 
 
 def test_probe_and_inspect_on_an_unknown_session(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "nobody", "--url", "memory://"]) == 1
     assert json.loads(capsys.readouterr().out) == {"session": "nobody", "exists": False}
     assert main(["probe", "nobody", "junk", "--url", "memory://"]) == 1
-    assert json.loads(capsys.readouterr().out)["verdict"] == "unknown_session"
+    body = json.loads(capsys.readouterr().out)
+    assert body["verdict"] == "unknown_session" and body["would_replay"] is None
 
 
 def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "S", "--url", "nope://"]) == 2
     assert "no backend for scheme" in capsys.readouterr().err
+
+
+# ------------------------------------------------------ inspect and probe
+
+
+def _prefixed(handle: ServerHandle) -> str:
+    return f"{handle.url}?prefix=cli{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.mark.realserver
+def test_inspect_shows_a_live_session_then_its_tombstone(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    url = _prefixed(redis_handle(real_servers))
+
+    async def setup() -> None:
+        async with ReplayBuffer.from_url(url) as buf:
+            await buf.open_session("S")
+            await buf.append_many("S", "tool-1", [b"a", b"b"])
+            await buf.append("S", "_GET_stream", b"c")
+
+    anyio.run(setup)
+    live = run_cli("inspect", "S", "--url", url)
+    assert live.returncode == 0, live.stderr
+    body = json.loads(live.stdout)
+    assert body["exists"] is True and (body["floor"], body["high_water"]) == (1, 3)
+    assert body["sequences"]["tool-1"] == {"floor": 1, "high_water": 2, "retained": 2}
+
+    async def tear_down() -> None:
+        async with ReplayBuffer.from_url(url) as buf:
+            res = await buf.resolve_and_replay("S", "4471")  # a bare position: malformed
+            assert res.verdict is Verdict.MALFORMED_CURSOR and res.evidence.torn_down
+
+    anyio.run(tear_down)
+    gone = run_cli("inspect", "S", "--url", url)
+    assert gone.returncode == 1, gone.stderr
+    body = json.loads(gone.stdout)
+    assert body["exists"] is False
+    assert body["tombstone"]["verdict"] == "malformed_cursor"
+    assert body["tombstone"]["at"] > 0 and body["tombstone"]["reason"]
+    # Asking did not change anything: the tombstone is still there.
+    assert json.loads(run_cli("inspect", "S", "--url", url).stdout) == body
+
+
+@pytest.mark.realserver
+def test_probe_says_how_many_events_a_resume_would_replay(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    url = _prefixed(redis_handle(real_servers))
+
+    async def setup() -> list[str]:
+        async with ReplayBuffer.from_url(url) as buf:
+            await buf.open_session("S")
+            ids = await buf.append_many("S", "tool-1", [b"1", b"2"])
+            await buf.append("S", "_GET_stream", b"other stream")
+            ids += await buf.append_many("S", "tool-1", [b"3", b"4", b"5"])
+            return ids
+
+    ids = anyio.run(setup)
+    out = run_cli("probe", "S", ids[0], "--url", url)
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["verdict"] == "resumed" and body["would_replay"] == 4
+    assert body["evidence"]["sequence"] == "tool-1"
+    out = run_cli("probe", "S", ids[-1], "--url", url)
+    assert json.loads(out.stdout)["would_replay"] == 0
+
+    # A failing probe tears nothing down; the real resume then replays what was announced.
+    mismatch = run_cli("probe", "S", ids[0], "--sequence", "_GET_stream", "--url", url)
+    assert mismatch.returncode == 1
+    body = json.loads(mismatch.stdout)
+    assert body["verdict"] == "sequence_mismatch" and body["would_replay"] is None
+    assert "torn_down" not in body["evidence"]
+
+    async def resume() -> list[bytes | None]:
+        async with ReplayBuffer.from_url(url) as buf:
+            res = (await buf.resolve_and_replay("S", ids[0])).raise_for_verdict()
+            return [event.payload for event in res.events]
+
+    assert anyio.run(resume) == [b"2", b"3", b"4", b"5"]
+
+
+# -------------------------------------------------------- example-server
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"example-server exited:\n{log.read_text(errors='replace')}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("example-server did not start")
+
+
+@pytest.mark.realserver
+def test_example_server_log_level_reaches_the_server(
+    real_servers: dict[str, ServerHandle], tmp_path: Path
+) -> None:
+    url = _prefixed(redis_handle(real_servers))
+    port = find_free_port()
+    log = tmp_path / "server.log"
+    args = ["example-server", "--port", str(port), "--url", url, "--log-level", "info"]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([*COMMAND, *args], stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_port(port, proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text(errors="replace")
+    assert "Application startup complete" in text, text  # an INFO line: hidden at warning
+    assert "Traceback" not in text, text
