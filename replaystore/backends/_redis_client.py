@@ -2,10 +2,34 @@
 
 Kept apart from the backend's data layout: how to reach Redis (pools, timeouts,
 retries, credentials) changes for other reasons than what is stored there.
+
+Every client gets the same bounded behaviour, each bound a URL query option or
+a ``from_url`` keyword of the same name:
+
+``socket_connect_timeout`` (default 1 s)
+    How long to wait for a TCP connection. Redis on the same network accepts
+    in well under a millisecond; past this, the store counts as unreachable.
+``socket_timeout`` (default 5 s)
+    How long to wait for one reply. One operation is one short Lua script,
+    so this only expires when Redis is stuck or the network is partitioned.
+``max_connections`` (default 128) and ``pool_timeout`` (default 10 s)
+    Past ``max_connections`` operations in flight, a call waits up to
+    ``pool_timeout`` for a free connection, so a burst slows down instead of
+    failing. On a cluster the bound covers the whole client (so no node ever
+    sees more), where redis-py alone would raise at once past 100 connections
+    per node.
+
+With Redis down, every operation therefore fails with ``StorageError``
+within ``socket_connect_timeout`` (a refused connection fails at once), and
+with Redis hung or partitioned away within ``socket_connect_timeout +
+socket_timeout``. No client re-sends a command on its own after a connection
+error: the reply of a lost append may have been executed, so whether to
+retry is the backend's decision, per operation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from typing import Any
@@ -14,10 +38,20 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ClusterDownError, MaxConnectionsError, SlotNotCoveredError
 
 from ..errors import UnsupportedURLError
 
 __all__ = ["build_client"]
+
+DEFAULT_SOCKET_CONNECT_TIMEOUT = 1.0
+DEFAULT_SOCKET_TIMEOUT = 5.0
+DEFAULT_MAX_CONNECTIONS = 128
+DEFAULT_POOL_TIMEOUT = 10.0
+_DEFAULT_TIMEOUTS = {
+    "socket_connect_timeout": DEFAULT_SOCKET_CONNECT_TIMEOUT,
+    "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
+}
 
 
 def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, str | None, bool]:
@@ -41,20 +75,27 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
     unknown = sorted(set(query) - _known_query_options())
     if unknown:
         raise UnsupportedURLError(f"unknown option(s) in redis URL: {', '.join(unknown)}")
-    rest = urlunsplit(parts._replace(query=urlencode(query)))
     try:
+        pool_timeout = float(
+            options.pop("pool_timeout", query.pop("pool_timeout", DEFAULT_POOL_TIMEOUT))
+        )
+        rest = urlunsplit(parts._replace(query=urlencode(query)))
         if scheme in ("redis+cluster", "rediss+cluster"):
-            client = _cluster_client(parts, query, tls=scheme.startswith("rediss"), **options)
+            client = _cluster_client(
+                parts, query, tls=scheme.startswith("rediss"), pool_timeout=pool_timeout, **options
+            )
         elif scheme == "redis+sentinel":
             client = _sentinel_client(parts, query, **options)
         else:
+            # redis-py lets the URL's query win over these keywords.
+            options = {**_DEFAULT_TIMEOUTS, **options}
             if scheme == "redis+unix":
                 rest = "unix" + rest[len("redis+unix") :]
             # A blocking pool: past max_connections a call waits for a free
             # connection (up to pool_timeout) instead of failing, so a burst
             # of sessions slows down rather than turning into StorageErrors.
-            options.setdefault("max_connections", 128)
-            options["timeout"] = options.pop("pool_timeout", 10.0)
+            options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+            options["timeout"] = pool_timeout
             pool = aioredis.BlockingConnectionPool.from_url(rest, **options)
             client = aioredis.Redis.from_pool(pool)  # closes the pool on aclose()
     except (ValueError, TypeError) as exc:
@@ -75,7 +116,7 @@ def _known_query_options() -> frozenset[str]:
         connection.UnixDomainSocketConnection,
     ):
         names |= set(inspect.signature(cls.__init__).parameters) - {"self", "args", "kwargs"}
-    return frozenset(names)
+    return frozenset(names | {"pool_timeout"})
 
 
 def _hosts(parts: Any) -> list[tuple[str, int]]:
@@ -116,12 +157,56 @@ def _query_options(query: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _cluster_client(parts: Any, query: dict[str, str], *, tls: bool, **options: Any) -> Any:
+def _cluster_client(
+    parts: Any, query: dict[str, str], *, tls: bool, pool_timeout: float, **options: Any
+) -> Any:
     nodes = [ClusterNode(host, port) for host, port in _hosts(parts)]
-    options = {**_query_options(query), **_credentials(parts), **options}
+    options = {**_DEFAULT_TIMEOUTS, **_query_options(query), **_credentials(parts), **options}
     if tls:
         options.setdefault("ssl", True)
-    return RedisCluster(startup_nodes=nodes, **options)
+    options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    return _WaitingCluster(startup_nodes=nodes, pool_timeout=pool_timeout, **options)
+
+
+class _WaitingCluster(RedisCluster):
+    """A cluster client that waits for a free connection and never re-sends after a lost reply.
+
+    redis-py's async cluster client raises ``MaxConnectionsError`` at once
+    when a node has ``max_connections`` connections in use, so a burst of
+    callers in one process fails where the standalone client's blocking pool
+    would have waited. Here at most ``max_connections`` commands are in
+    flight for the whole client (each holds at most one connection per
+    node), and the others wait, up to ``pool_timeout``.
+
+    redis-py also re-sends a command after a connection error or a timeout,
+    which duplicates an append whose reply was lost after Redis executed it.
+    Only errors that prove the command did not run (cluster down, slot not
+    covered) are retried here; MOVED, ASK and TRYAGAIN redirections are
+    followed as before.
+    """
+
+    # redis-py types the tuple by its own default; a shorter one is what we mean.
+    ERRORS_ALLOW_RETRY = (ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
+
+    def __init__(self, *args: Any, pool_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limit = int(kwargs["max_connections"])
+        self._in_flight = asyncio.Semaphore(self._limit)
+        self._pool_timeout = pool_timeout
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            async with asyncio.timeout(self._pool_timeout):
+                await self._in_flight.acquire()
+        except TimeoutError:
+            raise MaxConnectionsError(
+                f"no free Redis Cluster connection within {self._pool_timeout:g}s "
+                f"({self._limit} commands in flight)"
+            ) from None
+        try:
+            return await super().execute_command(*args, **kwargs)
+        finally:
+            self._in_flight.release()
 
 
 def _sentinel_client(parts: Any, query: dict[str, str], **options: Any) -> Any:
@@ -131,6 +216,6 @@ def _sentinel_client(parts: Any, query: dict[str, str], **options: Any) -> Any:
     service = path[0]
     db = int(path[1]) if len(path) > 1 else 0
     # socket_* options reach the sentinels too (redis-py copies them).
-    options = {**_query_options(query), **_credentials(parts), **options}
+    options = {**_DEFAULT_TIMEOUTS, **_query_options(query), **_credentials(parts), **options}
     sentinel = Sentinel(_hosts(parts), **options)  # type: ignore[no-untyped-call]
     return sentinel.master_for(service, db=db, redis_class=aioredis.Redis)

@@ -1,0 +1,136 @@
+"""A storm of concurrent callers in one process: slower, never wrong, never a local failure.
+
+About 500 callers at once (a writer per session and resumers over 300
+sessions) share one buffer. The cluster client must wait for a connection
+the way the standalone client's blocking pool does (redis-py's async cluster
+client alone raises ``MaxConnectionsError`` past 100 connections per node),
+and every resume must be exact while the writers keep appending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from replaystore import ReplayBuffer, StorageError, Verdict
+from replaystore.testing.servers import ServerHandle
+from tests.conftest import _server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+SESSIONS = 300
+RESUMERS = 200
+EVENTS = 5  # per session: one before the storm, the rest during it
+RESUMES = 3  # per resumer
+
+
+@dataclass
+class _Ledger:
+    """What the writers have been told is stored, per session (their acknowledged appends)."""
+
+    epochs: dict[str, str] = field(default_factory=dict)
+    acked: dict[str, int] = field(default_factory=dict)
+    wrong: list[str] = field(default_factory=list)
+    failures: list[BaseException] = field(default_factory=list)
+
+
+def _payload(session: str, i: int) -> bytes:
+    return f"{session}/{i}".encode()
+
+
+async def _writer(buf: ReplayBuffer, session: str, ledger: _Ledger) -> None:
+    for i in range(1, EVENTS):
+        eid = await buf.append(session, "w", _payload(session, i))
+        if eid != f"{ledger.epochs[session]}-{i + 1}":
+            ledger.wrong.append(f"{session}: append {i} got id {eid}")
+        ledger.acked[session] = i + 1
+
+
+async def _resumer(buf: ReplayBuffer, session: str, ledger: _Ledger) -> None:
+    """Resume from the first event, again and again, while the writer appends."""
+    first = f"{ledger.epochs[session]}-1"
+    for _ in range(RESUMES):
+        acked = ledger.acked[session]
+        res = await buf.resolve_and_replay(session, first)
+        if res.verdict is not Verdict.RESUMED:
+            ledger.wrong.append(f"{session}: {res.verdict} {res.evidence.as_dict()}")
+            return
+        got = [e.payload for e in res.events]
+        want = [_payload(session, i) for i in range(1, 1 + len(got))]
+        # Exactly the next events in order, and at least every acknowledged one.
+        if got != want or len(got) + 1 < acked:
+            ledger.wrong.append(f"{session}: replayed {got} with {acked} acknowledged")
+        await asyncio.sleep(0)
+
+
+async def _guard(coro: Coroutine[Any, Any, None], ledger: _Ledger) -> None:
+    try:
+        await coro
+    except StorageError as exc:
+        ledger.failures.append(exc)
+
+
+async def _storm(url: str, prefix: str) -> None:
+    async with ReplayBuffer.from_url(url, prefix=prefix) as buf:
+        sessions = [f"storm-{i}" for i in range(SESSIONS)]
+        ledger = _Ledger()
+        infos = await asyncio.gather(*(buf.open_session(s) for s in sessions))
+        ledger.epochs = {info.session: info.epoch for info in infos}
+        await asyncio.gather(*(buf.append(s, "w", _payload(s, 0)) for s in sessions))
+        ledger.acked = dict.fromkeys(sessions, 1)
+
+        callers = [_writer(buf, s, ledger) for s in sessions]
+        callers += [_resumer(buf, sessions[i % SESSIONS], ledger) for i in range(RESUMERS)]
+        assert len(callers) >= 500
+        await asyncio.gather(*(_guard(c, ledger) for c in callers))
+
+        assert ledger.failures == [], f"{len(ledger.failures)} StorageErrors: {ledger.failures[:3]}"
+        assert ledger.wrong == [], ledger.wrong[:5]
+        # After the storm, every session holds exactly what its writer was told.
+        finals = await asyncio.gather(
+            *(buf.resolve_and_replay(s, f"{ledger.epochs[s]}-0") for s in sessions)
+        )
+        for session, res in zip(sessions, finals, strict=True):
+            assert res.verdict is Verdict.RESUMED, (session, res)
+            assert [e.payload for e in res.events] == [_payload(session, i) for i in range(EVENTS)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "query"),
+    [
+        ("cluster", ""),
+        # A pool far below the number of callers: almost every call waits.
+        ("cluster", "?max_connections=4&pool_timeout=60"),
+        ("redis", ""),
+    ],
+    ids=["cluster", "cluster-tight-pool", "standalone"],
+)
+async def test_storm_of_concurrent_callers_stays_exact(
+    real_servers: dict[str, ServerHandle], prefix: str, kind: str, query: str
+) -> None:
+    handle = _server(real_servers, kind)
+    await _storm(handle.url + query, prefix)
+
+
+async def test_cluster_pool_timeout_expires_as_storage_error(
+    real_servers: dict[str, ServerHandle], prefix: str
+) -> None:
+    """No free connection within ``pool_timeout``: StorageError, and the buffer recovers."""
+    handle = _server(real_servers, "cluster")
+    url = handle.url + "?max_connections=1&pool_timeout=0.2"
+    async with ReplayBuffer.from_url(url, prefix=prefix) as buf:
+        await buf.open_session("held")
+        client = buf.backend.client  # type: ignore[attr-defined]
+        # The one connection is busy for a second with a blocking pop.
+        blocker = asyncio.create_task(client.execute_command("BLPOP", f"{prefix}idle", 1))
+        await asyncio.sleep(0)
+        with pytest.raises(StorageError, match="no free Redis Cluster connection"):
+            await buf.append("held", "w", b"x")
+        assert await blocker is None
+        eid = await buf.append("held", "w", b"y")
+        res = await buf.resolve_and_replay("held", eid.rsplit("-", 1)[0] + "-0")
+        assert [e.payload for e in res.events] == [b"y"], "the timed-out append stored nothing"
