@@ -16,15 +16,21 @@ FastMCP 4::
 
     app = fastmcp_http_app(FastMCP("demo"), ReplayBuffer.from_url("redis://localhost:6379/0"))
 
-See ``docs/mcp.md`` for what changes on the wire and why.
+Processes (or apps) on one buffer URL are replicas of each other: any of
+them serves any session, behind any load balancer. See ``docs/mcp.md`` for
+what changes on the wire and why, and ``docs/deployment.md`` for replicas.
 """
 
 from __future__ import annotations
 
 from .fastmcp import fastmcp_http_app
+from .manager import ReplaySessionManager, streamable_http_app
+from .messages import GET_STREAM
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
-from .store import GET_STREAM, ReplayEventStore, SessionEventStore
-from .transport import ReplaySessionManager, ReplayTransport, streamable_http_app
+from .replica import Replica
+from .sdk import SDKCompatibilityError
+from .store import ReplayEventStore, SessionEventStore
+from .transport import ReplayTransport
 
 __all__ = [
     "GET_STREAM",
@@ -34,7 +40,9 @@ __all__ = [
     "ReplayEventStore",
     "ReplaySessionManager",
     "ReplayTransport",
+    "Replica",
     "ResumptionObserver",
+    "SDKCompatibilityError",
     "SessionEventStore",
     "fastmcp_http_app",
     "streamable_http_app",

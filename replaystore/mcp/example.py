@@ -30,8 +30,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..buffer import ReplayBuffer
+from .manager import streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
-from .transport import streamable_http_app
 
 __all__ = ["build_app", "build_server", "main", "serve"]
 

@@ -14,15 +14,17 @@ No module global is patched, so other FastMCP apps in the process are untouched.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..buffer import ReplayBuffer
+from . import sdk
+from .manager import ReplaySessionManager, as_event_store
 from .metrics import ResumptionObserver
+from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL
 from .store import ReplayEventStore
-from .transport import ReplaySessionManager, as_event_store
 
 __all__ = ["fastmcp_http_app"]
 
@@ -32,6 +34,8 @@ def fastmcp_http_app(
     buffer: ReplayBuffer | ReplayEventStore,
     *,
     observer: ResumptionObserver | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    check_interval: float = DEFAULT_CHECK_INTERVAL,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -41,6 +45,7 @@ def fastmcp_http_app(
     ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
     mount it with ``lifespan=app.lifespan`` as usual.
     """
+    sdk.check(fastmcp=True)
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
     if kwargs.get("transport", "http") not in ("http", "streamable-http"):
@@ -51,12 +56,16 @@ def fastmcp_http_app(
 
     @asynccontextmanager
     async def lifespan(starlette_app: Any) -> AsyncIterator[Any]:
-        async with inner(starlette_app) as state:
+        async with inner(starlette_app) as state, AsyncExitStack() as stack:
             managers = list(_session_managers(app))
             if not managers and not kwargs.get("stateless_http"):
                 raise RuntimeError("FastMCP app has no streamable HTTP session manager to adopt")
             for manager in managers:
-                ReplaySessionManager.adopt(manager, store)
+                adopted = ReplaySessionManager.adopt(
+                    manager, store, lease_ttl=lease_ttl, check_interval=check_interval
+                )
+                # FastMCP entered the manager's run() before it could be adopted.
+                await stack.enter_async_context(adopted.replicating())
             yield state
 
     app.router.lifespan_context = lifespan

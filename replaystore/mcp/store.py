@@ -5,25 +5,17 @@ names streams ``_GET_stream``, ``"1"``, ``"2"`` … in every session alike, so a
 store that only sees ``store_event(stream_id, message)`` cannot tell sessions
 apart. :class:`ReplayEventStore` is the shared object the application creates;
 :class:`SessionEventStore` is a view bound to one real ``Mcp-Session-Id``,
-handed to that session's transport when the session is admitted (see
-:mod:`replaystore.mcp.transport`). In the buffer, the session id is the real
-``Mcp-Session-Id`` and each SDK stream is a sequence of that session, so event
-ids are replaystore cursors and any replica (or an operator's tool) that
-shares the storage reads the same verdict for them.
+handed to that session's transport when the session is admitted or adopted
+(see :mod:`replaystore.mcp.manager`). In the buffer, the session id is the
+real ``Mcp-Session-Id`` and each SDK stream is a sequence of that session
+(see :func:`~replaystore.mcp.messages.sequence_name`), so event ids are
+replaystore cursors and every replica sharing the storage reads the same
+verdict for them.
 
-The view also owns what makes a resumption exact at the seam between replay
-and live delivery. Every append of a session goes through one lock, and the
-live feed of a resumed or GET connection (a :class:`Tail`) is fed from inside
-that lock, so:
-
-- the order of live events equals their position order;
-- a resolve-and-replay taken under the lock is a snapshot that no append can
-  straddle: every event is either in the replay or pushed to the tail that is
-  registered before the lock is released, never both, never neither (tails
-  still drop anything at or below the replay's last position, as a second line
-  of defence);
-- taking a stream over from an older connection happens under the same lock,
-  so no event can reach the old connection after the new one has its replay.
+The view also attaches resuming and GET connections: it resolves and replays
+in one atomic store call and registers a :class:`~replaystore.mcp.tail.Tail`
+that reads everything after the replay from the store, whichever replica
+appended it.
 """
 
 from __future__ import annotations
@@ -33,117 +25,46 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.streamable_http import (
-    GET_STREAM_KEY,
     EventCallback,
     EventId,
     EventMessage,
     EventStore,
     StreamId,
 )
-from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse, jsonrpc_message_adapter
+from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage, JSONRPCResponse
 
 from ..buffer import ReplayBuffer
 from ..cursor import Cursor
 from ..errors import ResumptionDesyncError, StorageError, UnknownSessionError
 from ..verdicts import Event, Evidence, Resumption, Verdict
+from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 from .metrics import STORAGE_ERROR, ResumptionObserver
+from .tail import Tail
+
+if TYPE_CHECKING:
+    from mcp.server.connection import Connection
+
+    from .replica import Replica
 
 __all__ = [
     "GET_STREAM",
     "Attachment",
-    "LiveEvent",
     "ReplayEventStore",
     "SessionEventStore",
-    "Tail",
-    "decode_message",
-    "encode_message",
 ]
 
 logger = logging.getLogger("replaystore.mcp")
 
-#: The SDK's name for the standalone GET stream of a session.
-GET_STREAM = GET_STREAM_KEY
+#: The error a client gets for a request whose server replica stopped mid-call.
+LOST_REQUEST = "request lost: its server replica stopped"
 
-#: Live events a connection may have queued before it is cut off. A client that
-#: reads this slowly is disconnected and resumes from its last id (the events
-#: are in the store), instead of stalling the session's message router.
-TAIL_CAPACITY = 1024
-
-#: Request streams remembered as finished (their response was stored), per
-#: session, so that resuming one after its response ends at once.
-_FINISHED_MEMORY = 4096
-
-
-def encode_message(message: JSONRPCMessage) -> bytes:
-    """The stored form of a message: exactly the JSON the SDK puts in an SSE ``data:`` field."""
-    return message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8")
-
-
-def decode_message(payload: bytes) -> JSONRPCMessage:
-    """Parse a stored payload back with the SDK's own JSON-RPC message adapter."""
-    return jsonrpc_message_adapter.validate_json(payload, by_name=False)
-
-
-def _is_response(message: JSONRPCMessage | None) -> bool:
-    return isinstance(message, JSONRPCResponse | JSONRPCError)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveEvent:
-    """One event appended while a connection is attached; ``message`` is None for priming."""
-
-    position: int
-    event_id: str
-    message: JSONRPCMessage | None
-
-
-class Tail:
-    """The live feed of one stream to one connection.
-
-    Fed with ``send_nowait`` from inside the session lock (never blocks the
-    message router); the connection's writer runs inside :attr:`scope`, so
-    cancelling the scope ends that connection at once (takeover, overflow,
-    ``close_sse_stream``, session end).
-    """
-
-    def __init__(self, stream: str, capacity: int = TAIL_CAPACITY) -> None:
-        self.stream = stream
-        self._send: MemoryObjectSendStream[LiveEvent]
-        self.receive: MemoryObjectReceiveStream[LiveEvent]
-        self._send, self.receive = anyio.create_memory_object_stream[LiveEvent](capacity)
-        self.scope = anyio.CancelScope()
-        self.closed = False
-
-    def push(self, event: LiveEvent) -> bool:
-        """Queue ``event``; False (and the tail closed) if the reader is gone or too slow."""
-        if self.closed:
-            return False
-        try:
-            self._send.send_nowait(event)
-        except anyio.WouldBlock:
-            logger.warning(
-                "live feed of stream %r overflowed (%d events queued): closing the "
-                "connection, the client resumes from its last event id",
-                self.stream,
-                TAIL_CAPACITY,
-            )
-            self.close()
-            return False
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self.close()
-            return False
-        return True
-
-    def close(self) -> None:
-        """End the connection this tail feeds (idempotent, synchronous)."""
-        self.closed = True
-        self.scope.cancel()
-        self._send.close()
-        self.receive.close()
+#: Seconds between two store checks of a live connection without a replica
+#: (a view used on its own); with one, the replica's ``check_interval``.
+_STANDALONE_CHECK = 1.0
 
 
 @dataclass(slots=True)
@@ -151,17 +72,16 @@ class Attachment:
     """What a connection that (re)attaches to a stream gets.
 
     ``replay`` holds the missed messages (priming events left out) with their
-    positions; ``tail`` the live feed registered in the same locked step, or
-    None when the stream is already finished (its response was replayed or
-    delivered before). Live events at or below ``threshold`` were part of the
-    snapshot and are skipped.
+    positions; ``tail`` the live feed, or None when the stream is already
+    finished (its response is in the replay). ``first`` is a priming event id
+    to send before anything else (a plain GET that starts a fresh stream).
     """
 
     resumption: Resumption
     stream: str | None = None
     replay: list[tuple[int, EventMessage]] = field(default_factory=list)
     tail: Tail | None = None
-    threshold: int = 0
+    first: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -174,28 +94,18 @@ class ReplayEventStore(EventStore):
     It is an ``EventStore`` only so that it can be passed where the SDK or
     FastMCP expect one; it refuses to store or replay on its own, because it
     does not know which session a call belongs to. The session manager of
-    :mod:`replaystore.mcp.transport` replaces it, per session, with
+    :mod:`replaystore.mcp.manager` replaces it, per session, with
     :meth:`for_session`. Using it with a stock manager fails loudly (HTTP 500 on
     the first request) instead of mixing sessions.
     """
 
-    def __init__(
-        self,
-        buffer: ReplayBuffer,
-        *,
-        observer: ResumptionObserver | None = None,
-        tail_capacity: int = TAIL_CAPACITY,
-    ) -> None:
+    def __init__(self, buffer: ReplayBuffer, *, observer: ResumptionObserver | None = None) -> None:
         self.buffer = buffer
         self.observer = observer
-        self.tail_capacity = tail_capacity
-        # Closing sessions is housekeeping; at shutdown every session closes at
-        # once, which must not exhaust the storage client's connection pool.
-        self.close_limiter = anyio.CapacityLimiter(8)
 
-    def for_session(self, session_id: str) -> SessionEventStore:
-        """A view bound to one real ``Mcp-Session-Id``."""
-        return SessionEventStore(self, session_id)
+    def for_session(self, session_id: str, replica: Replica | None = None) -> SessionEventStore:
+        """A view bound to one real ``Mcp-Session-Id`` (served by ``replica``, if given)."""
+        return SessionEventStore(self, session_id, replica)
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         raise RuntimeError(_UNBOUND)
@@ -219,41 +129,66 @@ class SessionEventStore(EventStore):
     Usable on its own as a plain SDK ``EventStore`` (``store_event`` /
     ``replay_events_after``), but the HTTP guarantees (404 on a failed
     resumption, an exact replay-to-live seam, GET events kept while no GET is
-    attached) come from :class:`~replaystore.mcp.transport.ReplayTransport`,
-    which uses :meth:`attach_resume` and :meth:`attach_get`.
+    attached, any replica serving any stream) come from the session manager
+    and :class:`~replaystore.mcp.transport.ReplayTransport`, which use
+    :meth:`attach_resume` and :meth:`attach_get`.
     """
 
-    def __init__(self, parent: ReplayEventStore, session_id: str) -> None:
+    def __init__(
+        self, parent: ReplayEventStore, session_id: str, replica: Replica | None = None
+    ) -> None:
         self.parent = parent
         self.buffer = parent.buffer
         self.session_id = session_id
-        self._lock = anyio.Lock()
+        self.replica = replica
         self._opened = False
-        self._dead = False  # torn down (failed verdict) or closed: no more appends
-        self._closed = False  # close() ran
+        self._dead = False  # ended (failed verdict, DELETE) or no longer served here
         self._tails: dict[str, Tail] = {}
-        self._finished: dict[str, None] = {}
-        # The standalone GET stream: the id (and position) of the last event of
-        # it handed to a GET connection, or of an anchor stored before the
-        # first GET event; and the position of the last GET message stored.
         self._get_mark: str | None = None
-        self._get_mark_position = 0
-        self._get_last_message_position = 0
+        #: The SDK connection of this session's loop (set by the manager), for
+        #: its ``initialize`` parameters; and the credential that created it.
+        self.connection: Connection | None = None
+        self.owner = ""
+        self._recorded = False
         #: Called (synchronously) when an append fails: the session can no
-        #: longer prove continuity, so the manager tears it down.
+        #: longer prove continuity, so the manager forgets it here.
         self.on_failure: Callable[[BaseException], None] | None = None
-        #: Set by the session manager: forget the session in this process
-        #: (its id answers 404 from then on) and close it in the store.
+        #: Set by the session manager: forget the session in this process.
         self.discard: Callable[[], Awaitable[None]] | None = None
+
+    def adopted(self, record: dict[str, str]) -> None:
+        """This view serves a session another replica created (it exists in the store)."""
+        self._opened = self._recorded = True
+        self._get_mark = record.get("get") or None
+
+    @property
+    def check_interval(self) -> float:
+        return self.replica.check_interval if self.replica is not None else _STANDALONE_CHECK
 
     # ------------------------------------------------------------------ SDK API
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         """Append one event; ``message=None`` is a priming event (a position, never replayed)."""
+        sequence = sequence_name(str(stream_id))
+        if self._dead:
+            # The session ended or is no longer served here while a tool still
+            # runs: nothing more of it is stored (see _append for the log line).
+            return ""
         payload = None if message is None else encode_message(message)
-        async with self._lock:
-            event_id = await self._append_locked(stream_id, payload)
-            self._publish_locked(stream_id, event_id, message)
+        if payload is not None and len(payload) > self.buffer.retention.max_payload:
+            payload = self._oversized(sequence, message, len(payload))
+        try:
+            if message is not None and is_response(message) and not self._recorded:
+                await self._record()
+            event_id = await self._append(sequence, payload)
+        except (StorageError, UnknownSessionError):
+            return ""  # logged once; the manager drops the session here
+        if self.replica is not None:
+            self.replica.wake(self.session_id, sequence)
+            if sequence != GET_STREAM and is_response(message):
+                self.replica.release(self.session_id, sequence)
+        else:
+            self.wake_local(sequence)
         return event_id
 
     async def replay_events_after(
@@ -265,243 +200,376 @@ class SessionEventStore(EventStore):
         never calls this (it answers 404). Kept for callers that drive the
         store directly.
         """
-        attachment = await self.attach_resume(last_event_id, prime=False, live=False)
-        if not attachment.ok:
-            raise ResumptionDesyncError(attachment.resumption)
-        for _, event in attachment.replay:
-            await send_callback(event)
-        return attachment.stream
+        resumption = await self._resolve(last_event_id, None)
+        if not resumption.ok:
+            raise ResumptionDesyncError(resumption)
+        for event in resumption.events:
+            message = _message(event)
+            if message is not None:
+                await send_callback(EventMessage(message, event.event_id))
+        return resumption.sequence
 
     # ------------------------------------------------------- attach / detach
 
     async def attach_resume(
-        self,
-        last_event_id: str,
-        *,
-        prime: bool,
-        sequence: str | None = None,
-        on_takeover: Callable[[str], None] | None = None,
-        live: bool = True,
+        self, last_event_id: str, *, prime: bool, sequence: str | None = None
     ) -> Attachment:
-        """Resolve ``last_event_id`` and, if it resumes, register a live tail in the same step.
+        """Resolve ``last_event_id`` and, if it resumes, register a live tail after the replay.
 
-        With ``prime`` a priming event is appended right after the snapshot
-        (so it reaches the client after the replay, in position order).
-        ``on_takeover(stream)`` is called under the lock before the new tail is
-        registered, for the transport to close a connection of its own that
-        still carries the stream. Raises :class:`StorageError` when the verdict
-        is unknown.
+        With ``prime`` a priming event is appended after the replay (it
+        reaches the client in position order, through the tail). Raises
+        :class:`StorageError` when the verdict is unknown.
         """
-        async with self._lock:
-            return await self._resume_locked(
-                last_event_id, sequence=sequence, prime=prime, on_takeover=on_takeover, live=live
-            )
+        await self._watch()
+        try:
+            attachment = await self._resume(last_event_id, sequence=sequence, prime=prime)
+        except BaseException:
+            await self._unwatch()
+            raise
+        if attachment.tail is None:
+            await self._unwatch()
+        return attachment
 
-    async def attach_get(
-        self, *, prime: bool, on_takeover: Callable[[str], None] | None = None
-    ) -> Attachment:
+    async def attach_get(self, *, prime: bool) -> Attachment:
         """Attach a plain GET (no ``Last-Event-ID``) to the standalone stream.
 
-        If GET-stream messages were stored since the last one handed to a GET
-        connection, this is a resumption from that remembered id (a failure is
-        a failed resumption, like any other). Otherwise a priming event is
-        stored and becomes the first event of the connection, so the client
+        The session remembers (in the store) the last GET-stream event handed
+        to a GET connection, or an anchor stored when the session began. A
+        plain GET resumes from that mark, so messages stored while no GET was
+        attached are delivered; if the mark can no longer be resumed from and
+        messages were stored after it, this is a failed resumption like any
+        other. Otherwise a priming event starts a fresh stream, so the client
         holds a resumable cursor at once.
         """
-        async with self._lock:
-            if self._get_mark is not None and (
-                self._get_last_message_position > self._get_mark_position
-            ):
-                return await self._resume_locked(
-                    self._get_mark,
-                    sequence=GET_STREAM,
-                    prime=prime,
-                    on_takeover=on_takeover,
-                    live=True,
-                )
-            self._take_over_locked(GET_STREAM, on_takeover)
-            tail = self._register_locked(GET_STREAM)
-            try:
-                anchor = await self._append_locked(GET_STREAM, None)
-            except UnknownSessionError:
-                self._drop_tail(tail)
-                return Attachment(_vanished(self.session_id))
-            except BaseException:
-                self._drop_tail(tail)
-                raise
-            self._set_get_mark(anchor)
-            tail.push(LiveEvent(Cursor.parse(anchor).position, anchor, None))
-            return Attachment(
-                Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
-                stream=GET_STREAM,
-                tail=tail,
-                threshold=0,
-            )
+        await self._watch()
+        try:
+            attachment = await self._attach_get(prime)
+        except BaseException:
+            await self._unwatch()
+            raise
+        if attachment.tail is None:
+            await self._unwatch()
+        return attachment
 
-    def delivered(self, tail: Tail, position: int, event_id: str) -> None:
-        """A connection handed event ``event_id`` to its client (tracks the GET stream)."""
-        if (
-            tail.stream == GET_STREAM
-            and self._tails.get(GET_STREAM) is tail
-            and position > self._get_mark_position
-        ):
-            self._set_get_mark(event_id, position)
+    async def _attach_get(self, prime: bool) -> Attachment:
+        mark = await self._current_get_mark()
+        if mark is not None:
+            probe = await self.buffer.resolve(self.session_id, mark, GET_STREAM)
+            if probe.ok or await self._get_messages_after(mark):
+                return await self._resume(mark, sequence=GET_STREAM, prime=prime)
+        if self._dead:
+            return Attachment(_vanished(self.session_id))
+        try:
+            anchor = await self._append(GET_STREAM, None)
+        except UnknownSessionError:
+            return Attachment(_vanished(self.session_id))
+        await self._take_over(GET_STREAM)
+        tail = self._register(GET_STREAM, anchor)
+        return Attachment(
+            Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
+            stream=GET_STREAM,
+            tail=tail,
+            first=anchor,
+        )
 
-    def detach(self, tail: Tail) -> None:
-        """A connection ended: forget its tail (only if it is still the current one)."""
+    async def catch_up(self, tail: Tail) -> Resumption:
+        """Everything stored on the tail's stream after its last event, in one atomic read.
+
+        A failed verdict here means events the connection never got are gone
+        (evicted while it was slow): the store tore the session down.
+        """
+        return await self.buffer.resolve_and_replay(self.session_id, tail.last_id, tail.sequence)
+
+    def delivered(self, tail: Tail, event_id: str) -> None:
+        """A connection handed ``event_id`` to its client (tracks the GET stream's mark)."""
+        if tail.sequence == GET_STREAM and self._tails.get(GET_STREAM) is tail:
+            self._get_mark = event_id
+
+    async def detach(self, tail: Tail) -> None:
+        """A connection ended: forget its tail, save the GET mark, stop watching."""
         tail.close()
-        self._drop_tail(tail)
+        if self._tails.get(tail.sequence) is not tail:
+            return
+        del self._tails[tail.sequence]
+        if tail.sequence == GET_STREAM and self._get_mark and self.replica is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await self.replica.registry.update_session(
+                        self.session_id, {"get": self._get_mark}
+                    )
+                except StorageError:
+                    logger.debug("GET mark of session %s not saved", self.session_id)
+        await self._unwatch()
 
-    def close_stream(self, stream: str) -> None:
-        """End the connection currently carrying ``stream``, if it is one of ours."""
-        tail = self._tails.pop(stream, None)
+    async def end_if_lost(self, tail: Tail) -> None:
+        """End a request's stream with an error if the replica running it stopped.
+
+        Called by a connection following the stream when nothing arrived for a
+        check interval. The lease lapsed and the store holds no response
+        after the tail's position: exactly one replica (the winner of the end
+        claim) stores the error response, which every connection on the
+        stream then delivers like any other event.
+        """
+        replica = self.replica
+        if replica is None or self._dead:
+            return
+        session, sequence = self.session_id, tail.sequence
+        try:
+            if not await replica.lease_lapsed(session, sequence):
+                return
+            # The response may have been stored just before the lease was released.
+            pending = await self.buffer.resolve_and_replay(session, tail.last_id, sequence)
+            if not pending.ok or pending.events:
+                tail.wake()
+                return
+            if not await replica.claim_end(session, sequence):
+                return
+            logger.warning(
+                "request %r of session %s lost: the replica running it stopped "
+                "(its lease lapsed); ending its stream with an error",
+                sequence[:64],
+                session,
+            )
+            error = JSONRPCError(
+                jsonrpc="2.0",
+                id=_request_id_of(sequence),
+                error=ErrorData(code=INTERNAL_ERROR, message=LOST_REQUEST),
+            )
+            await self.buffer.append(session, sequence, encode_message(error))
+        except (StorageError, UnknownSessionError) as exc:
+            logger.debug("lease check of %r in session %s: %s", sequence[:64], session, exc)
+            return
+        replica.wake(session, sequence)
+
+    def wake_local(self, sequence: str) -> None:
+        tail = self._tails.get(sequence)
+        if tail is not None:
+            tail.wake()
+
+    def close_stream(self, sequence: str) -> None:
+        """End the connection of this process currently following ``sequence``, if any."""
+        tail = self._tails.pop(sequence, None)
         if tail is not None:
             tail.close()
+            if self.replica is not None:
+                self.replica.spawn(self._unwatch)
 
-    def close_all_streams(self) -> None:
-        for tail in list(self._tails.values()):
-            tail.close()
-        self._tails.clear()
+    def close_local(self) -> None:
+        """The session is no longer served by this process (it may live on elsewhere)."""
+        self._dead = True
+        for sequence in list(self._tails):
+            self.close_stream(sequence)
 
-    async def close(self) -> None:
-        """The session ended here (DELETE, idle, teardown, shutdown): close it in the store too.
+    async def end_everywhere(self) -> None:
+        """The session ended (DELETE, failed verdict): in the store and on every replica.
 
-        Idempotent; shielded and bounded, since it runs while the session's
-        tasks are being cancelled. Closing an already torn-down session is a
-        no-op in the store (its tombstone keeps the failed verdict).
+        Bounded and shielded: it runs while the session's tasks are cancelled.
+        Closing an already torn-down session keeps its tombstone's verdict.
         """
-        self.close_all_streams()
-        if self._closed:
-            return
-        self._closed = self._dead = True
-        if not self._opened:
-            return
+        self.close_local()
         with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
             try:
-                async with self.parent.close_limiter:
+                if self._opened:
                     await self.buffer.close_session(self.session_id)
-            except Exception:
-                logger.warning(
-                    "could not close session %s in the replay store", self.session_id, exc_info=True
-                )
+                if self.replica is not None:
+                    await self.replica.registry.drop_session(self.session_id)
+                    await self.replica.announce_end(self.session_id)
+            except StorageError as exc:
+                logger.warning("could not end session %s in the store: %s", self.session_id, exc)
 
     @property
     def is_closed(self) -> bool:
-        return self._closed
+        return self._dead
 
     # ------------------------------------------------------------ internals
 
-    async def _resume_locked(
-        self,
-        last_event_id: str,
-        *,
-        sequence: str | None,
-        prime: bool,
-        on_takeover: Callable[[str], None] | None,
-        live: bool,
-    ) -> Attachment:
+    async def _resume(self, last_event_id: str, *, sequence: str | None, prime: bool) -> Attachment:
+        resumption = await self._resolve(last_event_id, sequence)
+        if not resumption.ok:
+            self._dead = True  # the store tore the session down (or it never existed)
+            return Attachment(resumption)
+        stream = resumption.sequence
+        assert stream is not None  # a resumed verdict always names its sequence
+        replay: list[tuple[int, EventMessage]] = []
+        last = last_event_id
+        finished = False
+        for event in resumption.events:
+            last = event.event_id
+            message = _message(event)
+            if message is None:
+                continue
+            replay.append((event.position, EventMessage(message, event.event_id)))
+            if stream != GET_STREAM and is_response(message):
+                finished = True
+                break
+        attachment = Attachment(resumption, stream, replay)
+        await self._take_over(stream)
+        if finished:
+            return attachment
+        attachment.tail = self._register(stream, last)
+        if prime and not self._dead:
+            try:
+                await self._append(stream, None)
+            except UnknownSessionError:
+                return Attachment(_vanished(self.session_id))
+        return attachment
+
+    async def _resolve(self, last_event_id: str, sequence: str | None) -> Resumption:
         started = time.perf_counter()
         try:
             resumption = await self.buffer.resolve_and_replay(
                 self.session_id, last_event_id, sequence
             )
         except StorageError:
-            elapsed = time.perf_counter() - started
             logger.warning(
                 "resumption of session %s from %r: replay store unreachable; verdict unknown",
                 self.session_id,
                 last_event_id[:64],
-                exc_info=True,
             )
-            self._observe(STORAGE_ERROR, elapsed, 0)
+            self._observe(STORAGE_ERROR, time.perf_counter() - started, 0)
             raise
         elapsed = time.perf_counter() - started
         if not resumption.ok:
-            self._dead = True  # the store tore the session down (or it never existed)
             logger.warning(
                 "resumption failed: %s (session %s torn down); evidence=%s",
                 resumption.verdict.value,
                 self.session_id,
-                json.dumps(resumption.evidence.as_dict(), sort_keys=True, default=str),
+                json.dumps(resumption.evidence.as_dict(), sort_keys=True, default=str)[:2048],
             )
             self._observe(resumption.verdict.value, elapsed, 0)
-            return Attachment(resumption)
+        else:
+            replayed = sum(1 for event in resumption.events if event.payload is not None)
+            self._observe(resumption.verdict.value, elapsed, replayed)
+        return resumption
 
-        stream = resumption.sequence
-        assert stream is not None  # a resumed verdict always names its sequence
-        replay: list[tuple[int, EventMessage]] = []
-        threshold = Cursor.parse(last_event_id).position
-        finished = stream in self._finished
-        for event in resumption.events:
-            threshold = max(threshold, event.position)
-            message = _replayed_message(event)
-            if message is None:
-                continue
-            replay.append((event.position, EventMessage(message, event.event_id)))
-            if stream != GET_STREAM and _is_response(message):
-                finished = True
-        self._observe(resumption.verdict.value, elapsed, len(replay))
-        attachment = Attachment(resumption, stream, replay, None, threshold)
-        if not live:
-            return attachment
-        self._take_over_locked(stream, on_takeover)
-        if finished:
-            return attachment
-        tail = self._register_locked(stream)
-        attachment.tail = tail
-        if prime:
-            try:
-                event_id = await self._append_locked(stream, None)
-            except BaseException:
-                self._drop_tail(tail)
-                raise
-            tail.push(LiveEvent(Cursor.parse(event_id).position, event_id, None))
-        return attachment
-
-    async def _append_locked(self, stream: str, payload: bytes | None) -> str:
+    async def _append(self, sequence: str, payload: bytes | None) -> str:
         if self._dead:
             raise UnknownSessionError(self.session_id)
         try:
             if not self._opened:
                 await self.buffer.open_session(self.session_id)
                 self._opened = True
-            if stream == GET_STREAM and payload is not None and self._get_mark is None:
-                # The first GET message of a session stored while no GET has
-                # ever attached: store an anchor just before it (same atomic
-                # step), so a later plain GET can resume from it.
-                anchor, event_id = await self.buffer.append_many(
-                    self.session_id, stream, [None, payload]
-                )
-                self._set_get_mark(anchor)
-            else:
-                event_id = await self.buffer.append(self.session_id, stream, payload)
+            return await self.buffer.append(self.session_id, sequence, payload)
+        except UnknownSessionError:
+            logger.info(
+                "session %s ended in the store; an event of stream %r was not stored",
+                self.session_id,
+                sequence[:64],
+            )
+            self._failed(UnknownSessionError(self.session_id))
+            raise
         except Exception as exc:
             logger.error(
                 "could not store an event of session %s (stream %r): %s; "
-                "tearing the session down, continuity can no longer be proven",
+                "the session is dropped here, continuity can no longer be proven",
                 self.session_id,
-                stream,
-                exc,
+                sequence[:64],
+                str(exc)[:512],
             )
-            if self.on_failure is not None:
-                self.on_failure(exc)
+            self._failed(exc)
             raise
-        if stream == GET_STREAM and payload is not None:
-            self._get_last_message_position = Cursor.parse(event_id).position
-        return event_id
 
-    def _publish_locked(self, stream: str, event_id: str, message: JSONRPCMessage | None) -> None:
-        if stream != GET_STREAM and _is_response(message):
-            self._finished[stream] = None
-            if len(self._finished) > _FINISHED_MEMORY:
-                del self._finished[next(iter(self._finished))]
-        tail = self._tails.get(stream)
-        if (
-            tail is not None
-            and message is not None
-            and not tail.push(LiveEvent(Cursor.parse(event_id).position, event_id, message))
-        ):
-            self._drop_tail(tail)
+    def _oversized(self, sequence: str, message: JSONRPCMessage | None, size: int) -> bytes | None:
+        """A message above the store's payload limit: answer its request with an error instead.
+
+        Storing it is impossible and dropping a response silently would leave
+        the request without an answer; tearing the session down for one large
+        result would punish every later request. A response becomes a JSON-RPC
+        error for the same id; anything else is replaced by a priming event
+        (the position is kept, the message is not replayed).
+        """
+        limit = self.buffer.retention.max_payload
+        logger.warning(
+            "message of %d bytes on stream %r of session %s is above the store's "
+            "max_payload (%d bytes): %s",
+            size,
+            sequence[:64],
+            self.session_id,
+            limit,
+            "answering its request with an error" if is_response(message) else "not stored",
+        )
+        if not is_response(message):
+            return None
+        assert isinstance(message, JSONRPCResponse | JSONRPCError)
+        error = JSONRPCError(
+            jsonrpc="2.0",
+            id=message.id,
+            error=ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"the result ({size} bytes) is above the server's message size limit "
+                f"({limit} bytes)",
+            ),
+        )
+        return encode_message(error)
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.on_failure is not None:
+            self.on_failure(exc)
+
+    async def _record(self) -> None:
+        """Write the session record the first time ``initialize`` is answered.
+
+        Before the response is stored, hence before the client can send its
+        next request to another replica. Also stores the GET stream's anchor,
+        so a plain GET on any replica can resume messages sent before it.
+        """
+        connection = self.connection
+        if self.replica is None or connection is None or connection.client_params is None:
+            return
+        self._recorded = True
+        anchor = await self._append(GET_STREAM, None)
+        self._get_mark = anchor
+        fields = {
+            "version": connection.protocol_version,
+            "client": connection.client_params.model_dump_json(by_alias=True, exclude_none=True),
+            "owner": self.owner,
+            "get": anchor,
+        }
+        try:
+            await self.replica.registry.put_session(
+                self.session_id, fields, self.buffer.retention.session_ttl
+            )
+        except StorageError as exc:
+            self._failed(exc)
+            raise
+
+    async def _current_get_mark(self) -> str | None:
+        if self.replica is None:
+            return self._get_mark
+        record = await self.replica.registry.get_session(self.session_id)
+        if record is None:
+            return self._get_mark
+        mark = record.get("get") or self._get_mark
+        return mark
+
+    async def _get_messages_after(self, mark: str) -> bool:
+        info = await self.buffer.session_info(self.session_id)
+        if info is None:
+            return False
+        get = info.sequences.get(GET_STREAM)
+        position = Cursor.try_parse(mark)
+        return get is not None and position is not None and get.high_water > position.position
+
+    async def _take_over(self, sequence: str) -> None:
+        """The newest connection takes a stream over: end whatever carried it before, everywhere."""
+        self.close_stream(sequence)
+        if self.replica is not None:
+            if self.replica.on_takeover is not None:
+                self.replica.on_takeover(self.session_id, sequence)
+            await self.replica.announce_takeover(self.session_id, sequence)
+
+    def _register(self, sequence: str, last_id: str) -> Tail:
+        tail = Tail(sequence, last_id)
+        self._tails[sequence] = tail
+        return tail
+
+    async def _watch(self) -> None:
+        if self.replica is not None:
+            await self.replica.bus.watch(self.session_id)
+
+    async def _unwatch(self) -> None:
+        if self.replica is not None:
+            await self.replica.bus.unwatch(self.session_id)
 
     def _observe(self, verdict: str, seconds: float, replayed: int) -> None:
         observer = self.parent.observer
@@ -512,27 +580,22 @@ class SessionEventStore(EventStore):
         except Exception:  # metrics must never decide a resumption
             logger.exception("ResumptionObserver %r failed", observer)
 
-    def _take_over_locked(self, stream: str, on_takeover: Callable[[str], None] | None) -> None:
-        """The newest connection takes a stream over: end whatever carried it before."""
-        if on_takeover is not None:
-            on_takeover(stream)
-        self.close_stream(stream)
 
-    def _register_locked(self, stream: str) -> Tail:
-        tail = Tail(stream, self.parent.tail_capacity)
-        self._tails[stream] = tail
-        return tail
+def _request_id_of(sequence: str) -> str | int | None:
+    """The JSON-RPC id a request stream belongs to, as far as its name tells.
 
-    def _drop_tail(self, tail: Tail) -> None:
-        if self._tails.get(tail.stream) is tail:
-            del self._tails[tail.stream]
-
-    def _set_get_mark(self, event_id: str, position: int | None = None) -> None:
-        self._get_mark = event_id
-        self._get_mark_position = Cursor.parse(event_id).position if position is None else position
+    Stream names are the SDK's ``str(request.id)``: digits were (almost
+    always) an integer id. A digest name (an overlong id) cannot be reversed:
+    the error then carries a null id, which JSON-RPC allows for errors.
+    """
+    if sequence.startswith("#"):
+        return None
+    if sequence.isdigit() or (sequence.startswith("-") and sequence[1:].isdigit()):
+        return int(sequence)
+    return sequence
 
 
-def _replayed_message(event: Event) -> JSONRPCMessage | None:
+def _message(event: Event) -> JSONRPCMessage | None:
     return None if event.payload is None else decode_message(event.payload)
 
 

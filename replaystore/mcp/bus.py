@@ -1,0 +1,272 @@
+"""Notifications between replicas: wake-ups, session ends, takeovers, forwarded client messages.
+
+Payloads never travel here, only hints: an event's data is always read from
+the store, so a lost notification costs latency (a periodic position check
+catches it), never data. Each replica holds **one** subscription connection,
+whatever the number of attached clients:
+
+- a *session channel* per session that has live connections on this replica
+  (subscribed while the first one attaches, dropped with the last): "stream
+  X of session S has new events";
+- one *broadcast channel*: "session S ended", "stream X of S was taken over";
+- one *replica channel* per replica: client messages forwarded to the replica
+  running the request they belong to.
+
+On Redis this is classic pub/sub on one dedicated connection (on a cluster,
+``PUBLISH`` reaches subscribers on every node); wake-ups are coalesced and
+published by one background task, so an append never waits for them. On
+``memory://NAME`` the replicas of one process call each other directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ..buffer import ReplayBuffer
+
+__all__ = ["Bus", "MemoryBus", "RedisBus", "bus_for"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+Handler = Callable[[dict[str, Any]], None]
+
+
+class Bus(ABC):
+    """One replica's end of the notification channels."""
+
+    def __init__(self, replica: str, handler: Handler) -> None:
+        self.replica = replica
+        self._handler = handler
+        self._watching: dict[str, int] = {}
+
+    @abstractmethod
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Listen (and publish) until cancelled; ``task_status.started()`` once subscribed."""
+
+    async def watch(self, session: str) -> None:
+        """Receive the wake-ups of ``session`` (counted: one call per live connection)."""
+        count = self._watching.get(session, 0)
+        self._watching[session] = count + 1
+        if count == 0:
+            await self._subscribe(session)
+
+    async def unwatch(self, session: str) -> None:
+        count = self._watching.get(session, 0) - 1
+        if count > 0:
+            self._watching[session] = count
+            return
+        self._watching.pop(session, None)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            await self._unsubscribe(session)
+
+    @abstractmethod
+    def wake(self, session: str, stream: str) -> None:
+        """Tell the other replicas that ``stream`` of ``session`` has new events (never blocks)."""
+
+    @abstractmethod
+    async def broadcast(self, message: dict[str, Any]) -> None:
+        """Send a control message to every replica."""
+
+    @abstractmethod
+    async def send(self, replica: str, message: dict[str, Any]) -> None:
+        """Send a message to one replica."""
+
+    @abstractmethod
+    async def _subscribe(self, session: str) -> None: ...
+
+    @abstractmethod
+    async def _unsubscribe(self, session: str) -> None: ...
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        if message.get("from") == self.replica:
+            return  # our own publication, already handled locally
+        try:
+            self._handler(message)
+        except Exception:
+            logger.exception("handling a replica notification failed")
+
+
+# ---------------------------------------------------------------- memory
+
+
+class _Group:
+    def __init__(self) -> None:
+        self.members: weakref.WeakSet[MemoryBus] = weakref.WeakSet()
+
+
+_GROUPS: weakref.WeakKeyDictionary[Any, _Group] = weakref.WeakKeyDictionary()
+
+
+class MemoryBus(Bus):
+    """The replicas of one process sharing a memory store."""
+
+    def __init__(self, replica: str, handler: Handler, key: Any) -> None:
+        super().__init__(replica, handler)
+        group = _GROUPS.get(key)
+        if group is None:
+            group = _GROUPS[key] = _Group()
+        self._group = group
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        self._group.members.add(self)
+        try:
+            task_status.started()
+            await anyio.sleep_forever()
+        finally:
+            self._group.members.discard(self)
+
+    async def _subscribe(self, session: str) -> None:
+        pass
+
+    async def _unsubscribe(self, session: str) -> None:
+        pass
+
+    def wake(self, session: str, stream: str) -> None:
+        message = {"t": "wake", "s": session, "q": stream, "from": self.replica}
+        for member in list(self._group.members):
+            if member is not self and session in member._watching:
+                member._deliver(message)
+
+    async def broadcast(self, message: dict[str, Any]) -> None:
+        message = {**message, "from": self.replica}
+        for member in list(self._group.members):
+            if member is not self:
+                member._deliver(message)
+
+    async def send(self, replica: str, message: dict[str, Any]) -> None:
+        for member in list(self._group.members):
+            if member.replica == replica:
+                member._deliver({**message, "from": self.replica})
+
+
+# ---------------------------------------------------------------- redis
+
+
+class RedisBus(Bus):
+    """Classic pub/sub on one dedicated connection per replica."""
+
+    def __init__(self, replica: str, handler: Handler, backend: Any) -> None:
+        super().__init__(replica, handler)
+        self._client = backend.client
+        prefix = str(getattr(backend, "prefix", ""))
+        self._session_prefix = f"{prefix}mcp:s:"
+        self._all = f"{prefix}mcp:all"
+        self._mine = f"{prefix}mcp:r:{replica}"
+        self._pubsub: Any = None
+        self._pending: dict[tuple[str, str], None] = {}
+        self._kick = anyio.Event()
+        self._confirmed: dict[str, anyio.Event] = {}
+
+    def _channel(self, session: str) -> str:
+        return self._session_prefix + session
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        self._pubsub = self._client.pubsub()
+        try:
+            await self._pubsub.subscribe(self._all, self._mine)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._publisher)
+                task_status.started()
+                await self._listen()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await self._pubsub.aclose()
+                except Exception:
+                    logger.debug("closing the notification connection failed", exc_info=True)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                raw = await self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+            except Exception as exc:
+                logger.warning("replica notifications interrupted (%s); reconnecting", exc)
+                await anyio.sleep(0.5)
+                continue
+            if raw is None:
+                continue
+            kind = raw.get("type")
+            channel = raw.get("channel")
+            channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+            if kind == "subscribe":
+                event = self._confirmed.pop(channel, None)
+                if event is not None:
+                    event.set()
+                continue
+            if kind != "message":
+                continue
+            try:
+                message = json.loads(raw["data"])
+            except (ValueError, TypeError):
+                continue
+            if isinstance(message, dict):
+                self._deliver(message)
+
+    async def _publisher(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick = anyio.Event()
+            batch, self._pending = list(self._pending), {}
+            for session, stream in batch:
+                message = json.dumps({"t": "wake", "s": session, "q": stream, "from": self.replica})
+                try:
+                    await self._client.publish(self._channel(session), message)
+                except Exception as exc:
+                    # A lost wake-up costs latency only: tails re-check the store periodically.
+                    logger.debug("wake-up of session %s not published: %s", session, exc)
+
+    async def _subscribe(self, session: str) -> None:
+        if self._pubsub is None:
+            return
+        channel = self._channel(session)
+        confirmed = self._confirmed[channel] = anyio.Event()
+        try:
+            await self._pubsub.subscribe(channel)
+        except Exception as exc:
+            logger.debug("subscribing to session %s failed: %s", session, exc)
+            return
+        # Subscribe first, then read the store: wait (briefly) for the
+        # subscription to be active so no wake-up falls in between.
+        with anyio.move_on_after(1.0):
+            await confirmed.wait()
+
+    async def _unsubscribe(self, session: str) -> None:
+        if self._pubsub is None:
+            return
+        try:
+            await self._pubsub.unsubscribe(self._channel(session))
+        except Exception as exc:
+            logger.debug("unsubscribing from session %s failed: %s", session, exc)
+
+    def wake(self, session: str, stream: str) -> None:
+        self._pending[(session, stream)] = None
+        self._kick.set()
+
+    async def broadcast(self, message: dict[str, Any]) -> None:
+        await self._publish(self._all, message)
+
+    async def send(self, replica: str, message: dict[str, Any]) -> None:
+        await self._publish(self._mine.rsplit(":", 1)[0] + ":" + replica, message)
+
+    async def _publish(self, channel: str, message: dict[str, Any]) -> None:
+        text = json.dumps({**message, "from": self.replica})
+        try:
+            await self._client.publish(channel, text)
+        except Exception as exc:
+            logger.warning("could not notify the other replicas: %s", exc)
+
+
+def bus_for(buffer: ReplayBuffer, replica: str, handler: Handler) -> Bus:
+    """The notification channels of ``buffer``'s store."""
+    backend = buffer.backend
+    if hasattr(backend, "client") and hasattr(backend, "prefix"):
+        return RedisBus(replica, handler, backend)
+    return MemoryBus(replica, handler, getattr(backend, "_store", backend))

@@ -1,0 +1,500 @@
+"""The session manager: sessions live in the store, and any replica serves any of them.
+
+The SDK's ``StreamableHTTPSessionManager`` keeps sessions in one process's
+memory, so a second replica answers 404 for a session it did not create.
+:class:`ReplaySessionManager` keeps the SDK's manager and changes four
+things:
+
+- each session gets its own store view (:class:`SessionEventStore`) and the
+  :class:`~replaystore.mcp.transport.ReplayTransport`, before anything is
+  stored;
+- when ``initialize`` is answered, the session's record (negotiated version,
+  the client's ``initialize`` parameters, the credential that created it) is
+  written to the store; a replica receiving any request for a session it has
+  never seen, that the store knows, **adopts** it: it builds the transport
+  and the SDK's session loop with a connection already initialized from the
+  record, then serves the request. A session the store does not know is 404,
+  as before;
+- forgetting a session here (idle timeout, shutdown, a store error) does not
+  end it: it lives on in the store and on the other replicas. Only DELETE and
+  a failed resumption end it everywhere;
+- server-to-client request ids name this replica, so the client's answers
+  can be forwarded to it from any replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from http import HTTPStatus
+from typing import Any, Protocol, TypeVar, cast
+
+import anyio
+import anyio.abc
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_connection
+from mcp.server.streamable_http import (
+    MCP_SESSION_ID_HEADER,
+    SESSION_ID_PATTERN,
+    StreamableHTTPServerTransport,
+)
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import INTERNAL_ERROR, InitializeRequestParams
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from ..buffer import ReplayBuffer
+from ..errors import StorageError
+from . import sdk as _sdk  # noqa: F401  (checks the SDK's private names at import)
+from .forwarding import ReplicaDispatcher
+from .metrics import ResumptionObserver
+from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, Replica
+from .store import ReplayEventStore, SessionEventStore
+from .transport import RETRY_AFTER, ReplayTransport
+
+__all__ = ["ReplaySessionManager", "as_event_store", "streamable_http_app"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+_T = TypeVar("_T")
+_COMBINED: dict[tuple[type, type], type] = {}
+
+
+def _combine(ours: type[_T], theirs: type) -> type[_T]:
+    """``ours`` layered over an SDK/FastMCP subclass we did not write (cached per pair)."""
+    if issubclass(theirs, ours):
+        return theirs
+    key = (ours, theirs)
+    if key not in _COMBINED:
+        _COMBINED[key] = type(f"{ours.__name__}Over{theirs.__name__}", (ours, theirs), {})
+    return cast(type[_T], _COMBINED[key])
+
+
+def as_event_store(
+    store: ReplayEventStore | ReplayBuffer, observer: ResumptionObserver | None = None
+) -> ReplayEventStore:
+    """Accept a buffer or an already-built store (then ``observer`` must not be given twice)."""
+    if isinstance(store, ReplayEventStore):
+        if observer is not None and store.observer is not observer:
+            raise ValueError("pass the observer to ReplayEventStore(...), not twice")
+        return store
+    if isinstance(store, ReplayBuffer):
+        return ReplayEventStore(store, observer=observer)
+    raise TypeError(f"expected a ReplayBuffer or ReplayEventStore, not {type(store).__name__}")
+
+
+def _fingerprint(requestor: Any) -> str:
+    """A stable digest of the credential that created a session ("" for none)."""
+    if requestor is None:
+        return ""
+    text = json.dumps(requestor, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _requestor(scope: Scope) -> Any:
+    user = scope.get("user")
+    return authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+
+
+class ReplaySessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager, with sessions in the store and any replica serving any session.
+
+    Construct it like the SDK's manager (``server`` a low-level ``Server`` or
+    an ``MCPServer``), with a :class:`ReplayBuffer` (or a
+    :class:`ReplayEventStore`) as the event store, and mount it yourself::
+
+        manager = ReplaySessionManager(server, buffer, retry_interval=1000)
+        app = Starlette(
+            routes=[Route("/mcp", StreamableHTTPASGIApp(manager))],
+            lifespan=lambda app: manager.run(),
+        )
+
+    or turn a manager someone else built into one with :meth:`adopt` (that is
+    what :func:`streamable_http_app` and
+    :func:`replaystore.mcp.fastmcp_http_app` do, so that the SDK's and
+    FastMCP's own app wiring, auth and security settings are kept).
+
+    ``lease_ttl`` bounds how long a client waits for the answer to a request
+    whose replica stopped; ``check_interval`` how often a live connection
+    re-checks the store (lost notifications, lapsed leases).
+    """
+
+    _replay_store: ReplayEventStore
+    _replica: Replica
+    _adopting: dict[str, anyio.Lock]
+    _replicating: bool
+
+    def __init__(
+        self,
+        app: Any,
+        event_store: ReplayEventStore | ReplayBuffer,
+        *,
+        observer: ResumptionObserver | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        check_interval: float = DEFAULT_CHECK_INTERVAL,
+        **kwargs: Any,
+    ) -> None:
+        store = as_event_store(event_store, observer)
+        # An MCPServer wraps the low-level Server the SDK's manager drives.
+        lowlevel = getattr(app, "_lowlevel_server", app)
+        super().__init__(lowlevel, event_store=store, **kwargs)
+        self._setup(store, lease_ttl=lease_ttl, check_interval=check_interval)
+
+    def _setup(self, store: ReplayEventStore, *, lease_ttl: float, check_interval: float) -> None:
+        self._replay_store = store
+        self._replica = Replica(store.buffer, lease_ttl=lease_ttl, check_interval=check_interval)
+        self._replica.on_end = self._ended_elsewhere
+        self._replica.on_forward = self._forwarded
+        self._replica.on_takeover = self._taken_over
+        self._adopting = {}
+        self._replicating = False
+
+    @classmethod
+    def adopt(
+        cls,
+        manager: StreamableHTTPSessionManager,
+        store: ReplayEventStore | None = None,
+        *,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        check_interval: float = DEFAULT_CHECK_INTERVAL,
+    ) -> ReplaySessionManager:
+        """Make an existing manager (SDK's or a subclass, e.g. FastMCP's) serve ``store``.
+
+        Changes the instance's class in place: the SDK's ``streamable_http_app``
+        builds its manager inline and hands that very object to both the route
+        and the lifespan, so replacing the object is not possible without
+        rebuilding the whole app. Must run before the first request.
+        """
+        if store is None:
+            found = getattr(manager, "_shared_event_store", None) or manager.event_store
+            if not isinstance(found, ReplayEventStore):
+                raise TypeError("the manager was not built with a ReplayEventStore")
+            store = found
+        manager.__class__ = _combine(cls, type(manager))
+        adopted = cast(ReplaySessionManager, manager)
+        adopted._setup(store, lease_ttl=lease_ttl, check_interval=check_interval)
+        return adopted
+
+    @property
+    def replay_store(self) -> ReplayEventStore:
+        return self._replay_store
+
+    @property
+    def replica(self) -> Replica:
+        return self._replica
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        async with super().run(), self.replicating():
+            yield
+
+    @asynccontextmanager
+    async def replicating(self) -> AsyncIterator[None]:
+        """Take part in the replica set while the app runs (entered by :meth:`run`).
+
+        For a manager whose ``run()`` was entered before it was adopted
+        (FastMCP's), enter this right after adopting it.
+        """
+        if self._replicating:
+            yield
+            return
+        self._replicating = True
+        try:
+            async with self._replica.run():
+                yield
+        finally:
+            self._replicating = False
+            # Stop serving here, promptly: the sessions live on in the store.
+            for session_id, transport in list(self._server_instances.items()):
+                self._server_instances.pop(session_id, None)
+                view = transport._event_store
+                if isinstance(view, SessionEventStore):
+                    view.close_local()
+
+    # ---------------------------------------------------------------- requests
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Adopt a session the store knows before the SDK looks it up in this process."""
+        request = Request(scope, receive)
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is not None and session_id not in self._server_instances:
+            try:
+                refused = await self._adopt_session(session_id, _requestor(scope))
+            except StorageError as exc:
+                logger.warning(
+                    "session %s cannot be looked up: the replay store cannot be reached (%s)",
+                    session_id[:64],
+                    str(exc)[:256],
+                )
+                await _unavailable()(scope, receive, send)
+                return
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await super()._handle_stateful_request(scope, receive, send)
+
+    async def _adopt_session(self, session_id: str, requestor: Any) -> Response | None:
+        """Serve a session created elsewhere, if the store knows it (else the SDK answers 404)."""
+        if len(session_id) > 256 or not SESSION_ID_PATTERN.fullmatch(session_id):
+            return None
+        lock = self._adopting.setdefault(session_id, anyio.Lock())
+        try:
+            async with lock:
+                if session_id in self._server_instances:
+                    return None
+                record = await self._replica.registry.get_session(session_id)
+                if record is None:
+                    return None
+                if record.get("owner", "") != _fingerprint(requestor):
+                    logger.warning(
+                        "not adopting session %s: the credential differs from its creator's",
+                        session_id[:64],
+                    )
+                    return None
+                if (
+                    self.max_sessions is not None
+                    and len(self._server_instances) >= self.max_sessions
+                ):
+                    return Response(
+                        json.dumps(_error_body("Too many open sessions")),
+                        status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),
+                        media_type="application/json",
+                    )
+                transport = StreamableHTTPServerTransport(
+                    mcp_session_id=session_id,
+                    is_json_response_enabled=self.json_response,
+                    event_store=self._replay_store,
+                    security_settings=self.security_settings,
+                    retry_interval=self.retry_interval,
+                    idle_timeout=self.session_idle_timeout,
+                )
+                if requestor is not None:
+                    self._session_owners[session_id] = requestor
+                self._server_instances[session_id] = transport
+                view = self._bind(transport)
+                view.adopted(record)
+                assert self._task_group is not None
+                await self._task_group.start(partial(self._run_session, transport, record))
+                logger.info("adopted session %s from the store", session_id)
+                return None
+        finally:
+            if not lock.locked():
+                self._adopting.pop(session_id, None)
+
+    def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
+        transport = super()._admit_session(requestor)
+        if transport is not None:
+            view = self._bind(transport)
+            view.owner = _fingerprint(requestor)
+        return transport
+
+    async def _serve_opening_request(
+        self,
+        http_transport: StreamableHTTPServerTransport,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """The SDK's opening request, with this package's session loop."""
+        session_id = http_transport.mcp_session_id
+        assert session_id is not None
+        established = False
+        try:
+            assert self._task_group is not None
+            await self._task_group.start(partial(self._run_session, http_transport, None))
+            status = await _send_and_report_status(
+                http_transport.handle_request, scope, receive, send
+            )
+            established = status is not None and status < 400
+        finally:
+            if not established:
+                await self._discard_session(session_id, http_transport)
+
+    async def _run_session(
+        self,
+        transport: StreamableHTTPServerTransport,
+        record: dict[str, str] | None,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The SDK's session loop, rebuilt in its initialized state when adopted from ``record``."""
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        async with transport.connect() as (read_stream, write_stream):
+            task_status.started()
+            try:
+                idle_scope = transport.idle_scope or anyio.CancelScope()
+                with idle_scope:
+                    dispatcher = ReplicaDispatcher(
+                        read_stream, write_stream, inline_methods=frozenset({"initialize"})
+                    )
+                    dispatcher.replica = self._replica.id
+                    connection = Connection.for_loop(dispatcher, session_id=session_id)
+                    if record is not None:
+                        _restore(connection, record)
+                    view = transport._event_store
+                    if isinstance(view, SessionEventStore):
+                        view.connection = connection
+                    await serve_connection(
+                        self.app,
+                        dispatcher,
+                        connection=connection,
+                        lifespan_state=self._lifespan_state,
+                    )
+                if idle_scope.cancelled_caught:
+                    logger.info("session %s idle here; it lives on in the store", session_id)
+            except Exception:
+                logger.exception("session %s crashed", session_id)
+            finally:
+                await self._discard_session(session_id, transport)
+
+    def _bind(self, transport: StreamableHTTPServerTransport) -> SessionEventStore:
+        """Give a session's transport its own store view, before any event is stored.
+
+        The transport is built by the SDK (arguments vary between versions);
+        only its class is changed, to :class:`ReplayTransport` layered over
+        whatever class it had.
+        """
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        view = self._replay_store.for_session(session_id, self._replica)
+
+        async def discard() -> None:
+            await self._discard_session(session_id, transport)
+
+        def on_failure(exc: BaseException) -> None:
+            self._replica.spawn(discard)
+            if self._task_group is not None and not self._replica.running:
+                self._task_group.start_soon(discard)
+
+        view.discard = discard
+        view.on_failure = on_failure
+        transport._event_store = view
+        transport.__class__ = _combine(ReplayTransport, type(transport))
+        self._replica.views[session_id] = view
+        return view
+
+    async def _discard_session(
+        self, session_id: str, transport: StreamableHTTPServerTransport
+    ) -> None:
+        """Forget the session in this process only: it lives on in the store and elsewhere."""
+        await super()._discard_session(session_id, transport)
+        view = transport._event_store
+        if isinstance(view, SessionEventStore):
+            view.close_local()
+            if self._replica.views.get(session_id) is view:
+                del self._replica.views[session_id]
+            self._replica.release_session(session_id)
+
+    # ---------------------------------------------------------------- other replicas
+
+    def _transport(self, session_id: str) -> ReplayTransport | None:
+        transport = self._server_instances.get(session_id)
+        return transport if isinstance(transport, ReplayTransport) else None
+
+    def _ended_elsewhere(self, session_id: str) -> None:
+        transport = self._transport(session_id)
+        if transport is not None:
+            self._replica.spawn(self._discard_session, session_id, transport)
+
+    def _forwarded(self, session_id: str, body: str) -> None:
+        transport = self._transport(session_id)
+        if transport is None:
+            logger.info("forwarded message for session %s, which is not served here", session_id)
+            return
+        self._replica.spawn(transport.deliver_forwarded, body)
+
+    def _taken_over(self, session_id: str, sequence: str) -> None:
+        transport = self._transport(session_id)
+        if transport is not None:
+            view = transport.replay_store
+            if view is not None:
+                view.close_stream(sequence)
+            transport.close_sdk_stream(sequence)
+
+
+def _restore(connection: Connection, record: dict[str, str]) -> None:
+    """The connection state ``initialize`` left on the replica that created the session."""
+    connection.protocol_version = record.get("version") or connection.protocol_version
+    client = record.get("client")
+    if client:
+        connection.client_params = InitializeRequestParams.model_validate_json(
+            client, by_name=False
+        )
+    connection.initialized.set()
+
+
+def _error_body(message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": message}}
+
+
+def _unavailable() -> Response:
+    body = _error_body("Service Unavailable: the replay store cannot be reached; retry later")
+    body["error"]["data"] = {"verdict": None, "reason": "storage_error"}
+    return Response(
+        json.dumps(body),
+        status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),
+        media_type="application/json",
+        headers={"Retry-After": str(RETRY_AFTER)},
+    )
+
+
+async def _send_and_report_status(
+    app: Any, scope: Scope, receive: Receive, send: Send
+) -> int | None:
+    status: int | None = None
+
+    async def watch_status(message: Any) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    await app(scope, receive, watch_status)
+    return status
+
+
+class _ServesStreamableHTTP(Protocol):
+    """``MCPServer`` and the low-level ``Server`` both have these."""
+
+    def streamable_http_app(self, **kwargs: Any) -> Starlette: ...
+
+    @property
+    def session_manager(self) -> StreamableHTTPSessionManager: ...
+
+
+def streamable_http_app(
+    server: Any,
+    buffer: ReplayBuffer | ReplayEventStore,
+    *,
+    observer: ResumptionObserver | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    check_interval: float = DEFAULT_CHECK_INTERVAL,
+    **kwargs: Any,
+) -> Starlette:
+    """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
+
+    ``server`` is an ``MCPServer`` or a low-level ``Server``; ``kwargs`` are
+    those of its ``streamable_http_app`` (``retry_interval``,
+    ``streamable_http_path``, ``transport_security``, ``host`` …), except
+    ``event_store``. Apps built on one buffer URL are replicas of each other.
+    The buffer is not closed by the app: close it in your own lifespan or at exit.
+    """
+    if "event_store" in kwargs:
+        raise TypeError("pass the buffer instead of event_store")
+    store = as_event_store(buffer, observer)
+    typed = cast(_ServesStreamableHTTP, server)
+    app = typed.streamable_http_app(event_store=store, **kwargs)
+    ReplaySessionManager.adopt(
+        typed.session_manager, store, lease_ttl=lease_ttl, check_interval=check_interval
+    )
+    return app

@@ -1,0 +1,65 @@
+"""JSON-RPC messages as the store keeps them, and the names of their streams.
+
+One helper answers "is this a response" for the whole package, and one
+function maps an SDK stream id (the standalone GET stream, or a request id of
+any length) to the sequence name it is stored under, the same on every
+replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from mcp.server.streamable_http import GET_STREAM_KEY
+from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse, jsonrpc_message_adapter
+
+__all__ = [
+    "GET_STREAM",
+    "decode_message",
+    "encode_message",
+    "is_response",
+    "sequence_name",
+]
+
+#: The SDK's name for the standalone GET stream of a session (messages tied to no request).
+GET_STREAM = GET_STREAM_KEY
+
+#: Longest stream id stored as it is; the store accepts sequence names of up
+#: to 256 UTF-8 bytes, and JSON-RPC request ids (the SDK's stream ids) have no
+#: length limit.
+_LONGEST_PLAIN = 128
+
+
+def encode_message(message: JSONRPCMessage) -> bytes:
+    """The stored form of a message: exactly the JSON the SDK puts in an SSE ``data:`` field."""
+    return message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8")
+
+
+def decode_message(payload: bytes) -> JSONRPCMessage:
+    """Parse a stored payload back with the SDK's own JSON-RPC message adapter."""
+    return jsonrpc_message_adapter.validate_json(payload, by_name=False)
+
+
+def is_response(message: object) -> bool:
+    """True for a JSON-RPC response or error: the message that ends a request's stream."""
+    return isinstance(message, JSONRPCResponse | JSONRPCError)
+
+
+def sequence_name(stream_id: str) -> str:
+    """The sequence a stream is stored under: itself, or a digest of an overlong id.
+
+    Deterministic, so every replica maps a request id to the same sequence.
+    Ids the store cannot name a sequence with (too long, empty, with NUL or
+    lone surrogates) become a digest starting with ``#``; a short id that
+    starts with ``#`` is hashed as well, so the two kinds never collide.
+    """
+    raw = stream_id.encode("utf-8", "surrogatepass")
+    plain = (
+        0 < len(raw) <= _LONGEST_PLAIN
+        and not stream_id.startswith("#")
+        and "\x00" not in stream_id
+        and not any(0xD800 <= ord(c) <= 0xDFFF for c in stream_id)
+    )
+    if plain:
+        return stream_id
+    return "#" + hashlib.sha256(raw).hexdigest()

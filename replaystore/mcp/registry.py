@@ -1,0 +1,285 @@
+"""The session registry: what any replica needs to serve a session, and request leases.
+
+Kept next to the session's events, in the same store:
+
+- **the session record**, written when ``initialize`` is answered: the
+  negotiated protocol version and the client's ``initialize`` parameters (so
+  another replica can rebuild the SDK's connection in its initialized
+  state), the credential that created it, and the standalone GET stream's
+  mark. A replica adopts a session only if its record exists: nothing is
+  conjured from a client-chosen id.
+- **leases**: the replica running a request holds a lease on its stream,
+  renewed while it runs. A lease that lapses (replica killed, partition) lets
+  another replica end the stream with an error response, once: the *end
+  claim* is a set-if-absent marker.
+
+On Redis every key of a session carries the session's hash tag, so on a
+cluster they live in the slot of the session's events. On ``memory://NAME``
+every buffer of the process naming the store shares one registry.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+from ..buffer import ReplayBuffer
+from ..errors import StorageError
+
+__all__ = ["MemoryRegistry", "RedisRegistry", "Registry", "registry_for"]
+
+
+class Registry(ABC):
+    """Session records, leases and end claims of one store."""
+
+    @abstractmethod
+    async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
+        """Create or replace the record of ``session`` (expiring after ``ttl`` seconds)."""
+
+    @abstractmethod
+    async def get_session(self, session: str) -> dict[str, str] | None:
+        """The record, or None if the store does not know the session (or it ended)."""
+
+    @abstractmethod
+    async def update_session(self, session: str, fields: dict[str, str]) -> None:
+        """Change fields of an existing record (never creates one)."""
+
+    @abstractmethod
+    async def touch_session(self, session: str, ttl: float) -> None:
+        """Push the record's expiry back."""
+
+    @abstractmethod
+    async def drop_session(self, session: str) -> None:
+        """Forget the record: every replica answers 404 for the session from now on."""
+
+    @abstractmethod
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
+        """Take (or take back) the lease of a request's stream for ``ttl`` seconds."""
+
+    @abstractmethod
+    async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
+        """Extend leases held by ``owner``; False where the lease was lost."""
+
+    @abstractmethod
+    async def release(self, session: str, stream: str, owner: str) -> None:
+        """Drop a lease, if ``owner`` still holds it."""
+
+    @abstractmethod
+    async def owner(self, session: str, stream: str) -> str | None:
+        """The replica holding the lease of a stream, or None (never leased, finished or lapsed)."""
+
+    @abstractmethod
+    async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
+        """True for exactly one caller: the one that ends a stream whose lease lapsed."""
+
+
+# ---------------------------------------------------------------- memory
+
+
+class _MemoryState:
+    def __init__(self) -> None:
+        self.records: dict[str, tuple[dict[str, str], float]] = {}
+        self.leases: dict[tuple[str, str], tuple[str, float]] = {}
+        self.ends: dict[tuple[str, str], float] = {}
+
+
+_MEMORY: weakref.WeakKeyDictionary[Any, _MemoryState] = weakref.WeakKeyDictionary()
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+class MemoryRegistry(Registry):
+    """The registry of a memory store, shared by every buffer using that store."""
+
+    def __init__(self, key: Any) -> None:
+        state = _MEMORY.get(key)
+        if state is None:
+            state = _MEMORY[key] = _MemoryState()
+        self._state = state
+
+    async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
+        self._state.records[session] = (dict(fields), _deadline(ttl))
+
+    async def get_session(self, session: str) -> dict[str, str] | None:
+        entry = self._state.records.get(session)
+        if entry is None:
+            return None
+        if entry[1] <= _now():
+            del self._state.records[session]
+            return None
+        return dict(entry[0])
+
+    async def update_session(self, session: str, fields: dict[str, str]) -> None:
+        if await self.get_session(session) is not None:
+            self._state.records[session][0].update(fields)
+
+    async def touch_session(self, session: str, ttl: float) -> None:
+        record = await self.get_session(session)
+        if record is not None:
+            self._state.records[session] = (self._state.records[session][0], _deadline(ttl))
+
+    async def drop_session(self, session: str) -> None:
+        self._state.records.pop(session, None)
+
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
+        self._state.leases[(session, stream)] = (owner, _deadline(ttl))
+
+    async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
+        kept = []
+        for key in leases:
+            held = await self.owner(*key) == owner
+            if held:
+                self._state.leases[key] = (owner, _deadline(ttl))
+            kept.append(held)
+        return kept
+
+    async def release(self, session: str, stream: str, owner: str) -> None:
+        if await self.owner(session, stream) == owner:
+            del self._state.leases[(session, stream)]
+
+    async def owner(self, session: str, stream: str) -> str | None:
+        entry = self._state.leases.get((session, stream))
+        if entry is None:
+            return None
+        if entry[1] <= _now():
+            del self._state.leases[(session, stream)]
+            return None
+        return entry[0]
+
+    async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
+        key = (session, stream)
+        until = self._state.ends.get(key)
+        if until is not None and until > _now():
+            return False
+        self._state.ends[key] = _deadline(ttl)
+        return True
+
+
+def _deadline(ttl: float | None) -> float:
+    return float("inf") if ttl is None else _now() + ttl
+
+
+# ---------------------------------------------------------------- redis
+
+# Compare-and-delete / compare-and-extend: only the holder may release or renew.
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+_RENEW = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+)
+_UPDATE = (
+    "if redis.call('EXISTS', KEYS[1]) == 1 then "
+    "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1 end return 0"
+)
+
+
+class RedisRegistry(Registry):
+    """The registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self._client = backend.client
+
+    def _base(self, session: str) -> str:
+        key_base = getattr(self._backend, "key_base", None)
+        if callable(key_base):
+            return str(key_base(session))
+        # The same hash-tagged base as the backend's own keys of the session.
+        tag = session if "{" not in session and "}" not in session else " " + session.encode().hex()
+        return f"{self._backend.prefix}{{{tag}}}"
+
+    def _record(self, session: str) -> str:
+        return f"{self._base(session)}:mcp"
+
+    def _lease(self, session: str, stream: str) -> str:
+        return f"{self._base(session)}:mcp:lease:{stream}"
+
+    def _end(self, session: str, stream: str) -> str:
+        return f"{self._base(session)}:mcp:end:{stream}"
+
+    async def _call(self, what: str, coro: Any) -> Any:
+        try:
+            return await coro
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise StorageError(f"session registry {what} failed on redis: {exc}") from exc
+
+    async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
+        key = self._record(session)
+
+        async def write() -> None:
+            await self._client.delete(key)
+            await self._client.hset(key, mapping=fields)
+            if ttl is not None:
+                await self._client.pexpire(key, int(ttl * 1000))
+
+        await self._call("write", write())
+
+    async def get_session(self, session: str) -> dict[str, str] | None:
+        raw = await self._call("read", self._client.hgetall(self._record(session)))
+        if not raw:
+            return None
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def update_session(self, session: str, fields: dict[str, str]) -> None:
+        args = [part for item in fields.items() for part in item]
+        await self._call("update", self._client.eval(_UPDATE, 1, self._record(session), *args))
+
+    async def touch_session(self, session: str, ttl: float) -> None:
+        await self._call("touch", self._client.pexpire(self._record(session), int(ttl * 1000)))
+
+    async def drop_session(self, session: str) -> None:
+        await self._call("drop", self._client.delete(self._record(session)))
+
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
+        key = self._lease(session, stream)
+        await self._call("lease", self._client.set(key, owner, px=int(ttl * 1000)))
+
+    async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
+        kept = []
+        for session, stream in leases:
+            key = self._lease(session, stream)
+            done = await self._call(
+                "renew", self._client.eval(_RENEW, 1, key, owner, int(ttl * 1000))
+            )
+            kept.append(bool(done))
+        return kept
+
+    async def release(self, session: str, stream: str, owner: str) -> None:
+        await self._call(
+            "release", self._client.eval(_RELEASE, 1, self._lease(session, stream), owner)
+        )
+
+    async def owner(self, session: str, stream: str) -> str | None:
+        raw = await self._call("lease read", self._client.get(self._lease(session, stream)))
+        return None if raw is None else _text(raw)
+
+    async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
+        key = self._end(session, stream)
+        won = await self._call("claim", self._client.set(key, "1", nx=True, px=int(ttl * 1000)))
+        return bool(won)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def registry_for(buffer: ReplayBuffer) -> Registry:
+    """The registry living in the same store as ``buffer``'s events."""
+    backend = buffer.backend
+    if hasattr(backend, "client") and hasattr(backend, "prefix"):
+        return RedisRegistry(backend)
+    return MemoryRegistry(_memory_key(backend))
+
+
+def _memory_key(backend: Any) -> Any:
+    """What buffers sharing one memory store have in common (the store itself)."""
+    return getattr(backend, "_store", backend)

@@ -1,0 +1,275 @@
+"""Every private name of the MCP SDK and of FastMCP this package relies on, checked at import.
+
+The official SDK offers no public way to store sessions elsewhere, to adopt a
+session in another process, or to answer a resumption before the SSE response
+starts, so :mod:`replaystore.mcp` overrides and reads a handful of private
+methods and attributes. A renamed one would otherwise fail silently (a
+resumption falling back to the SDK's empty 200, a session never adopted).
+This module lists them all in one place and checks, when
+:mod:`replaystore.mcp` is imported, that each still exists with the shape
+used here; if one is missing, the import fails with
+:class:`SDKCompatibilityError` naming the installed versions and the tested
+ranges, instead of misbehaving at run time.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_connection
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+__all__ = [
+    "TESTED_FASTMCP",
+    "TESTED_MCP",
+    "Requirement",
+    "SDKCompatibilityError",
+    "check",
+    "requirements",
+]
+
+#: The SDK and FastMCP ranges this package is tested against (also pinned in
+#: the package metadata).
+TESTED_MCP = ">=2.3,<2.4"
+TESTED_FASTMCP = ">=4.2,<4.3"
+
+
+class SDKCompatibilityError(ImportError):
+    """The installed MCP SDK (or FastMCP) lacks a private name this package overrides."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One private name: where it lives, what it is, and why it is needed."""
+
+    owner: str
+    name: str
+    kind: str  # "method", "attribute" (on an instance), "parameter" (of a callable)
+    why: str
+
+
+# How to get an object to look a name up on, per owner.
+_OWNERS: dict[str, Callable[[], Any]] = {
+    "StreamableHTTPSessionManager": lambda: StreamableHTTPSessionManager,
+    "StreamableHTTPSessionManager()": lambda: StreamableHTTPSessionManager(app=object()),  # type: ignore[arg-type]
+    "StreamableHTTPServerTransport": lambda: StreamableHTTPServerTransport,
+    "StreamableHTTPServerTransport()": lambda: StreamableHTTPServerTransport(mcp_session_id=None),
+    "StreamableHTTPServerTransport.__init__": lambda: StreamableHTTPServerTransport.__init__,
+    "JSONRPCDispatcher": lambda: JSONRPCDispatcher,
+    "Connection.for_loop": lambda: Connection.for_loop,
+    "serve_connection": lambda: serve_connection,
+    "FastMCPStreamableHTTPSessionManager()": lambda: _fastmcp_manager(),
+}
+
+
+def _fastmcp_manager() -> Any:
+    from fastmcp.server.http import FastMCPStreamableHTTPSessionManager
+
+    return FastMCPStreamableHTTPSessionManager(app=object())
+
+
+_REQUIREMENTS: tuple[Requirement, ...] = (
+    # The session manager: admission, discard, adoption of a session known to the store.
+    Requirement(
+        "StreamableHTTPSessionManager",
+        "_admit_session",
+        "method",
+        "gives each new session its store view before anything is stored",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager",
+        "_discard_session",
+        "method",
+        "forgets a session in this process only",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager",
+        "_handle_stateful_request",
+        "method",
+        "adopts a session the store knows before the SDK answers 404",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager",
+        "_serve_opening_request",
+        "method",
+        "runs the session loop with replica-unique server request ids",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager()",
+        "_server_instances",
+        "attribute",
+        "the process's session table, where adopted sessions are registered",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager()",
+        "_session_owners",
+        "attribute",
+        "the credential that created each session",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager()", "_task_group", "attribute", "where session loops run"
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager()",
+        "_lifespan_state",
+        "attribute",
+        "handed to every session loop",
+    ),
+    Requirement(
+        "StreamableHTTPSessionManager()",
+        "_session_creation_lock",
+        "attribute",
+        "serializes admission, as the SDK does",
+    ),
+    # The transport: resumption answered before the SSE response starts.
+    Requirement(
+        "StreamableHTTPServerTransport",
+        "_handle_get_request",
+        "method",
+        "plain GETs attach through the store",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport",
+        "_handle_post_request",
+        "method",
+        "client answers to another replica's requests are forwarded there",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport",
+        "_handle_delete_request",
+        "method",
+        "DELETE ends the session on every replica",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport",
+        "_replay_events",
+        "method",
+        "GET + Last-Event-ID resolves before answering (404 on a failed verdict)",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport",
+        "_validate_request_headers",
+        "method",
+        "the SDK's own header checks, kept for plain GETs",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport",
+        "_create_event_data",
+        "method",
+        "the SDK's SSE framing of a message",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport()",
+        "_event_store",
+        "attribute",
+        "replaced by the session's store view",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport()",
+        "_retry_interval",
+        "attribute",
+        "sent with priming events",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport()",
+        "_read_stream_writer",
+        "attribute",
+        "where forwarded client messages enter the session loop",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport.__init__",
+        "idle_timeout",
+        "parameter",
+        "adopted sessions are built like admitted ones",
+    ),
+    Requirement(
+        "StreamableHTTPServerTransport.__init__",
+        "retry_interval",
+        "parameter",
+        "adopted sessions are built like admitted ones",
+    ),
+    # The session loop: a connection rebuilt in its initialized state.
+    Requirement(
+        "JSONRPCDispatcher",
+        "_allocate_id",
+        "method",
+        "server-to-client request ids name the replica that sent them",
+    ),
+    Requirement(
+        "Connection.for_loop",
+        "session_id",
+        "parameter",
+        "an adopted session's loop is built like the SDK's",
+    ),
+    Requirement(
+        "serve_connection", "lifespan_state", "parameter", "drives an adopted session's loop"
+    ),
+    # FastMCP (checked only when it is installed).
+    Requirement(
+        "FastMCPStreamableHTTPSessionManager()",
+        "_shared_event_store",
+        "attribute",
+        "the store FastMCP wraps per transport; found again when its manager is adopted",
+    ),
+)
+
+
+def requirements() -> tuple[Requirement, ...]:
+    """Every private SDK name used by :mod:`replaystore.mcp`."""
+    return _REQUIREMENTS
+
+
+def _missing(requirement: Requirement, owners: dict[str, Callable[[], Any]]) -> bool:
+    try:
+        target = owners[requirement.owner]()
+    except ImportError:  # an optional package (FastMCP) that is not installed
+        return False
+    if requirement.kind == "parameter":
+        return requirement.name not in inspect.signature(target).parameters
+    if requirement.kind == "method":
+        return not callable(getattr(target, requirement.name, None))
+    return not hasattr(target, requirement.name)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def check(
+    reqs: Iterable[Requirement] | None = None,
+    owners: dict[str, Callable[[], Any]] | None = None,
+    *,
+    fastmcp: bool = False,
+) -> None:
+    """Raise :class:`SDKCompatibilityError` unless every private name is there.
+
+    FastMCP's names are checked only with ``fastmcp=True`` (by
+    :func:`~replaystore.mcp.fastmcp_http_app`), so that SDK-only servers do
+    not pay for importing FastMCP. ``reqs`` and ``owners`` default to this
+    package's own list; tests pass others to see the check fail.
+    """
+    lookup = _OWNERS if owners is None else {**_OWNERS, **owners}
+    if reqs is None:
+        reqs = [r for r in _REQUIREMENTS if fastmcp or not r.owner.startswith("FastMCP")]
+    gone = [r for r in reqs if _missing(r, lookup)]
+    if not gone:
+        return
+    listing = "; ".join(f"{r.owner}.{r.name} ({r.kind}: {r.why})" for r in gone)
+    raise SDKCompatibilityError(
+        f"replaystore.mcp does not support the installed MCP SDK (mcp {_version('mcp')}, "
+        f"fastmcp {_version('fastmcp')}; tested: mcp {TESTED_MCP}, fastmcp {TESTED_FASTMCP}): "
+        f"missing {listing}"
+    )
+
+
+check()
