@@ -39,6 +39,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import ClusterDownError, MaxConnectionsError, SlotNotCoveredError
+from redis.maint_notifications import MaintNotificationsConfig
 
 from ..errors import UnsupportedURLError
 
@@ -96,6 +97,14 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
             # of sessions slows down rather than turning into StorageErrors.
             options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
             options["timeout"] = pool_timeout
+            # With maintenance notifications on ("auto", redis-py's default on
+            # RESP3) the pool skips its check-out test for connections the
+            # server closed, so the first call after a Redis restart fails
+            # on a dead pooled connection. Off, a closed connection is
+            # replaced before anything is sent on it.
+            options.setdefault(
+                "maint_notifications_config", MaintNotificationsConfig(enabled=False)
+            )
             pool = aioredis.BlockingConnectionPool.from_url(rest, **options)
             client = aioredis.Redis.from_pool(pool)  # closes the pool on aclose()
     except (ValueError, TypeError) as exc:

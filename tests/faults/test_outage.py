@@ -1,0 +1,217 @@
+"""Redis restarted, down, hung or partitioned away: truthful verdicts, bounded errors, recovery.
+
+One Redis of this module alone (the faults kill, stop and restart it). The
+buffers use short timeouts from the URL (``socket_connect_timeout``,
+``socket_timeout``), which is also how an operator tunes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
+from replaystore.testing import ServerHandle, TcpProxy, redis_server_binary, start_standalone
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+TIMEOUTS = "?socket_connect_timeout=0.5&socket_timeout=0.5"
+HANG_GUARD = 10.0
+"""Far above the configured timeouts: a call still running then is a hang, not a slow error."""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerHandle]:
+    handle = start_standalone(redis_server_binary())
+    yield handle
+    handle.stop()
+
+
+async def _warm(buf: ReplayBuffer, session: str) -> list[str]:
+    """A session with events, and several pooled connections (a restart leaves them dead)."""
+    await buf.open_session(session)
+    ids = await buf.append_many(session, "q", [b"a", b"b", b"c"])
+    await asyncio.gather(*(buf.resolve(session, ids[0]) for _ in range(8)))
+    return ids
+
+
+Operation = Callable[[ReplayBuffer, str, str], Awaitable[Any]]
+
+# Every operation that needs the store, as (name, call with a session and a cursor).
+OPERATIONS: list[tuple[str, Operation]] = [
+    ("open_session", lambda b, s, c: b.open_session(s)),
+    ("session_info", lambda b, s, c: b.session_info(s)),
+    ("append", lambda b, s, c: b.append(s, "q", b"x")),
+    ("append_many", lambda b, s, c: b.append_many(s, "q", [b"x", None])),
+    ("resolve", lambda b, s, c: b.resolve(s, c)),
+    ("resolve_and_replay", lambda b, s, c: b.resolve_and_replay(s, c)),
+    ("close_session", lambda b, s, c: b.close_session(s)),
+]
+
+
+# -- restart without persistence ----------------------------------------------------------
+
+
+IDEMPOTENT_FIRST_CALLS: list[tuple[str, Operation]] = [
+    ("resolve", lambda b, s, c: b.resolve(s, c)),
+    ("session_info", lambda b, s, c: b.session_info(s)),
+    ("open_session", lambda b, s, c: b.open_session(s)),
+    ("close_session", lambda b, s, c: b.close_session(s)),
+    ("resolve_and_replay", lambda b, s, c: b.resolve_and_replay(s, c)),
+]
+
+
+@pytest.mark.parametrize(
+    "first_call",
+    [op for _, op in IDEMPOTENT_FIRST_CALLS],
+    ids=[name for name, _ in IDEMPOTENT_FIRST_CALLS],
+)
+async def test_first_call_after_a_restart_succeeds(
+    server: ServerHandle, prefix: str, first_call: Operation
+) -> None:
+    """No error on the connections a restart left dead in the pool.
+
+    The restart runs in a thread, as it would elsewhere: the event loop is
+    free meanwhile and sees its pooled connections being closed.
+    """
+    async with ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf:
+        ids = await _warm(buf, "s")
+        await asyncio.to_thread(server.restart)
+        await first_call(buf, "s", ids[0])  # must not raise
+        # And the store's answer is the truth after the restart: the session is gone.
+        gone = await buf.resolve("s", ids[0])
+        assert gone.verdict in (Verdict.UNKNOWN_SESSION, Verdict.FOREIGN_CURSOR), gone
+
+
+async def test_first_append_after_a_restart_is_judged_not_an_error(
+    server: ServerHandle, prefix: str
+) -> None:
+    """Even an append (never re-sent) gets a dead pooled connection replaced before it is sent."""
+    async with ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf:
+        await _warm(buf, "s")
+        await asyncio.to_thread(server.restart)
+        with pytest.raises(UnknownSessionError):
+            await buf.append("s", "q", b"x")
+
+
+async def test_first_call_right_after_a_restart_succeeds(server: ServerHandle, prefix: str) -> None:
+    """The worst case: the restart happens while the event loop is blocked, so the
+    pool cannot have noticed; the first idempotent call still must not fail."""
+    async with ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf:
+        ids = await _warm(buf, "s")
+        server.restart()
+        gone = await buf.resolve("s", ids[0])
+        assert gone.verdict is Verdict.UNKNOWN_SESSION, gone
+
+
+async def test_restart_old_cursors_fail_new_sessions_work_no_position_reused(
+    server: ServerHandle, prefix: str
+) -> None:
+    async with (
+        ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf,
+        ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as other,
+    ):
+        old = await _warm(buf, "s")
+        await _warm(other, "t")
+        old_epoch = old[0].rsplit("-", 1)[0]
+        await asyncio.to_thread(server.restart)
+
+        for replica in (buf, other):
+            gone = await replica.resolve("s", old[0])
+            assert gone.verdict is Verdict.UNKNOWN_SESSION, gone
+            assert gone.evidence.tombstone is None
+        # New sessions work at once, on both replicas.
+        fresh = await other.open_session("new")
+        assert await other.append("new", "q", b"n1") == f"{fresh.epoch}-1"
+        replay = await buf.resolve_and_replay("new", f"{fresh.epoch}-0")
+        assert [e.payload for e in replay.events] == [b"n1"]
+        # The old session id comes back under a new epoch: old cursors never resume into it.
+        again = await buf.open_session("s")
+        assert again.epoch != old_epoch
+        new = await buf.append_many("s", "q", [b"A", b"B", b"C", b"D"])
+        assert new == [f"{again.epoch}-{p}" for p in range(1, 5)]
+        for cursor in [*old, f"{old_epoch}-0"]:
+            probe = await other.resolve("s", cursor)
+            assert probe.verdict is Verdict.FOREIGN_CURSOR, (cursor, probe)
+            assert probe.events == []
+
+
+# -- outage: down, hung, partitioned ----------------------------------------------------------
+
+
+async def _every_operation_fails(buf: ReplayBuffer, session: str, cursor: str) -> None:
+    """Each operation raises StorageError, none hangs.
+
+    ``close_session`` targets a session of its own: a command sent to a hung
+    server or into a partition may still run once the server answers again.
+    """
+    failed = []
+    for name, op in OPERATIONS:
+        target = f"{session}-closing" if name == "close_session" else session
+        try:
+            async with asyncio.timeout(HANG_GUARD):
+                await op(buf, target, cursor)
+        except StorageError:
+            failed.append(name)
+    assert failed == [name for name, _ in OPERATIONS]
+
+
+async def test_redis_down_then_back(server: ServerHandle, prefix: str) -> None:
+    async with ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf:
+        ids = await _warm(buf, "s")
+        (pid,) = server.pids()
+        os.kill(pid, signal.SIGKILL)
+        await _every_operation_fails(buf, "s", ids[0])
+        server.restart()  # back, empty
+        info = await buf.open_session("s")
+        assert await buf.append("s", "q", b"back") == f"{info.epoch}-1"
+        assert (await buf.resolve("s", ids[0])).verdict is Verdict.FOREIGN_CURSOR
+
+
+async def test_redis_hung_then_continues(server: ServerHandle, prefix: str) -> None:
+    """A stopped process accepts connections and never answers: the read timeout bounds calls."""
+    async with ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf:
+        ids = await _warm(buf, "s")
+        (pid,) = server.pids()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await _every_operation_fails(buf, "s", ids[0])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await _session_survived(buf, "s", ids)
+
+
+async def test_partition_then_heals(server: ServerHandle, prefix: str) -> None:
+    """A silent network (sockets open, nothing delivered), then the partition heals."""
+    with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
+        async with ReplayBuffer.from_url(proxy.url() + TIMEOUTS, prefix=prefix) as buf:
+            ids = await _warm(buf, "s")
+            proxy.pause()
+            try:
+                await _every_operation_fails(buf, "s", ids[0])
+            finally:
+                proxy.resume()
+            await _session_survived(buf, "s", ids)
+
+
+async def _session_survived(buf: ReplayBuffer, session: str, ids: list[str]) -> None:
+    """After a hang or a partition the data is intact: old cursors resume, exactly.
+
+    Whatever a failed call did on the server (a timed-out append may have run
+    there) shows up as whole events after the cursor, never as a gap.
+    """
+    res = await buf.resolve_and_replay(session, ids[0])
+    assert res.verdict is Verdict.RESUMED, res
+    payloads = [e.payload for e in res.events]
+    assert payloads[:2] == [b"b", b"c"]
+    positions = [e.position for e in res.events]
+    assert positions == list(range(2, 2 + len(positions)))
+    try:
+        await buf.append(session, "q", b"after")
+    except UnknownSessionError:
+        pytest.fail("the session must outlive a hang or a partition")
