@@ -1,0 +1,119 @@
+"""``replaystore bench storm``: the command line of the storm benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .catalog import CATALOG
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="replaystore bench", description="Benchmarks against the stores people use."
+    )
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    storm = sub.add_parser(
+        "storm",
+        help="a reconnect storm, every reconnect judged against ground truth",
+        description="Sessions fill up, then most of their clients reconnect at once (some with "
+        "a conflated, evicted, ahead or foreign cursor, or a second connection) while writers "
+        "keep appending. Every store answers the same reconnects; each answer is judged "
+        "against what was stored. Prints a markdown table; the progress bar goes to stderr.",
+    )
+    storm.add_argument(
+        "--url",
+        default="memory://",
+        help="backend: memory:// (one process) or redis://host:port/db (default: memory://)",
+    )
+    storm.add_argument(
+        "--spawn-redis",
+        action="store_true",
+        help="start a throw-away redis-server (from PATH) on a free loopback port and use it",
+    )
+    storm.add_argument("--sessions", type=int, default=1000, help="sessions (default: 1000)")
+    storm.add_argument(
+        "--replicas",
+        type=int,
+        default=2,
+        help="replica processes sharing the Redis (default: 2; memory:// runs one)",
+    )
+    storm.add_argument(
+        "--store",
+        action="append",
+        choices=sorted(CATALOG),
+        dest="stores",
+        help="a store to run (repeat; default: every store that runs on the URL)",
+    )
+    storm.add_argument("--events", type=int, default=4, help="mean events per stream (default: 4)")
+    storm.add_argument(
+        "--share", type=float, default=0.8, help="share of the sessions that reconnect (0.8)"
+    )
+    storm.add_argument(
+        "--pathology-rate",
+        type=float,
+        default=0.1,
+        help="share of the reconnects that are pathological, split evenly over the kinds (0.1)",
+    )
+    storm.add_argument(
+        "--concurrency", type=int, default=32, help="calls in flight per replica (default: 32)"
+    )
+    storm.add_argument(
+        "--append-rate",
+        type=float,
+        default=400.0,
+        help="appends per second, all replicas together, during the storm (default: 400)",
+    )
+    storm.add_argument("--seed", type=int, default=20_251_202, help="workload seed")
+    storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    storm.add_argument("--plots", type=Path, help="write PNG plots into this directory")
+    storm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from .plots import write_plots
+    from .report import markdown
+    from .storm import Options, run_storm
+
+    for name, value in (("--sessions", args.sessions), ("--replicas", args.replicas)):
+        if value < 1:
+            print(f"replaystore bench: {name} must be at least 1", file=sys.stderr)
+            return 2
+    options = Options(
+        url=args.url,
+        sessions=args.sessions,
+        replicas=args.replicas,
+        stores=args.stores or [],
+        events=args.events,
+        share=args.share,
+        pathology_rate=args.pathology_rate,
+        concurrency=args.concurrency,
+        append_rate=args.append_rate,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    if args.spawn_redis:
+        from ..testing.servers import redis_server_binary, start_standalone
+
+        with start_standalone(redis_server_binary(), "redis") as handle:
+            options.url = handle.url
+            report = run_storm(options)
+        report["meta"]["redis_started_by_command"] = True
+    else:
+        report = run_storm(options)
+    print(markdown(report))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"\nJSON: {args.json}")
+    if args.plots is not None:
+        for path in write_plots(report, args.plots):
+            print(f"plot: {path}")
+    return 0

@@ -1,0 +1,86 @@
+"""PNG plots of a storm report (matplotlib, no display needed).
+
+- ``latency_cdf.png``: resume latency CDF per store;
+- ``throughput.png``: resumes/s and appends/s per store;
+- ``cost_by_history.png``: median resume latency against the session's history size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_plots"]
+
+
+def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
+    """Write the three plots into ``directory``; return their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    stores = report["stores"]
+    title = (
+        f"{report['meta']['options']['sessions']:,} sessions, "
+        f"{report['meta']['options']['replicas']} replica(s), {report['meta']['backend']}"
+    )
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for s in stores:
+        xs = s["latency_cdf_ms"]
+        ax.plot(xs, [q / 100 for q in range(len(xs))], label=s["name"])
+    ax.set_xscale("log")
+    ax.set_xlabel("resume latency (ms, log)")
+    ax.set_ylabel("fraction of resumes")
+    ax.set_title(f"Resume latency CDF: {title}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, directory / "latency_cdf.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    names = [s["name"] for s in stores]
+    width = 0.4
+    xs = list(range(len(names)))
+    ax.bar(
+        [x - width / 2 for x in xs],
+        [s["resumes_per_s"] or 0 for s in stores],
+        width,
+        label="resumes/s",
+    )
+    ax.bar(
+        [x + width / 2 for x in xs],
+        [s["appends_per_s"] or 0 for s in stores],
+        width,
+        label="appends/s",
+    )
+    ax.set_xticks(xs, names, rotation=20, fontsize=8)
+    ax.set_ylabel("per second")
+    ax.set_title(f"Throughput: {title}", fontsize=10)
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, directory / "throughput.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for s in stores:
+        points = sorted((int(k), v["p50_ms"]) for k, v in s["latency_by_history"].items())
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=s["name"])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("events in the session before the storm (bucket, log2)")
+    ax.set_ylabel("median resume latency (ms, log)")
+    ax.set_title(f"Resume cost against history size: {title}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, directory / "cost_by_history.png"))
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -1,0 +1,76 @@
+"""The storm's report as a markdown table (stdout, and ``docs/benchmarks.md``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["markdown"]
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    meta = report["meta"]
+    opts = meta["options"]
+    lines = [
+        f"Reconnect storm: {opts['sessions']:,} sessions, {opts['replicas']} replica "
+        f"process(es), {meta['backend']} backend, {meta['machine']['cpu_count']} CPUs, "
+        f"{meta['seconds']} s",
+        "",
+        "| store | resumes/s | p50 ms | p99 ms | p999 ms | appends/s "
+        "| Redis CPU µs/resume | µs/append | resumes per Redis CPU-s | bytes/event "
+        "| reconnects | exact | dup | loss | wrong stream | failures (correct/incorrect) "
+        "| incorrect verdicts |",
+        "|---|" + "---:|" * 16,
+    ]
+    for s in report["stores"]:
+        redis = s.get("redis", {})
+        lines.append(
+            f"| {s['name']} | {_num(s['resumes_per_s'])} | {_num(s['p50_ms'], 2)} "
+            f"| {_num(s['p99_ms'], 2)} | {_num(s['p999_ms'], 2)} | {_num(s['appends_per_s'])} "
+            f"| {_num(redis.get('cpu_us_per_resume'), 1)} "
+            f"| {_num(redis.get('cpu_us_per_append'), 1)} "
+            f"| {_num(redis.get('resumes_per_redis_cpu_s'))} "
+            f"| {_num(redis.get('bytes_per_event'))} | {_num(s['reconnects'])} "
+            f"| {_num(s['exact'])} | {_num(s['duplicates'])} | {_num(s['losses'])} "
+            f"| {_num(s['wrong_stream'])} "
+            f"| {_num(s['correct_failures'])}/{_num(s['incorrect_failures'])} "
+            f"| {_num(s['incorrect_verdicts'])} |"
+        )
+    for u in report["unavailable"]:
+        lines.append(f"| {u['name']} | not run: {u['reason']} |" + " |" * 15)
+    kinds = _kinds(report)
+    if kinds:
+        lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
+        lines += kinds
+    if report.get("targets"):
+        lines += ["", "| replaystore figure | target | measured | met |", "|---|---|---:|---|"]
+        for t in report["targets"]:
+            met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+            lines.append(f"| {t['figure']} | {t['target']} | {_num(t['value'], 2)} | {met} |")
+    return "\n".join(lines)
+
+
+def _kinds(report: dict[str, Any]) -> list[str]:
+    stores = report["stores"]
+    if not stores:
+        return []
+    kinds = sorted({k for s in stores for k in s["outcomes_by_kind"]})
+    lines = ["| store | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for s in stores:
+        cells = []
+        for k in kinds:
+            c = s["outcomes_by_kind"].get(k, {})
+            failed = c.get("correct_failure", 0) + c.get("incorrect_failure", 0)
+            cells.append(
+                f"{c.get('exact', 0)}/{c.get('duplicate', 0)}/{c.get('loss', 0)}"
+                f"/{c.get('wrong_stream', 0)}/{failed}"
+            )
+        lines.append(f"| {s['name']} | " + " | ".join(cells) + " |")
+    return lines

@@ -1,0 +1,432 @@
+"""The reconnect storm: every store, the same workload, the same replicas, one Redis.
+
+For each store in turn:
+
+1. **fill**: the replica processes open their sessions and append every
+   stream's events, as fast as ``concurrency`` callers per replica go
+   (appends/s, Redis CPU and memory per event are read over this phase);
+2. **storm**: the reconnects hit at once, ``concurrency`` in flight per
+   replica, while writers keep appending to the live streams at a steady rate
+   (resumes/s, latency, Redis CPU per resume);
+3. every answer is judged against the ground truth (:mod:`.truth`), and the
+   store's keys are deleted.
+
+The stores run one after another on the same Redis, so each has the server to
+itself while it is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..testing.replicas import ReplicaPool
+from .catalog import CATALOG, available
+from .progress import Bar
+from .redis_cost import RedisProbe, Sample
+from .stores import EVICTED_PREFIX, StoreSpec, is_redis_url
+from .truth import Tally, judge
+from .workload import PATHOLOGIES, Reconnect, SessionPlan, plan_reconnects, plan_sessions
+
+__all__ = ["Options", "run_storm"]
+
+_WORKER = "replaystore.bench.worker:serve"
+
+
+@dataclass(slots=True)
+class Options:
+    url: str = "memory://"
+    sessions: int = 1000
+    replicas: int = 2
+    stores: list[str] = field(default_factory=list)  # empty: every store that runs on the URL
+    events: int = 4  # mean events per stream before the storm
+    share: float = 0.8  # of the sessions reconnect
+    pathology_rate: float = 0.1  # of the reconnects are pathological
+    concurrency: int = 32  # resumes (and fill callers) in flight per replica
+    append_rate: float = 400.0  # appends/s (all replicas) during the storm
+    writers: int = 4  # writer tasks per replica during the storm
+    retention: int = 1000  # events per session (replaystore) / per stream (others)
+    small_retention: int = 20  # the same, for the sessions of the evicted case
+    seed: int = 20_251_202
+    progress: bool = True
+
+
+def run_storm(options: Options) -> dict[str, Any]:
+    """Run the storm against every selected store; return the report (``docs/benchmarks.md``)."""
+    redis = is_redis_url(options.url)
+    replicas = options.replicas if redis else 1
+    names = options.stores or [n for n in CATALOG if available(n, redis) is None]
+    unavailable = {n: why for n in names if (why := available(n, redis)) is not None}
+    for name in CATALOG:
+        if name not in names and not options.stores:
+            why = available(name, redis)
+            if why is not None and not why.startswith(("needs", "memory://")):
+                unavailable[name] = why
+    runnable = [n for n in names if n not in unavailable]
+    sessions = plan_sessions(
+        options.sessions,
+        replicas=replicas,
+        events=options.events,
+        pathology_rate=options.pathology_rate,
+        small_retention=options.small_retention,
+        seed=options.seed,
+    )
+    run_id = secrets.token_hex(4)
+    report: dict[str, Any] = {
+        "meta": _meta(options, replicas, redis),
+        "stores": [],
+        "unavailable": [{"name": n, "reason": why} for n, why in unavailable.items()],
+    }
+    began = time.monotonic()
+    with (
+        asyncio.Runner() as runner,
+        Bar(enabled=options.progress) as bar,
+        ReplicaPool(_WORKER, replicas, threads=not redis) as pool,
+    ):
+        probe = RedisProbe(options.url) if redis else None
+        try:
+            if probe is not None:
+                report["meta"]["redis"] = runner.run(probe.server())
+            for name in runnable:
+                spec = StoreSpec(
+                    name,
+                    options.url,
+                    f"rsbench:{run_id}:{name}:",
+                    options.retention,
+                    options.small_retention,
+                )
+                measure = _Measure(runner, probe if CATALOG[name].backend else None)
+                result = _run_one(pool, spec, sessions, options, replicas, bar, measure)
+                report["stores"].append(result)
+                if probe is not None:
+                    runner.run(probe.delete_prefix(spec.prefix))
+        finally:
+            if probe is not None:
+                runner.run(probe.aclose())
+    report["meta"]["seconds"] = round(time.monotonic() - began, 1)
+    report["ratios"] = _ratios(report["stores"])
+    report["targets"] = _targets(report)
+    return report
+
+
+class _Measure:
+    """Redis samples around a phase (nothing on memory://)."""
+
+    def __init__(self, runner: asyncio.Runner, probe: RedisProbe | None) -> None:
+        self._runner = runner
+        self._probe = probe
+
+    @contextmanager
+    def phase(self, into: dict[str, Any]) -> Iterator[None]:
+        before: Sample | None = None
+        if self._probe is not None:
+            before = self._runner.run(self._probe.sample())
+        yield
+        if self._probe is not None and before is not None:
+            into.update(self._runner.run(self._probe.sample()).minus(before))
+
+
+def _run_one(
+    pool: ReplicaPool,
+    spec: StoreSpec,
+    sessions: list[SessionPlan],
+    options: Options,
+    replicas: int,
+    bar: Bar,
+    measure: _Measure,
+) -> dict[str, Any]:
+    entry = CATALOG[spec.name]
+    pool.call_all([("open", spec)] * replicas)
+    try:
+        normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
+        evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
+        fill_cost: dict[str, Any] = {}
+        total = sum(len(s.streams) * s.events_per_stream for s in sessions)
+        with bar.task(f"{spec.name}: fill", total) as advance:
+            with measure.phase(fill_cost):
+                fills = _per_replica(pool, "fill", normal, replicas, options, advance)
+            fills += _per_replica(pool, "fill", evicted, replicas, options, advance)
+        truth: dict[tuple[str, str], list[str]] = {}
+        for f in fills:
+            truth.update(f["truth"])
+        normal_fills = fills[:replicas]
+        appends = sum(f["appends"] for f in normal_fills)
+        fill_wall = max(f["ended"] for f in normal_fills) - min(f["began"] for f in normal_fills)
+
+        reconnects = plan_reconnects(
+            sessions,
+            truth,
+            replicas=replicas,
+            share=options.share,
+            pathology_rate=options.pathology_rate,
+            sticky=entry.sticky,
+            seed=options.seed,
+        )
+        by_id = {r.id: r for r in reconnects}
+        storm_cost: dict[str, Any] = {}
+        with bar.task(f"{spec.name}: storm", len(reconnects)) as advance, measure.phase(storm_cost):
+            storms = pool.call_all(
+                _storm_commands(reconnects, sessions, replicas, options),
+                on_progress=advance,
+            )
+    finally:
+        pool.call_all([("close", None)] * replicas)
+
+    done_at: dict[str, float] = {}
+    for s in storms:
+        for key, event_id, at in s["appended"]:
+            truth[key].append(event_id)
+            done_at[event_id] = at
+    tally = Tally()
+    latencies: list[float] = []
+    by_history: dict[int, list[float]] = {}
+    history = {s.session: len(s.streams) * s.events_per_stream for s in sessions}
+    for s in storms:
+        for rid, reply, t0, t1 in s["results"]:
+            r = by_id[rid]
+            possible = r.possible or (r.kind == "evicted" and not entry.evicts)
+            outcome = judge(r, reply, t0, truth[(r.session, r.stream)], done_at, possible=possible)
+            tally.add(r, reply, outcome, possible=possible)
+            latencies.append(t1 - t0)
+            by_history.setdefault(_bucket(history[r.session]), []).append(t1 - t0)
+    storm_wall = max(s["ended"] for s in storms) - min(s["began"] for s in storms)
+    storm_appends = sum(len(s["appended"]) for s in storms)
+    return _figures(
+        spec.name,
+        entry.what,
+        entry.sticky,
+        tally,
+        latencies,
+        by_history,
+        resumes_wall=storm_wall,
+        appends=appends,
+        fill_wall=fill_wall,
+        fill_latencies=[x for f in normal_fills for x in f["latencies"]],
+        storm_appends=storm_appends,
+        fill_cost=fill_cost,
+        storm_cost=storm_cost,
+        failed_writes=[w for s in storms for w in s["failed_writes"]][:10],
+    )
+
+
+def _per_replica(
+    pool: ReplicaPool,
+    command: str,
+    sessions: list[SessionPlan],
+    replicas: int,
+    options: Options,
+    advance: Callable[[int], None],
+) -> list[dict[str, Any]]:
+    shares: list[list[SessionPlan]] = [[] for _ in range(replicas)]
+    for s in sessions:
+        shares[s.owner].append(s)
+    commands = [(command, {"sessions": sh, "concurrency": options.concurrency}) for sh in shares]
+    results: list[dict[str, Any]] = pool.call_all(commands, on_progress=advance)
+    return results
+
+
+def _storm_commands(
+    reconnects: list[Reconnect], sessions: list[SessionPlan], replicas: int, options: Options
+) -> list[tuple[str, dict[str, Any]]]:
+    spoiled = {r.session for r in reconnects if r.kind in PATHOLOGIES and r.kind != "second"}
+    start_at = time.monotonic() + 0.5
+    commands = []
+    for i in range(replicas):
+        writes = [
+            (s.session, stream)
+            for s in sessions
+            if s.owner == i
+            and s.session not in spoiled
+            and not s.session.startswith(EVICTED_PREFIX)
+            for stream in s.streams
+        ]
+        commands.append(
+            (
+                "storm",
+                {
+                    "reconnects": [r for r in reconnects if r.replica == i],
+                    "writes": writes,
+                    "rate": options.append_rate / replicas,
+                    "writers": options.writers,
+                    "concurrency": options.concurrency,
+                    "start_at": start_at,
+                    "seed": options.seed + i,
+                },
+            )
+        )
+    return commands
+
+
+def _bucket(events: int) -> int:
+    """History-size buckets for the cost plot: powers of two."""
+    return 1 << max(0, (events - 1).bit_length())
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def _figures(
+    name: str,
+    what: str,
+    sticky: bool,
+    tally: Tally,
+    latencies: list[float],
+    by_history: dict[int, list[float]],
+    *,
+    resumes_wall: float,
+    appends: int,
+    fill_wall: float,
+    fill_latencies: list[float],
+    storm_appends: int,
+    fill_cost: dict[str, Any],
+    storm_cost: dict[str, Any],
+    failed_writes: list[str],
+) -> dict[str, Any]:
+    lat = sorted(latencies)
+    resumes = len(lat)
+    out: dict[str, Any] = {
+        "name": name,
+        "what": what,
+        "routing": "sticky (the writer's replica)" if sticky else "another replica than the writer",
+        "resumes": resumes,
+        "resumes_per_s": round(resumes / resumes_wall, 1) if resumes_wall > 0 else None,
+        "p50_ms": round(_quantile(lat, 0.50) * 1e3, 3),
+        "p99_ms": round(_quantile(lat, 0.99) * 1e3, 3),
+        "p999_ms": round(_quantile(lat, 0.999) * 1e3, 3),
+        "appends": appends,
+        "appends_per_s": round(appends / fill_wall, 1) if fill_wall > 0 else None,
+        "append_p50_ms": round(statistics.median(fill_latencies) * 1e3, 3)
+        if fill_latencies
+        else None,
+        "storm_appends": storm_appends,
+        "storm_seconds": round(resumes_wall, 3),
+        **tally.as_dict(),
+        "latency_cdf_ms": [round(_quantile(lat, q / 100) * 1e3, 3) for q in range(101)],
+        "latency_by_history": {
+            str(k): {"resumes": len(v), "p50_ms": round(statistics.median(v) * 1e3, 3)}
+            for k, v in sorted(by_history.items())
+        },
+    }
+    if fill_cost:
+        cpu_append = fill_cost["cpu_s"] / appends if appends else 0.0
+        storm_cpu = storm_cost["cpu_s"] - storm_appends * cpu_append
+        cpu_resume = storm_cpu / resumes if resumes else 0.0
+        out["redis"] = {
+            "cpu_us_per_append": round(cpu_append * 1e6, 2),
+            "cpu_us_per_resume": round(cpu_resume * 1e6, 2),
+            "resumes_per_redis_cpu_s": round(1 / cpu_resume, 1) if cpu_resume > 0 else None,
+            "bytes_per_event": round(fill_cost["memory_bytes"] / appends, 1) if appends else None,
+            "fill": fill_cost,
+            "storm": storm_cost,
+        }
+    if failed_writes:
+        out["failed_writes"] = failed_writes
+    return out
+
+
+def _ratios(stores: list[dict[str, Any]]) -> dict[str, Any]:
+    by = {s["name"]: s for s in stores}
+    rs = by.get("replaystore")
+    raw = next((s for s in stores if s["name"].startswith("raw")), None)
+    if rs is None or raw is None:
+        return {}
+    out: dict[str, Any] = {"floor": raw["name"]}
+    if rs["resumes_per_s"] and raw["resumes_per_s"]:
+        out["resumes_per_s_vs_floor"] = round(rs["resumes_per_s"] / raw["resumes_per_s"], 3)
+    if rs["appends_per_s"] and raw["appends_per_s"]:
+        out["appends_per_s_vs_floor"] = round(rs["appends_per_s"] / raw["appends_per_s"], 3)
+    if "redis" in rs and "redis" in raw and raw["redis"]["cpu_us_per_resume"] > 0:
+        out["redis_cpu_per_resume_vs_floor"] = round(
+            rs["redis"]["cpu_us_per_resume"] / raw["redis"]["cpu_us_per_resume"], 3
+        )
+        if rs["redis"]["cpu_us_per_resume"] > 0:
+            out["resumes_per_redis_cpu_s_vs_floor"] = round(
+                raw["redis"]["cpu_us_per_resume"] / rs["redis"]["cpu_us_per_resume"], 3
+            )
+        if raw["redis"]["cpu_us_per_append"] > 0:
+            out["redis_cpu_per_append_vs_floor"] = round(
+                rs["redis"]["cpu_us_per_append"] / raw["redis"]["cpu_us_per_append"], 3
+            )
+    return out
+
+
+def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures replaystore promises, each with its value and whether it was met."""
+    rs = next((s for s in report["stores"] if s["name"] == "replaystore"), None)
+    if rs is None:
+        return []
+    ratios = report["ratios"]
+    rows: list[tuple[str, str, Any, bool | None]] = [
+        ("duplicates", "0", rs["duplicates"], rs["duplicates"] == 0),
+        ("losses", "0", rs["losses"], rs["losses"] == 0),
+        ("wrong_stream", "0", rs["wrong_stream"], rs["wrong_stream"] == 0),
+        ("incorrect_verdicts", "0", rs["incorrect_verdicts"], rs["incorrect_verdicts"] == 0),
+    ]
+
+    def ratio(key: str, label: str, bound: float, at_least: bool) -> None:
+        value = ratios.get(key)
+        met = None if value is None else (value >= bound if at_least else value <= bound)
+        rows.append((label, f"{'>=' if at_least else '<='} {bound}x", value, met))
+
+    ratio("resumes_per_s_vs_floor", "resumes/s vs the raw floor", 0.95, True)
+    ratio("redis_cpu_per_resume_vs_floor", "Redis CPU per resume vs the raw floor", 1.5, False)
+    ratio(
+        "resumes_per_redis_cpu_s_vs_floor",
+        "resumes per Redis CPU second vs the raw floor",
+        0.7,
+        True,
+    )
+    return [{"figure": f, "target": t, "value": v, "met": m} for f, t, v, m in rows]
+
+
+def _meta(options: Options, replicas: int, redis: bool) -> dict[str, Any]:
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    opts = asdict(options)
+    opts["replicas"] = replicas
+    opts.pop("progress")
+    return {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["replaystore", *sys.argv[1:]])
+        if sys.argv and sys.argv[0].endswith("replaystore")
+        else None,
+        "options": opts,
+        "backend": "redis" if redis else "memory",
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        },
+        "packages": {
+            d: version(d)
+            for d in (
+                "replaystore",
+                "redis",
+                "hiredis",
+                "fastmcp",
+                "py-key-value-aio",
+                "mcp",
+                "mcp-persist",
+            )
+        },
+    }

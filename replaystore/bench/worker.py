@@ -1,0 +1,216 @@
+"""What one replica process does: fill its sessions, then take its share of the storm.
+
+Runs inside a :class:`~replaystore.testing.replicas.ReplicaPool` worker.
+Commands (``(name, argument)``): ``open`` (build the store from a
+:class:`~replaystore.bench.stores.StoreSpec`), ``fill``, ``storm``, ``close``.
+Answers are plain tuples and dicts, so they pickle cheaply.
+
+Time stamps are ``time.monotonic()``: one clock for every process of the
+machine, so the coordinator can order an append in one replica against a
+resume in another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .catalog import build
+from .stores import Reply, Store
+from .workload import Reconnect, SessionPlan, StreamKey
+
+__all__ = ["serve"]
+
+_PROGRESS_EVERY = 0.25  # seconds between progress messages
+
+Progress = Callable[[int], None]
+
+
+def serve(conn: Connection) -> None:
+    """The replica's main loop (a ``ReplicaPool`` target)."""
+    # The peers log a warning per unknown cursor; failures come back over the pipe.
+    logging.disable(logging.WARNING)
+    asyncio.run(_serve(conn))
+
+
+async def _serve(conn: Connection) -> None:
+    loop = asyncio.get_running_loop()
+    store: Store | None = None
+    conn.send(("ready", None))
+    try:
+        while True:
+            command = await loop.run_in_executor(None, conn.recv)
+            if command is None:
+                return
+            name, arg = command
+            reporter = _Reporter(conn)
+            if name == "open":
+                store = build(arg)
+                await store.start()
+                result: Any = None
+            elif name == "close":
+                if store is not None:
+                    await store.aclose()
+                store = None
+                result = None
+            elif store is None:
+                raise RuntimeError(f"{name!r} before 'open'")
+            elif name == "fill":
+                result = await fill(store, arg["sessions"], arg["concurrency"], reporter)
+            elif name == "storm":
+                result = await storm(store, reporter, **arg)
+            else:
+                raise RuntimeError(f"unknown command {name!r}")
+            reporter.flush()
+            conn.send(("ok", result))
+    finally:
+        if store is not None:
+            await store.aclose()
+
+
+class _Reporter:
+    """Counts work done and sends it to the coordinator a few times a second."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._pending = 0
+        self._last = time.monotonic()
+
+    def __call__(self, n: int) -> None:
+        self._pending += n
+        now = time.monotonic()
+        if now - self._last >= _PROGRESS_EVERY:
+            self.flush()
+            self._last = now
+
+    def flush(self) -> None:
+        if self._pending:
+            self._conn.send(("progress", self._pending))
+            self._pending = 0
+
+
+async def _bounded(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -> None:
+    """Run ``jobs`` with at most ``concurrency`` in flight (workers pulling from one list)."""
+    it = iter(jobs)
+
+    async def work() -> None:
+        for job in it:
+            await job()
+
+    await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
+
+
+async def fill(
+    store: Store, sessions: list[SessionPlan], concurrency: int, progress: Progress
+) -> dict[str, Any]:
+    """Open the sessions and append their events, streams interleaved; return the ids."""
+    truth: dict[StreamKey, list[str]] = {}
+    latencies: list[float] = []
+
+    def job(plan: SessionPlan) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            await store.open(plan.session)
+            for s in plan.streams:
+                truth[(plan.session, s)] = []
+            for k in range(plan.events_per_stream):
+                for s in plan.streams:
+                    began = time.monotonic()
+                    truth[(plan.session, s)].append(await store.append(plan.session, s, k))
+                    latencies.append(time.monotonic() - began)
+            progress(len(plan.streams) * plan.events_per_stream)
+
+        return run
+
+    began = time.monotonic()
+    await _bounded([job(p) for p in sessions], concurrency)
+    return {
+        "truth": truth,
+        "appends": len(latencies),
+        "began": began,
+        "ended": time.monotonic(),
+        "latencies": latencies,
+    }
+
+
+async def storm(
+    store: Store,
+    progress: Progress,
+    *,
+    reconnects: list[Reconnect],
+    writes: list[StreamKey],
+    rate: float,
+    writers: int,
+    concurrency: int,
+    start_at: float,
+    seed: int,
+) -> dict[str, Any]:
+    """Resume every reconnect (``concurrency`` at once) while writers append at ``rate``/s.
+
+    Each stream has one writer task, so a stream's order is its append order.
+    """
+    done = asyncio.Event()
+    appended: list[tuple[StreamKey, str, float]] = []
+    results: list[tuple[int, Reply, float, float]] = []
+    failed_writes: list[str] = []
+
+    async def writer(w: int) -> None:
+        mine = writes[w::writers]
+        if not mine or rate <= 0:
+            return
+        rng = random.Random(seed * 7919 + w)
+        pause = writers / rate
+        due = time.monotonic()
+        n = 0
+        while not done.is_set() and mine:
+            key = rng.choice(mine)
+            try:
+                event_id = await store.append(key[0], key[1], n)
+            except Exception as exc:  # reported, and that stream gets no more writes
+                failed_writes.append(f"{key}: {exc!r}"[:200])
+                mine.remove(key)
+                continue
+            appended.append((key, event_id, time.monotonic()))
+            n += 1
+            due += pause
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+    async def resume(r: Reconnect) -> None:
+        cursor = store.forge_ahead(r.cursor) if r.kind == "ahead" else r.cursor
+        began = time.monotonic()
+        reply = await store.resume(r.session, r.stream, cursor)
+        results.append((r.id, reply, began, time.monotonic()))
+        progress(1)
+
+    def job(group: list[Reconnect]) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            await asyncio.gather(*(resume(r) for r in group))
+
+        return run
+
+    # The two connections of a "second" reconnect start together.
+    groups: dict[tuple[str, str], list[Reconnect]] = {}
+    for r in reconnects:
+        key = (r.session, r.stream) if r.kind == "second" else (str(r.id), "")
+        groups.setdefault(key, []).append(r)
+    jobs = [job(g) for g in groups.values()]
+    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+    tasks = [asyncio.create_task(writer(w)) for w in range(writers)]
+    began = time.monotonic()
+    try:
+        await _bounded(jobs, concurrency)
+    finally:
+        ended = time.monotonic()
+        done.set()
+        await asyncio.gather(*tasks)
+    return {
+        "results": results,
+        "appended": appended,
+        "failed_writes": failed_writes,
+        "began": began,
+        "ended": ended,
+    }

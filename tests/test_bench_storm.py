@@ -1,0 +1,144 @@
+"""``replaystore bench storm``: the command, its judge, and its replica processes.
+
+Tiny sizes: these prove the command runs and reports what it must (required
+JSON keys, replaystore exact under every pathology, the peers' silent outcomes
+counted, the table, the plots), not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replaystore.bench import main
+from replaystore.bench.stores import Reply
+from replaystore.bench.truth import judge
+from replaystore.bench.workload import PATHOLOGIES, Reconnect
+from replaystore.testing import ServerHandle, redis_server_binary, start_standalone
+from replaystore.testing.replicas import ReplicaError, ReplicaPool
+
+REQUIRED = (
+    "name",
+    "resumes_per_s",
+    "p50_ms",
+    "p99_ms",
+    "duplicates",
+    "losses",
+    "wrong_stream",
+    "explicit_failures",
+    "incorrect_verdicts",
+)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_report(report: dict[str, Any], table: str, plots: Path, floor: str) -> None:
+    names = [s["name"] for s in report["stores"]]
+    assert names[0] == "replaystore"
+    assert floor in names and floor.startswith("raw")
+    assert any("fastmcp" in n for n in names)
+    for store in report["stores"]:
+        for key in REQUIRED:
+            assert key in store, (store["name"], key)
+        assert store["reconnects"] > 0
+        assert store["resumes_per_s"] > 0
+        assert f"| {store['name']} |" in table
+    rs = report["stores"][0]
+    assert rs["duplicates"] == rs["losses"] == rs["wrong_stream"] == 0
+    assert rs["incorrect_verdicts"] == 0
+    assert rs["exact"] > 0
+    by_kind = rs["outcomes_by_kind"]
+    for kind in PATHOLOGIES:
+        assert kind in by_kind, kind
+    for kind in ("conflated", "evicted", "ahead", "foreign"):
+        assert set(by_kind[kind]) == {"correct_failure"}, (kind, by_kind[kind])
+    assert set(by_kind["normal"]) == {"exact"} and set(by_kind["second"]) == {"exact"}
+    assert rs["answers_by_kind"]["conflated"] == {
+        "sequence_mismatch": by_kind["conflated"]["correct_failure"]
+    }
+    # The judge can say no: the floor resumes a cursor of another session, silently.
+    raw = next(s for s in report["stores"] if s["name"] == floor)
+    assert raw["incorrect_verdicts"] > 0
+    assert "| replaystore figure | target | measured | met |" in table
+    for name in ("latency_cdf.png", "throughput.png", "cost_by_history.png"):
+        assert (plots / name).read_bytes()[:8] == PNG, name
+
+
+def test_storm_on_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "storm.json"
+    argv = ["storm", "--sessions", "60", "--no-progress", "--json", str(out)]
+    assert main([*argv, "--plots", str(tmp_path / "plots")]) == 0
+    report = json.loads(out.read_text())
+    _check_report(report, capsys.readouterr().out, tmp_path / "plots", "raw-memory")
+    assert report["meta"]["options"]["replicas"] == 1  # memory lives in one process
+    assert "sdk-example" in [s["name"] for s in report["stores"]]
+
+
+@pytest.fixture
+def redis_handle(real_servers: dict[str, ServerHandle]) -> ServerHandle:
+    if "redis" not in real_servers:
+        real_servers["redis"] = start_standalone(redis_server_binary(), "redis")
+    return real_servers["redis"]
+
+
+@pytest.mark.realserver
+def test_storm_on_redis_with_replica_processes(tmp_path: Path, redis_handle: ServerHandle) -> None:
+    out = tmp_path / "storm.json"
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm",
+        "--url", redis_handle.url, "--replicas", "2", "--sessions", "60", "--no-progress",
+        "--json", str(out), "--plots", str(tmp_path / "plots"),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    _check_report(report, done.stdout, tmp_path / "plots", "raw-streams")
+    assert report["meta"]["options"]["replicas"] == 2
+    names = [s["name"] for s in report["stores"]] + [u["name"] for u in report["unavailable"]]
+    assert "mcp-persist" in names  # run, or said why not
+    rs = report["stores"][0]
+    for key in ("cpu_us_per_resume", "cpu_us_per_append", "bytes_per_event"):
+        assert isinstance(rs["redis"][key], float), key
+    assert {t["figure"] for t in report["targets"]} >= {"resumes/s vs the raw floor"}
+
+
+def _reconnect(kind: str = "normal", held: int = 1) -> Reconnect:
+    return Reconnect(0, kind, "s", "1", "c", held, 0)
+
+
+@pytest.mark.parametrize(
+    ("reply", "possible", "expected"),
+    [
+        (Reply(["c", "d"], False, "resumed"), True, "exact"),
+        (Reply(["c"], False, "resumed"), True, "exact"),  # "d" was appended after it began
+        (Reply([], False, "resumed"), True, "loss"),
+        (Reply(["d"], False, "resumed"), True, "loss"),
+        (Reply(["b", "c"], False, "resumed"), True, "duplicate"),
+        (Reply(["c", "c"], False, "resumed"), True, "duplicate"),
+        (Reply(["c", "x"], False, "resumed"), True, "wrong_stream"),
+        (Reply(None, False, "returned_none"), False, "loss"),
+        (Reply(["c"], False, "resumed"), False, "loss"),
+        (Reply(None, True, "below_floor"), False, "correct_failure"),
+        (Reply(None, True, "below_floor"), True, "incorrect_failure"),
+    ],
+)
+def test_judge(reply: Reply, possible: bool, expected: str) -> None:
+    truth = ["a", "b", "c", "d"]
+    done_at = {"d": 10.0}  # appended during the storm, returned at t=10
+    assert judge(_reconnect(), reply, 5.0, truth, done_at, possible=possible) == expected
+    if expected == "exact" and reply.events == ["c"]:
+        # began after "d" returned: "c" alone now misses it
+        assert judge(_reconnect(), reply, 11.0, truth, done_at, possible=True) == "loss"
+
+
+def test_replica_failure_is_reported_and_the_pool_stops() -> None:
+    with (
+        ReplicaPool("replaystore.bench.worker:serve", 1) as pool,
+        pytest.raises(ReplicaError, match="'fill' before 'open'"),
+    ):
+        pool.call_all([("fill", None)])
+    assert not pool._workers  # stopped and joined
