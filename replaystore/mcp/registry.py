@@ -29,7 +29,14 @@ from typing import Any
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
 
-__all__ = ["MemoryRegistry", "RedisRegistry", "Registry", "registry_for"]
+__all__ = ["FINISHED", "MemoryRegistry", "RedisRegistry", "Registry", "registry_for"]
+
+#: The lease holder of a request whose response is stored: no replica runs it
+#: any more, and it must not be ended as lost. Replica ids never look like this.
+FINISHED = "-"
+
+#: Seconds a finished request is remembered as such.
+_FINISHED_TTL = 3600.0
 
 
 class Registry(ABC):
@@ -65,11 +72,11 @@ class Registry(ABC):
 
     @abstractmethod
     async def release(self, session: str, stream: str, owner: str) -> None:
-        """Drop a lease, if ``owner`` still holds it."""
+        """The request was answered: its lease becomes :data:`FINISHED` (if ``owner`` held it)."""
 
     @abstractmethod
     async def owner(self, session: str, stream: str) -> str | None:
-        """The replica holding the lease of a stream, or None (never leased, finished or lapsed)."""
+        """The replica holding a stream's lease, :data:`FINISHED`, or None (lapsed, unknown)."""
 
     @abstractmethod
     async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
@@ -140,7 +147,7 @@ class MemoryRegistry(Registry):
 
     async def release(self, session: str, stream: str, owner: str) -> None:
         if await self.owner(session, stream) == owner:
-            del self._state.leases[(session, stream)]
+            self._state.leases[(session, stream)] = (FINISHED, _deadline(_FINISHED_TTL))
 
     async def owner(self, session: str, stream: str) -> str | None:
         entry = self._state.leases.get((session, stream))
@@ -168,7 +175,8 @@ def _deadline(ttl: float | None) -> float:
 
 # Compare-and-delete / compare-and-extend: only the holder may release or renew.
 _RELEASE = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return 0"
 )
 _RENEW = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
@@ -255,7 +263,15 @@ class RedisRegistry(Registry):
 
     async def release(self, session: str, stream: str, owner: str) -> None:
         await self._call(
-            "release", self._client.eval(_RELEASE, 1, self._lease(session, stream), owner)
+            "release",
+            self._client.eval(
+                _RELEASE,
+                1,
+                self._lease(session, stream),
+                owner,
+                FINISHED,
+                int(_FINISHED_TTL * 1000),
+            ),
         )
 
     async def owner(self, session: str, stream: str) -> str | None:

@@ -32,7 +32,7 @@ import anyio.abc
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
 from .bus import Bus, bus_for
-from .registry import Registry, registry_for
+from .registry import FINISHED, Registry, registry_for
 
 if TYPE_CHECKING:
     from .store import SessionEventStore
@@ -161,6 +161,12 @@ class Replica:
         if (session, stream) in self._leases:
             return False
         return await self.registry.owner(session, stream) is None
+
+    async def finished(self, session: str, stream: str) -> bool:
+        """True if the request of ``stream`` was answered (its response is stored)."""
+        if (session, stream) in self._leases:
+            return False
+        return await self.registry.owner(session, stream) == FINISHED
 
     async def claim_end(self, session: str, stream: str) -> bool:
         return await self.registry.claim_end(session, stream, _END_MEMORY)

@@ -59,6 +59,9 @@ __all__ = [
 
 logger = logging.getLogger("replaystore.mcp")
 
+#: Request streams a view remembers as answered (beyond that, the store's lease record says).
+_ANSWERED_MEMORY = 4096
+
 #: The error a client gets for a request whose server replica stopped mid-call.
 LOST_REQUEST = "request lost: its server replica stopped"
 
@@ -144,6 +147,7 @@ class SessionEventStore(EventStore):
         self._opened = False
         self._dead = False  # ended (failed verdict, DELETE) or no longer served here
         self._tails: dict[str, Tail] = {}
+        self._answered: dict[str, None] = {}  # request streams answered here (bounded)
         self._get_mark: str | None = None
         #: The SDK connection of this session's loop (set by the manager), for
         #: its ``initialize`` parameters; and the credential that created it.
@@ -183,6 +187,10 @@ class SessionEventStore(EventStore):
             event_id = await self._append(sequence, payload)
         except (StorageError, UnknownSessionError):
             return ""  # logged once; the manager drops the session here
+        if sequence != GET_STREAM and is_response(message):
+            self._answered[sequence] = None
+            if len(self._answered) > _ANSWERED_MEMORY:
+                del self._answered[next(iter(self._answered))]
         if self.replica is not None:
             self.replica.wake(self.session_id, sequence)
             if sequence != GET_STREAM and is_response(message):
@@ -403,6 +411,8 @@ class SessionEventStore(EventStore):
                 finished = True
                 break
         attachment = Attachment(resumption, stream, replay)
+        if not finished and stream != GET_STREAM:
+            finished = await self._finished(stream)
         await self._take_over(stream)
         if finished:
             return attachment
@@ -413,6 +423,14 @@ class SessionEventStore(EventStore):
             except UnknownSessionError:
                 return Attachment(_vanished(self.session_id))
         return attachment
+
+    async def _finished(self, stream: str) -> bool:
+        """Whether a request stream was answered before the cursor (resuming it ends at once)."""
+        if stream in self._answered:
+            return True
+        if self.replica is None:
+            return False
+        return await self.replica.finished(self.session_id, stream)
 
     async def _resolve(self, last_event_id: str, sequence: str | None) -> Resumption:
         started = time.perf_counter()
@@ -449,6 +467,15 @@ class SessionEventStore(EventStore):
             if not self._opened:
                 await self.buffer.open_session(self.session_id)
                 self._opened = True
+            if sequence == GET_STREAM and payload is not None and self._get_mark is None:
+                # A view without a session record (used on its own): store an
+                # anchor just before the first GET message (one atomic step),
+                # so that a later plain GET can resume from it.
+                anchor, event_id = await self.buffer.append_many(
+                    self.session_id, sequence, [None, payload]
+                )
+                self._get_mark = anchor
+                return event_id
             return await self.buffer.append(self.session_id, sequence, payload)
         except UnknownSessionError:
             logger.info(

@@ -19,7 +19,8 @@ from replaystore.mcp import (
     ReplayEventStore,
     SessionEventStore,
 )
-from replaystore.mcp.store import LiveEvent, Tail, decode_message, encode_message
+from replaystore.mcp.messages import decode_message, encode_message, sequence_name
+from replaystore.mcp.tail import Tail
 
 pytestmark = pytest.mark.anyio
 
@@ -98,6 +99,21 @@ async def test_unbound_store_refuses_to_mix_sessions() -> None:
         await store.store_event("1", note(1))
 
 
+async def follow(view: SessionEventStore, tail: Tail, count: int) -> list[str]:
+    """What a live connection reads: catch-ups from the store after each wake-up."""
+    got: list[str] = []
+    with anyio.fail_after(10):  # a lost event would wait forever
+        while len(got) < count:
+            await tail.wait(0.05)
+            caught = await view.catch_up(tail)
+            assert caught.ok
+            for event in caught.events:
+                tail.advance(event.event_id)
+                if event.payload is not None:
+                    got.append(event.event_id)
+    return got
+
+
 async def test_resume_snapshot_and_live_tail_are_exact_under_concurrency() -> None:
     """Appends racing a resume land exactly once: in the replay or in the tail, never both."""
     store, _ = make_store(max_events=10_000)
@@ -118,12 +134,7 @@ async def test_resume_snapshot_and_live_tail_are_exact_under_concurrency() -> No
         attachment = await view.attach_resume(first, prime=False)
         assert attachment.ok and attachment.tail is not None
         got.extend(str(e.event_id) for _, e in attachment.replay)
-        tail = attachment.tail
-        with anyio.fail_after(10):  # a lost event would wait forever
-            while len(got) < 300:
-                live = await tail.receive.receive()
-                if live.position > attachment.threshold:
-                    got.append(live.event_id)
+        got.extend(await follow(view, attachment.tail, 300 - len(got)))
     assert got == produced
 
 
@@ -131,16 +142,16 @@ async def test_newest_connection_takes_the_stream_over() -> None:
     store, _ = make_store()
     view = store.for_session("s")
     first = await view.store_event("1", None)
-    closed: list[str] = []
-    old = await view.attach_resume(first, prime=True, on_takeover=closed.append)
-    new = await view.attach_resume(first, prime=True, on_takeover=closed.append)
+    old = await view.attach_resume(first, prime=True)
+    new = await view.attach_resume(first, prime=True)
     assert old.tail is not None and new.tail is not None
     assert old.tail.closed and old.tail.scope.cancel_called
-    assert closed == ["1", "1"]
+    assert not new.tail.closed
     event_id = await view.store_event("1", note(1))
-    live = [new.tail.receive.receive_nowait() for _ in range(2)]
-    assert live[0].message is None  # the priming event minted after the snapshot
-    assert live[1].event_id == event_id
+    caught = await view.catch_up(new.tail)
+    # Its own priming event (minted after its snapshot), then the message.
+    assert [e.payload is None for e in caught.events] == [True, False]
+    assert caught.events[-1].event_id == event_id
 
 
 async def test_a_finished_stream_is_not_kept_open() -> None:
@@ -162,16 +173,16 @@ async def test_get_messages_stored_while_detached_are_replayed_once() -> None:
     attachment = await view.attach_get(prime=True)
     assert [e.event_id for _, e in attachment.replay] == early
     assert attachment.tail is not None
-    for position, event in attachment.replay:
-        view.delivered(attachment.tail, position, str(event.event_id))
-    view.detach(attachment.tail)
-    # Nothing missed since: a live attach, whose first event is a fresh priming event.
+    for _, event in attachment.replay:
+        view.delivered(attachment.tail, str(event.event_id))
+    await view.detach(attachment.tail)
+    # Nothing missed since: nothing replayed, only priming events follow.
     live = await view.attach_get(prime=True)
     assert live.replay == [] and live.tail is not None
-    priming = live.tail.receive.receive_nowait()
-    assert priming.message is None
-    view.delivered(live.tail, priming.position, priming.event_id)
-    view.detach(live.tail)
+    caught = await view.catch_up(live.tail)
+    assert caught.events and all(e.payload is None for e in caught.events)
+    view.delivered(live.tail, caught.events[-1].event_id)
+    await view.detach(live.tail)
     later = await view.store_event(GET_STREAM, note(5))
     again = await view.attach_get(prime=False)
     assert [e.event_id for _, e in again.replay] == [later]
@@ -188,23 +199,53 @@ async def test_get_messages_evicted_while_detached_fail_closed() -> None:
     assert observer.verdicts == {"below_floor": 1}
 
 
-async def test_slow_reader_is_cut_off_not_blocking() -> None:
-    tail = Tail("1", capacity=2)
-    assert tail.push(LiveEvent(1, "e-1", None))
-    assert tail.push(LiveEvent(2, "e-2", None))
-    assert not tail.push(LiveEvent(3, "e-3", None))  # never blocks the router
-    assert tail.closed and tail.scope.cancel_called
+async def test_a_tail_that_falls_behind_eviction_gets_a_verdict_not_a_gap() -> None:
+    store, _ = make_store(max_events=5)
+    view = store.for_session("s")
+    first = await view.store_event("1", None)
+    attachment = await view.attach_resume(first, prime=False)
+    assert attachment.tail is not None
+    for i in range(10):  # the connection reads nothing while these evict its position
+        await view.store_event("1", note(i))
+    caught = await view.catch_up(attachment.tail)
+    assert caught.verdict is Verdict.BELOW_FLOOR and not caught.events
 
 
-async def test_closing_the_view_closes_the_store_session() -> None:
+async def test_ending_the_view_closes_the_store_session() -> None:
     store, _ = make_store()
     view = store.for_session("s")
     event_id = await view.store_event("1", note(1))
-    await view.close()
-    await view.close()  # idempotent
+    await view.end_everywhere()
+    await view.end_everywhere()  # idempotent
     gone = await store.buffer.resolve("s", event_id)
     assert gone.verdict is Verdict.UNKNOWN_SESSION
     assert gone.evidence.tombstone is not None and gone.evidence.tombstone.verdict is None
+    assert await view.store_event("1", note(2)) == ""  # a tool still running stores nothing
+
+
+async def test_an_oversized_response_becomes_an_error_for_its_request() -> None:
+    store, _ = make_store()
+    view = store.for_session("s")
+    first = await view.store_event("4", None)
+    limit = store.buffer.retention.max_payload
+    huge = JSONRPCResponse(jsonrpc="2.0", id=4, result={"text": "x" * (limit + 10)})
+    await view.store_event("4", huge)
+    replayed = await view.attach_resume(first, prime=False)
+    assert replayed.ok and replayed.tail is None  # the stream ended with an answer
+    ((_, answer),) = replayed.replay
+    assert answer.message.id == 4  # type: ignore[union-attr]
+    assert "size limit" in answer.message.error.message  # type: ignore[union-attr]
+    assert not view.is_closed  # the session is kept
+
+
+def test_long_request_ids_map_to_bounded_names_deterministically() -> None:
+    long_id = "x" * 5000
+    name = sequence_name(long_id)
+    assert name == sequence_name(long_id) and name.startswith("#")
+    assert len(name.encode()) <= 256
+    assert sequence_name("7") == "7" and sequence_name(GET_STREAM) == GET_STREAM
+    assert sequence_name("#7") != "#7"  # never collides with a digest name
+    assert sequence_name("a\x00b").startswith("#")
 
 
 def test_prometheus_observer_counts_verdicts_and_latency() -> None:
