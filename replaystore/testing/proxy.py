@@ -30,6 +30,7 @@ HOST = "127.0.0.1"
 """Loopback only: a test proxy must never be reachable from the network."""
 
 _CHUNK = 65536
+_CONNECT_TIMEOUT = 5.0
 _T = TypeVar("_T")
 
 
@@ -68,7 +69,9 @@ class TcpProxy:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
         self._flowing: asyncio.Event | None = None
         self._needle: bytes | None = None
         self._dropped = threading.Event()
@@ -224,13 +227,19 @@ class TcpProxy:
         self.port = sock.getsockname()[1]
 
     async def _close(self) -> None:
+        """End every connection handler without cancelling it (asyncio logs cancelled ones)."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
+        if self._flowing is not None:
+            self._flowing.set()  # paused handlers wake up, see the proxy closing and return
         await self._sever()
-        tasks = list(self._tasks)
-        for task in tasks:
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=5)
+        stragglers = [task for task in (*self._handlers, *self._tasks) if not task.done()]
+        for task in stragglers:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*stragglers, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
@@ -266,14 +275,16 @@ class TcpProxy:
         self._links.add(link)
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)
+            self._handlers.add(task)
         try:
             await self._serve(link, reader)
+        except Exception:  # a broken link ends quietly, as on a real network
+            pass
         finally:
             link.abort()
             self._links.discard(link)
             if task is not None:
-                self._tasks.discard(task)
+                self._handlers.discard(task)
 
     async def _serve(self, link: _Link, client_reader: asyncio.StreamReader) -> None:
         assert self._flowing is not None
@@ -281,11 +292,13 @@ class TcpProxy:
         with self._lock:
             upstreams = self._upstreams
             target = upstreams[next(self._turn) % len(upstreams)] if upstreams else None
-        if target is None or link.closed.is_set():
+        if target is None or self._closing or link.closed.is_set():
             return
         try:
-            server_reader, link.server = await asyncio.open_connection(*target)
-        except OSError:
+            server_reader, link.server = await asyncio.wait_for(
+                asyncio.open_connection(*target), _CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError):
             return
         upward = self._spawn(self._pump_up(link, client_reader))
         downward = self._spawn(self._pump_down(link, server_reader))
