@@ -142,3 +142,27 @@ def test_replica_failure_is_reported_and_the_pool_stops() -> None:
     ):
         pool.call_all([("fill", None)])
     assert not pool._workers  # stopped and joined
+
+
+@pytest.mark.realserver
+def test_storm_over_http_through_example_server_replicas(
+    tmp_path: Path, redis_handle: ServerHandle
+) -> None:
+    out = tmp_path / "http.json"
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm", "--http",
+        "--url", redis_handle.url, "--replicas", "2", "--sessions", "24", "--no-progress",
+        "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["stores"]
+    assert row["name"].startswith("replaystore-http")
+    assert row["reconnects"] == 24
+    assert row["duplicates"] == row["losses"] == row["wrong_stream"] == 0
+    assert row["incorrect_verdicts"] == 0
+    assert row["outcomes_by_kind"]["normal"] == {"exact": 24 - 2 * 1}
+    for kind in ("foreign", "ahead"):
+        assert row["outcomes_by_kind"][kind] == {"correct_failure": 1}
+        assert set(row["answers_by_kind"][kind]) <= {"foreign_cursor", "ahead_of_high_water"}
+    assert f"| {row['name']} |" in done.stdout

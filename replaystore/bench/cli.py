@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .catalog import CATALOG
+from .stores import is_redis_url
+from .storm import Options, run_storm, storm_meta
 
 __all__ = ["main"]
 
@@ -69,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         default=400.0,
         help="appends per second, all replicas together, during the storm (default: 400)",
     )
+    storm.add_argument(
+        "--http",
+        action="store_true",
+        help="end to end over MCP HTTP: --replicas example-server processes on the Redis, "
+        "replaystore only",
+    )
     storm.add_argument("--seed", type=int, default=20_251_202, help="workload seed")
     storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
     storm.add_argument("--plots", type=Path, help="write PNG plots into this directory")
@@ -76,11 +86,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_http(options: Options) -> dict[str, Any]:
+    from .http import run_http_storm
+
+    began = time.monotonic()
+    row = run_http_storm(
+        options.url,
+        sessions=options.sessions,
+        replicas=options.replicas,
+        concurrency=options.concurrency,
+        pathology_rate=options.pathology_rate,
+        seed=options.seed,
+        progress=options.progress,
+    )
+    meta = storm_meta(options, options.replicas, redis=True)
+    meta["seconds"] = round(time.monotonic() - began, 1)
+    meta["http"] = True
+    return {"meta": meta, "stores": [row], "unavailable": [], "ratios": {}, "targets": []}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from .plots import write_plots
     from .report import markdown
-    from .storm import Options, run_storm
 
     for name, value in (("--sessions", args.sessions), ("--replicas", args.replicas)):
         if value < 1:
@@ -99,15 +127,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
+    run = _run_http if args.http else run_storm
+    if args.http and not args.spawn_redis and not is_redis_url(args.url):
+        print("replaystore bench: --http needs --url redis://... or --spawn-redis", file=sys.stderr)
+        return 2
     if args.spawn_redis:
         from ..testing.servers import redis_server_binary, start_standalone
 
         with start_standalone(redis_server_binary(), "redis") as handle:
             options.url = handle.url
-            report = run_storm(options)
+            report = run(options)
         report["meta"]["redis_started_by_command"] = True
     else:
-        report = run_storm(options)
+        report = run(options)
     print(markdown(report))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

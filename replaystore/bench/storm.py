@@ -38,7 +38,7 @@ from .stores import EVICTED_PREFIX, StoreSpec, is_redis_url
 from .truth import Tally, judge
 from .workload import PATHOLOGIES, Reconnect, SessionPlan, plan_reconnects, plan_sessions
 
-__all__ = ["Options", "run_storm"]
+__all__ = ["Options", "run_storm", "storm_meta"]
 
 _WORKER = "replaystore.bench.worker:serve"
 
@@ -83,7 +83,7 @@ def run_storm(options: Options) -> dict[str, Any]:
     )
     run_id = secrets.token_hex(4)
     report: dict[str, Any] = {
-        "meta": _meta(options, replicas, redis),
+        "meta": storm_meta(options, replicas, redis=redis),
         "stores": [],
         "unavailable": [{"name": n, "reason": why} for n, why in unavailable.items()],
     }
@@ -392,7 +392,8 @@ def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"figure": f, "target": t, "value": v, "met": m} for f, t, v, m in rows]
 
 
-def _meta(options: Options, replicas: int, redis: bool) -> dict[str, Any]:
+def storm_meta(options: Options, replicas: int, *, redis: bool) -> dict[str, Any]:
+    """What a report says about the run: options, machine, package versions."""
     from importlib import metadata
 
     def version(dist: str) -> str:
