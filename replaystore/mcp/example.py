@@ -12,6 +12,11 @@ metrics at ``/metrics`` when ``prometheus_client`` is installed. Tools:
   ``Last-Event-ID`` to get the rest.
 - ``broadcast(n)``: ``n`` log messages on the standalone GET stream (tied to
   no request), then ``"sent {n}"``.
+- ``ask(question)``: asks the client for a name (elicitation) and answers
+  ``"hello {name}"`` (or ``"no answer ({action})"``). The client's answer
+  may reach any replica: it is forwarded to the one running the call.
+
+Any number of these servers on one Redis URL are replicas of each other.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp.server.elicitation import AcceptedElicitation
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,6 +39,7 @@ from starlette.routing import Route
 from ..buffer import ReplayBuffer
 from .manager import streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
+from .replica import DEFAULT_LEASE_TTL
 
 __all__ = ["build_app", "build_server", "main", "serve"]
 
@@ -61,7 +69,19 @@ def build_server() -> MCPServer:
             await ctx.session.send_log_message("info", f"broadcast {i + 1}/{n}")
         return f"sent {n}"
 
+    @server.tool()
+    async def ask(ctx: Context, question: str = "What is your name?") -> str:
+        """Ask the client for a name (elicitation), then greet it."""
+        answer = await ctx.elicit(question, _Name)
+        if isinstance(answer, AcceptedElicitation):
+            return f"hello {answer.data.name}"
+        return f"no answer ({answer.action})"
+
     return server
+
+
+class _Name(BaseModel):
+    name: str
 
 
 def build_app(
@@ -70,6 +90,7 @@ def build_app(
     *,
     host: str = "127.0.0.1",
     observer: ResumptionObserver | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
     **buffer_options: Any,
 ) -> Starlette:
     """The ASGI app: MCP at ``/mcp``, metrics at ``/metrics`` (if prometheus_client is there).
@@ -92,6 +113,7 @@ def build_app(
         observer=observer,
         retry_interval=RETRY_INTERVAL_MS,
         host=host,
+        lease_ttl=lease_ttl,
     )
     if registry is not None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -119,6 +141,7 @@ def serve(
     max_events: int = 10_000,
     *,
     log_level: str = "warning",
+    lease_ttl: float = DEFAULT_LEASE_TTL,
 ) -> None:
     """Serve :func:`build_app` with uvicorn until interrupted."""
     import uvicorn
@@ -127,7 +150,8 @@ def serve(
     # message); the SDK flags the logging capability as deprecated for 2026-07-28.
     warnings.filterwarnings("ignore", message="The logging capability is deprecated")
 
-    uvicorn.run(build_app(url, max_events, host=host), host=host, port=port, log_level=log_level)
+    app = build_app(url, max_events, host=host, lease_ttl=lease_ttl)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -141,8 +165,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--max-events", type=int, default=10_000, help="events kept per session")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=DEFAULT_LEASE_TTL,
+        help="how long a request's lease lasts unrenewed: a client whose request's replica "
+        "stopped gets an error after about this long",
+    )
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.url, args.max_events, log_level=args.log_level)
+    serve(
+        args.host,
+        args.port,
+        args.url,
+        args.max_events,
+        log_level=args.log_level,
+        lease_ttl=args.lease_seconds,
+    )
 
 
 if __name__ == "__main__":

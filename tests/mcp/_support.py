@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 
 from replaystore.testing.servers import find_free_port
 
@@ -311,3 +312,23 @@ def stopped_on_exit(servers: list[ServerProcess]) -> Iterator[None]:
     finally:
         for server in servers:
             server.stop()
+
+
+def spawn_replica(name: str, store_url: str, log_dir: Path, *extra: str) -> ServerProcess:
+    """One ``python -m replaystore.mcp.example`` replica (extra command-line options allowed)."""
+    port = find_free_port()
+    log_path = log_dir / f"{name}.log"
+    args = ["-m", "replaystore.mcp.example", "--port", str(port), "--url", store_url,
+            "--log-level", "warning", *extra]  # fmt: skip
+    return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
+
+
+def no_keepalive_client() -> httpx2.AsyncClient:
+    """An HTTP client for the SDK's MCP client that opens a new connection per request.
+
+    A round-robin proxy then routes every request (and every reconnect) anew.
+    """
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(30.0, read=300.0),
+        limits=httpx2.Limits(max_keepalive_connections=0),
+    )

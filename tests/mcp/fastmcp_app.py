@@ -12,11 +12,16 @@ import anyio
 import uvicorn
 from fastmcp import Context, FastMCP
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import PrometheusObserver, fastmcp_http_app
+
+
+class _Name(BaseModel):
+    name: str
 
 
 def build_app(url: str = "memory://", max_events: int = 10_000) -> Any:
@@ -37,6 +42,13 @@ def build_app(url: str = "memory://", max_events: int = 10_000) -> Any:
         for i in range(n):
             await ctx.session.send_log_message("info", f"broadcast {i + 1}/{n}")
         return f"sent {n}"
+
+    @mcp.tool
+    async def ask(ctx: Context, question: str = "What is your name?") -> str:
+        answer = await ctx.elicit(question, _Name)
+        if answer.action == "accept":
+            return f"hello {answer.data.name}"  # type: ignore[union-attr]
+        return f"no answer ({answer.action})"
 
     registry = CollectorRegistry()
 
