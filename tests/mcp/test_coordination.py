@@ -1,0 +1,163 @@
+"""What replicas coordinate with, without HTTP: the SDK seam, routing, the registry, the bus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from fakeredis import FakeAsyncRedis
+
+from replaystore import ReplayBuffer
+from replaystore.backends.redis import RedisBackend
+from replaystore.mcp import sdk
+from replaystore.mcp.bus import MemoryBus
+from replaystore.mcp.forwarding import ReplicaDispatcher, Route, replica_of, route
+from replaystore.mcp.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
+from replaystore.mcp.replica import Replica
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# ---------------------------------------------------------------- the SDK seam
+
+
+def test_the_installed_sdk_has_every_private_name() -> None:
+    sdk.check()
+    sdk.check(fastmcp=True)
+    names = {(r.owner, r.name) for r in sdk.requirements()}
+    assert ("StreamableHTTPServerTransport", "_handle_get_request") in names
+    assert ("JSONRPCDispatcher", "_allocate_id") in names
+
+
+def test_a_renamed_private_name_fails_at_import_with_the_versions() -> None:
+    class RenamedTransport:
+        async def _handle_get_request_v2(self) -> None: ...
+
+    gone = sdk.Requirement("Transport", "_handle_get_request", "method", "plain GETs")
+    with pytest.raises(sdk.SDKCompatibilityError) as caught:
+        sdk.check([gone], owners={"Transport": lambda: RenamedTransport})
+    message = str(caught.value)
+    assert "Transport._handle_get_request" in message
+    assert "mcp 2." in message and sdk.TESTED_MCP in message
+
+
+def test_a_missing_parameter_is_reported() -> None:
+    def serve(*, other: int) -> None: ...
+
+    gone = sdk.Requirement("serve", "lifespan_state", "parameter", "drives a loop")
+    with pytest.raises(sdk.SDKCompatibilityError, match=r"serve\.lifespan_state"):
+        sdk.check([gone], owners={"serve": lambda: serve})
+
+
+# ---------------------------------------------------------------- routing
+
+
+def test_server_request_ids_name_their_replica() -> None:
+    dispatcher = ReplicaDispatcher(None, None)  # type: ignore[arg-type]
+    dispatcher.replica = "abc123"
+    ids = [dispatcher._allocate_id() for _ in range(3)]
+    assert ids == ["1@abc123", "2@abc123", "3@abc123"]
+    assert [replica_of(i) for i in ids] == ["abc123"] * 3
+    for foreign in (7, "7", "x@y@", "@abc", "a@b", True, None):
+        assert replica_of(foreign) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"jsonrpc": "2.0", "id": "4@r1", "result": {}}, Route(replica="r1")),
+        ({"jsonrpc": "2.0", "id": "4@r1", "error": {"code": 1, "message": "x"}}, Route("r1")),
+        ({"jsonrpc": "2.0", "id": 4, "result": {}}, None),
+        (
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "2@r9", "progress": 1},
+            },
+            Route(replica="r9"),
+        ),
+        (
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 12}},
+            Route(cancels="12"),
+        ),
+        (
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": True}},
+            None,
+        ),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}, None),
+        ({"jsonrpc": "2.0", "method": "notifications/progress", "params": "nope"}, None),
+    ],
+)
+def test_route_of_client_messages(message: dict[str, Any], expected: Route | None) -> None:
+    assert route(message) == expected
+
+
+# ---------------------------------------------------------------- registry
+
+
+class _Store:
+    """Stands for a memory store: buffers sharing one share its registry."""
+
+
+def _registry(name: str) -> Registry:
+    if name == "memory":
+        return MemoryRegistry(_Store())
+    retention = ReplayBuffer.from_url("memory://").retention
+    return RedisRegistry(RedisBackend(retention, FakeAsyncRedis(), prefix="t:"))
+
+
+@pytest.mark.parametrize("name", ["memory", "fakeredis"])
+async def test_registry_records_and_leases(name: str) -> None:
+    registry = _registry(name)
+    assert await registry.get_session("s") is None
+    await registry.update_session("s", {"get": "x"})  # never creates a record
+    assert await registry.get_session("s") is None
+    await registry.put_session("s", {"version": "2025-11-25", "get": "e-1"}, 60)
+    await registry.update_session("s", {"get": "e-2"})
+    assert await registry.get_session("s") == {"version": "2025-11-25", "get": "e-2"}
+    await registry.drop_session("s")
+    assert await registry.get_session("s") is None
+
+    await registry.acquire("s", "7", "r1", 60)
+    assert await registry.owner("s", "7") == "r1"
+    assert await registry.renew([("s", "7"), ("s", "8")], "r1", 60) == [True, False]
+    assert await registry.renew([("s", "7")], "r2", 60) == [False]  # only the holder renews
+    await registry.release("s", "7", "r2")
+    assert await registry.owner("s", "7") == "r1"
+    await registry.release("s", "7", "r1")
+    assert await registry.owner("s", "7") == FINISHED
+    assert await registry.claim_end("s", "8", 60)
+    assert not await registry.claim_end("s", "8", 60)  # exactly once
+
+
+async def test_a_lease_lapses_when_not_renewed() -> None:
+    registry = MemoryRegistry(_Store())
+    await registry.acquire("s", "1", "r1", 0.05)
+    await anyio.sleep(0.1)
+    assert await registry.owner("s", "1") is None
+
+
+# ---------------------------------------------------------------- replicas in one process
+
+
+async def test_replicas_on_one_memory_store_hear_each_other() -> None:
+    """Two managers on memory://NAME: wake-ups, ends and forwarded messages reach the other one."""
+    first = ReplayBuffer.from_url("memory://coordination")
+    second = ReplayBuffer.from_url("memory://coordination")
+    one, two = Replica(first), Replica(second)
+    heard: list[tuple[str, str]] = []
+    two.on_end = lambda session: heard.append(("end", session))
+    two.on_forward = lambda session, body: heard.append(("fwd", body))
+    async with one.run(), two.run():
+        assert isinstance(one.bus, MemoryBus)
+        await one.registry.put_session("S", {"version": "v"}, None)
+        assert await two.registry.get_session("S") == {"version": "v"}  # one registry
+        await one.announce_end("S")
+        await one.forward(two.id, "S", b'{"jsonrpc":"2.0","id":"1@x","result":{}}')
+    assert heard == [("end", "S"), ("fwd", '{"jsonrpc":"2.0","id":"1@x","result":{}}')]
