@@ -1,25 +1,15 @@
-"""The verdict rules, in Python, for backends that hold their data in-process.
+"""The verdict rules, decided once, for every backend.
 
-The Redis backend runs the same rules inside ``backends/lua/resolve.lua``
-(they must execute on the server, in the same atomic step as the replay and the
-teardown). ``docs/verdicts.md`` is the specification both follow; the
-conformance suite runs every case against every backend to keep them equal.
+A backend gathers *facts* about one session in one atomic step (the memory
+backend under its lock, the Redis backend in one ``MULTI``/``EXEC`` snapshot
+or one Lua script) and :func:`judge` decides on them. Backends never decide a
+verdict themselves, so the order of the checks exists in two places only: here
+and in ``docs/verdicts.md``, which is the specification.
 
-The order of the checks matters and is part of the contract:
-
-1. session unknown -> ``unknown_session``
-2. cursor text not a cursor -> ``malformed_cursor``
-3. cursor epoch is not the session's -> ``foreign_cursor``
-4. a sequence was named and the session has no such sequence -> ``unknown_sequence``
-5. cursor position above the session high-water -> ``ahead_of_high_water``
-6. origin cursor (position 0): history already evicted -> ``below_floor``;
-   no sequence named and more than one sequence -> ``ambiguous_sequence``
-7. cursor position below the session floor -> ``below_floor``
-8. no event at the cursor position -> ``not_retained``
-9. the cursor's event belongs to another sequence than the named one -> ``sequence_mismatch``
-10. the chain of the sequence's events after the cursor is broken, or does
-    not reach the sequence high-water -> ``not_retained``
-11. otherwise ``resumed``, with exactly that chain as the replay.
+What a backend does after the decision (replay the events, or tear the session
+down) must apply to the state the facts were read from: the Redis backend tears
+down with a compare-and-delete on that state, and reads the facts again if the
+session moved in between.
 """
 
 from __future__ import annotations
@@ -28,31 +18,47 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .cursor import Cursor
-from .verdicts import Evidence, Verdict
+from .info import SequenceInfo
+from .verdicts import REASONS, Evidence, Tombstone, Verdict, reason_text
 
-__all__ = ["REASONS", "Judgement", "Record", "SequenceState", "SessionView", "judge", "reason"]
+__all__ = ["Facts", "Judgement", "Record", "SequenceState", "evidence_for", "judge"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Record:
-    """One stored event: ``prev`` is the previous position of the same sequence (0: first)."""
+    """One stored event: its position, its sequence and its ordinal within that sequence."""
 
     position: int
     sequence: str
-    prev: int
-    at: float
+    ordinal: int
     payload: bytes | None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SequenceState:
-    floor: int
+    """The bookkeeping of one sequence.
+
+    Ordinals count the events of the sequence from 0; ``first_ordinal`` is the
+    oldest one retained, ``next_ordinal`` the one the next event will get.
+    """
+
+    name: str
+    tag: str
     high_water: int
-    retained: int
+    floor: int
+    first_ordinal: int
+    next_ordinal: int
+
+    @property
+    def retained(self) -> int:
+        return self.next_ordinal - self.first_ordinal
+
+    def info(self) -> SequenceInfo:
+        return SequenceInfo(self.floor, self.high_water, self.retained)
 
 
-class SessionView(Protocol):
-    """What the rules need to read of one session."""
+class Facts(Protocol):
+    """What the rules read of one live session, all from one consistent snapshot."""
 
     @property
     def epoch(self) -> str: ...
@@ -63,40 +69,22 @@ class SessionView(Protocol):
     @property
     def retained(self) -> int: ...
     @property
-    def sequences(self) -> dict[str, SequenceState]: ...
-    def record(self, position: int) -> Record | None: ...
-    def next_in_sequence(self, position: int) -> int | None: ...
+    def sequence_count(self) -> int: ...
+    def sequence(self, name: str) -> SequenceState | None: ...
+    def only_sequence(self) -> str | None:
+        """The name of the session's one sequence (asked only when there is exactly one)."""
+        ...
+
+    def record(self, position: int) -> Record | None:
+        """The stored event at ``position`` (asked only for floor <= position <= top)."""
+        ...
+
+    def events_from(self, sequence: str, ordinal: int) -> list[Record | None]:
+        """The stored events of ``sequence`` from ``ordinal`` on, as stored (``None``: lost)."""
+        ...
 
 
-#: Why a verdict was reached, by short code. The Lua scripts report the same
-#: codes, so the human text lives only here.
-REASONS: dict[str, str] = {
-    "resumed": "continuity proven from the cursor to the sequence high-water",
-    "origin_empty": "nothing has been issued yet",
-    "no_session": "the session does not exist",
-    "invalid_session": "not a valid session id",
-    "closed": "the session was closed",
-    "torn_down": "the session was torn down after a failed resumption",
-    "malformed": "the cursor is not of the form <epoch>-<position>",
-    "foreign": "the cursor was issued by another session or an earlier incarnation of this one",
-    "unknown_sequence": "the session has no retained sequence of that name",
-    "ahead": "the cursor is ahead of the last issued position (stale replica or reordering proxy)",
-    "origin_evicted": "events since the origin have been evicted",
-    "origin_ambiguous": "the origin cursor names no sequence and the session has several",
-    "evicted": "the cursor's event has been evicted (never clamp to the floor)",
-    "missing_event": "no event is retained at the cursor position",
-    "mismatch": "the cursor's event belongs to another sequence than the one named",
-    "no_sequence_state": "the cursor's sequence has no bookkeeping",
-    "chain_broken": "the sequence's chain of events after the cursor is broken",
-    "chain_short": "the sequence's retained events do not reach its high-water",
-}
-
-
-def reason(code: str) -> str:
-    return REASONS.get(code, code)
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Judgement:
     verdict: Verdict
     code: str
@@ -104,99 +92,127 @@ class Judgement:
     chain: list[Record]
     cursor_sequence: str | None = None
 
+    def __post_init__(self) -> None:
+        # Every code belongs to exactly one verdict (checked, so no backend can drift).
+        assert REASONS[self.code][0] is self.verdict, (self.verdict, self.code)
+
     @property
     def reason(self) -> str:
-        return reason(self.code)
+        return reason_text(self.code)
 
 
-def judge(view: SessionView, cursor: Cursor | None, named: str | None) -> Judgement:
-    """Apply checks 2-11 (the caller has established that the session exists)."""
+def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
+    """The verdict for ``cursor`` (and the events it resumes), checks 2-11 of ``docs/verdicts.md``.
+
+    The caller has established check 1 (the session exists). The cursor's hint
+    plays no part here: only its epoch and position decide.
+    """
 
     def fail(verdict: Verdict, code: str, cursor_sequence: str | None = None) -> Judgement:
         return Judgement(verdict, code, named, [], cursor_sequence)
 
     if cursor is None:
         return fail(Verdict.MALFORMED_CURSOR, "malformed")
-    if cursor.epoch != view.epoch:
+    if cursor.epoch != facts.epoch:
         return fail(Verdict.FOREIGN_CURSOR, "foreign")
-    if named is not None and named not in view.sequences:
+    if named is not None and facts.sequence(named) is None:
         return fail(Verdict.UNKNOWN_SEQUENCE, "unknown_sequence")
     p = cursor.position
-    if p > view.top:
+    if p > facts.top:
         return fail(Verdict.AHEAD_OF_HIGH_WATER, "ahead")
     if p == 0:
-        if view.floor > 1:
+        if facts.floor > 1:
             return fail(Verdict.BELOW_FLOOR, "origin_evicted")
         if named is None:
-            if len(view.sequences) > 1:
+            if facts.sequence_count > 1:
                 return fail(Verdict.AMBIGUOUS_SEQUENCE, "origin_ambiguous")
-            if not view.sequences:
+            if facts.sequence_count == 0:
                 return Judgement(Verdict.RESUMED, "origin_empty", None, [])
-            named = next(iter(view.sequences))
-        start = view.sequences[named].floor
-        return _walk(view, named, start, 0)
-    if p < view.floor:
+            named = facts.only_sequence()
+            if named is None:
+                return fail(Verdict.NOT_RETAINED, "missing_event")
+        state = facts.sequence(named)
+        if state is None:
+            return fail(Verdict.NOT_RETAINED, "no_sequence_state")
+        return _chain(facts, state, state.first_ordinal, 0)
+    if p < facts.floor:
         return fail(Verdict.BELOW_FLOOR, "evicted")
-    record = view.record(p)
+    record = facts.record(p)
     if record is None:
         return fail(Verdict.NOT_RETAINED, "missing_event")
     if named is not None and record.sequence != named:
         return fail(Verdict.SEQUENCE_MISMATCH, "mismatch", record.sequence)
-    sequence = record.sequence
-    if sequence not in view.sequences:
-        return fail(Verdict.NOT_RETAINED, "no_sequence_state", sequence)
-    return _walk(view, sequence, view.next_in_sequence(p), p)
+    state = facts.sequence(record.sequence)
+    if state is None:
+        return Judgement(Verdict.NOT_RETAINED, "no_sequence_state", record.sequence, [])
+    return _chain(facts, state, record.ordinal + 1, p)
 
 
-def _walk(view: SessionView, sequence: str, start: int | None, prev: int) -> Judgement:
-    """Follow the sequence's links from ``start``; every hop must prove continuity."""
+def _chain(facts: Facts, state: SequenceState, start: int, after: int) -> Judgement:
+    """The sequence's events from ordinal ``start``: all there, in order, up to its high-water."""
+    stored = facts.events_from(state.name, start)
     chain: list[Record] = []
-    position = start
-    while position is not None:
-        record = view.record(position)
-        if record is None or record.prev != prev or record.sequence != sequence:
-            return Judgement(Verdict.NOT_RETAINED, "chain_broken", sequence, [])
+    expected = start
+    last = after
+    for record in stored[: state.next_ordinal - start]:
+        if (
+            record is None
+            or record.ordinal != expected
+            or record.sequence != state.name
+            or record.position <= last
+        ):
+            return Judgement(Verdict.NOT_RETAINED, "chain_broken", state.name, [])
         chain.append(record)
-        prev = position
-        position = view.next_in_sequence(position)
-    if prev != view.sequences[sequence].high_water:
-        return Judgement(Verdict.NOT_RETAINED, "chain_short", sequence, [])
-    return Judgement(Verdict.RESUMED, "resumed", sequence, chain)
+        expected += 1
+        last = record.position
+    if expected != state.next_ordinal or last != state.high_water:
+        return Judgement(Verdict.NOT_RETAINED, "chain_short", state.name, [])
+    return Judgement(Verdict.RESUMED, "resumed", state.name, chain)
 
 
 def evidence_for(
     session: str,
     raw_cursor: str,
     cursor: Cursor | None,
-    view: SessionView,
+    facts: Facts,
     judgement: Judgement,
     *,
     torn_down: bool,
-    replay: bool = True,
+    replay: bool,
 ) -> Evidence:
-    """Evidence with the same fields the Lua script reports.
+    """The evidence of a judgement, the same fields on every backend.
 
     ``replayed`` counts the events actually returned: 0 for a probe
-    (``replay=False``) that resumes, as in ``resolve.lua``.
+    (``replay=False``) that resumes.
     """
-    seq = view.sequences.get(judgement.sequence) if judgement.sequence else None
+    seq = facts.sequence(judgement.sequence) if judgement.sequence else None
     return Evidence(
         session=session,
         reason=judgement.reason,
         cursor=raw_cursor[:64],
         cursor_epoch=cursor.epoch if cursor else None,
         cursor_position=cursor.position if cursor else None,
-        epoch=view.epoch,
-        floor=view.floor,
-        high_water=view.top,
-        retained=view.retained,
+        epoch=facts.epoch,
+        floor=facts.floor,
+        high_water=facts.top,
+        retained=facts.retained,
         sequence=judgement.sequence,
         sequence_floor=seq.floor if seq else None,
         sequence_high_water=seq.high_water if seq else None,
         cursor_sequence=judgement.cursor_sequence,
-        sequence_count=len(view.sequences),
+        sequence_count=facts.sequence_count,
         replayed=(len(judgement.chain) if replay else 0)
         if judgement.verdict is Verdict.RESUMED
         else None,
         torn_down=torn_down,
+    )
+
+
+def unknown_session(session: str, raw_cursor: str, tombstone: Tombstone | None) -> Evidence:
+    """Evidence for check 1: the session does not exist (the tombstone says why, while it lasts)."""
+    code = "no_session"
+    if tombstone is not None:
+        code = "closed" if tombstone.verdict is None else "torn_down"
+    return Evidence(
+        session=session, reason=reason_text(code), cursor=raw_cursor[:64], tombstone=tombstone
     )

@@ -13,19 +13,19 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from ._rules import reason
 from .backends import Backend, backend_from_url
 from .cursor import Cursor
 from .info import SessionInfo
 from .retention import (
     Retention,
+    check_idempotency_key,
     check_payloads,
     check_sequence,
     check_session,
     is_valid_sequence,
     is_valid_session,
 )
-from .verdicts import Evidence, Resumption, Verdict
+from .verdicts import Evidence, Resumption, Verdict, reason_text
 
 __all__ = ["ReplayBuffer"]
 
@@ -101,16 +101,36 @@ class ReplayBuffer:
             return None
         return await self.backend.session_info(session)
 
-    async def append(self, session: str, sequence: str, payload: bytes | None) -> str:
+    async def append(
+        self,
+        session: str,
+        sequence: str,
+        payload: bytes | None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> str:
         """Store one event and return its id (a cursor string).
 
         ``payload=None`` stores a priming event: it takes a position, so the
-        client can resume from it, and replays as an event without payload.
+        client can resume from it, and replays as an event without payload. A
+        priming event right after another one of the same sequence is not
+        stored again: its id is returned (see ``docs/verdicts.md``).
+
+        ``idempotency_key`` makes a retry safe: an append whose key this
+        session has already seen stores nothing and returns the ids of the
+        first one (keys are remembered for the newest 1000 keyed appends at
+        least, as long as the session lives).
         """
-        return (await self.append_many(session, sequence, [payload]))[0]
+        ids = await self.append_many(session, sequence, [payload], idempotency_key=idempotency_key)
+        return ids[0]
 
     async def append_many(
-        self, session: str, sequence: str, payloads: Sequence[bytes | None]
+        self,
+        session: str,
+        sequence: str,
+        payloads: Sequence[bytes | None],
+        *,
+        idempotency_key: str | None = None,
     ) -> list[str]:
         """Store a burst of events of one sequence in one atomic step (one round trip).
 
@@ -118,12 +138,14 @@ class ReplayBuffer:
         """
         check_session(session)
         check_sequence(sequence)
+        check_idempotency_key(idempotency_key)
         payloads = list(payloads)
         check_payloads(payloads, self.retention)
         if not payloads:
             return []
-        epoch, first = await self.backend.append(session, sequence, payloads)
-        return [f"{epoch}-{first + i}" for i in range(len(payloads))]
+        return await self.backend.append(
+            session, sequence, payloads, idempotency_key=idempotency_key
+        )
 
     async def resolve_and_replay(
         self, session: str, last_event_id: str, sequence: str | None = None
@@ -148,7 +170,7 @@ class ReplayBuffer:
         if not is_valid_session(session):
             evidence = Evidence(
                 session=repr(session)[:64] if not isinstance(session, str) else session[:64],
-                reason=reason("invalid_session"),
+                reason=reason_text("invalid_session"),
                 cursor=raw[:64],
             )
             return Resumption(Verdict.UNKNOWN_SESSION, evidence)

@@ -2,12 +2,24 @@
 
 A cursor names *one incarnation of one session* (the epoch, a random token
 minted when the session is created) and *one position* in that session's
-single position space. Both halves are needed: a bare position such as the
-seed's ``4471`` cannot prove which incarnation issued it, so after a restart,
-a teardown or behind a proxy that mixes sessions it could silently point at a
-different event. The string form is ``<epoch>-<position>``, for example
-``3f9a1c0b7d2e-4471``: short, ASCII, and never containing CR, LF or NUL, so it
-is always a valid SSE ``id:`` field.
+single position space. Both halves are needed: a bare position such as
+``4471`` cannot prove which incarnation issued it, so after a restart, a
+teardown or behind a proxy that mixes sessions it could silently point at a
+different event.
+
+Event ids also carry a *hint*: the event's sequence tag (a hash of the
+sequence name) and its ordinal within that sequence. The hint lets a backend
+read the missed events of the sequence directly, in one range read, instead of
+looking the position up first. It is never trusted: a backend uses it only
+after checking that the stored event at that ordinal has the cursor's
+position, and judges by the position alone otherwise. A forged hint can
+therefore only slow a resume down, never change its verdict or its events.
+
+Spellings: ``<epoch>-<position>`` (the origin, and ids issued by earlier
+versions) and ``<epoch>-<position>.<tag>.<ordinal>``, for example
+``3f9a1c0b7d2e-4471.9c1f0e2a7b3d4c5e.1088``: ASCII, never containing CR, LF or
+NUL, so always a valid SSE ``id:`` field. Both spellings of one event resolve
+the same way.
 
 Position ``0`` is the *origin*: "before the first event of this incarnation".
 It is never handed out as an event id; :meth:`SessionInfo.origin` gives it to a
@@ -16,6 +28,7 @@ caller who wants a session's whole history.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -24,23 +37,31 @@ __all__ = [
     "EPOCH_LENGTH",
     "MAX_CURSOR_LENGTH",
     "MAX_POSITION",
+    "TAG_LENGTH",
     "Cursor",
     "CursorError",
     "new_epoch",
+    "sequence_tag",
 ]
 
 #: Hex digits in an epoch (48 random bits: collisions between incarnations of
 #: one session id are what the epoch rules out, and 2**-48 is far enough).
 EPOCH_LENGTH = 12
-#: The largest position a cursor may carry. Positions are also handled by Lua
-#: inside Redis, where numbers are doubles printed with 14 significant digits,
-#: so they stay below 10**14 (a hundred trillion events per session).
+#: Hex digits in a sequence tag (64 bits of a hash of the sequence name).
+TAG_LENGTH = 16
+#: The largest position (and ordinal) a cursor may carry. Positions are also
+#: handled by Lua inside Redis, where numbers are doubles printed with 14
+#: significant digits, so they stay below 10**14.
 MAX_POSITION = 10**14 - 1
 #: Anything longer is rejected before any regular expression runs on it.
-MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 14
+MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 14 + 1 + TAG_LENGTH + 1 + 14
 
-_CURSOR_RE = re.compile(rf"([0-9a-f]{{{EPOCH_LENGTH}}})-(0|[1-9][0-9]{{0,13}})")
+_NUMBER = "(0|[1-9][0-9]{0,13})"
+_CURSOR_RE = re.compile(
+    rf"([0-9a-f]{{{EPOCH_LENGTH}}})-{_NUMBER}(?:\.([0-9a-f]{{{TAG_LENGTH}}})\.{_NUMBER})?"
+)
 _EPOCH_RE = re.compile(rf"[0-9a-f]{{{EPOCH_LENGTH}}}")
+_TAG_RE = re.compile(rf"[0-9a-f]{{{TAG_LENGTH}}}")
 
 
 class CursorError(ValueError):
@@ -52,30 +73,50 @@ def new_epoch() -> str:
     return secrets.token_hex(EPOCH_LENGTH // 2)
 
 
-@dataclass(frozen=True, slots=True, order=True)
+def sequence_tag(sequence: str) -> str:
+    """The tag of a sequence name: fixed-length, so it fits in keys and cursors.
+
+    64 bits of BLAKE2b: two names of one session colliding is a 2**-64 event
+    per pair, and the backends refuse the append if it ever happens.
+    """
+    return hashlib.blake2b(sequence.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_POSITION
+
+
+@dataclass(frozen=True, slots=True)
 class Cursor:
-    """A parsed event id: which session incarnation, which position."""
+    """A parsed event id: which session incarnation, which position (and the hint)."""
 
     epoch: str
     position: int
+    tag: str | None = None
+    ordinal: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.epoch, str) or not _EPOCH_RE.fullmatch(self.epoch):
             raise CursorError(f"epoch must be {EPOCH_LENGTH} lowercase hex digits")
-        if (
-            not isinstance(self.position, int)
-            or isinstance(self.position, bool)
-            or not 0 <= self.position <= MAX_POSITION
-        ):
+        if not _is_number(self.position):
             raise CursorError(f"position must be an integer in [0, {MAX_POSITION}]")
+        if (self.tag is None) != (self.ordinal is None):
+            raise CursorError("a hint needs both the sequence tag and the ordinal")
+        if self.tag is not None:
+            if not isinstance(self.tag, str) or not _TAG_RE.fullmatch(self.tag):
+                raise CursorError(f"tag must be {TAG_LENGTH} lowercase hex digits")
+            if not _is_number(self.ordinal):
+                raise CursorError(f"ordinal must be an integer in [0, {MAX_POSITION}]")
+            if self.position == 0:
+                raise CursorError("the origin carries no hint")
 
     @classmethod
     def parse(cls, value: object) -> Cursor:
         """Parse an event id; raise :class:`CursorError` for anything else.
 
         Strict on purpose: no whitespace trimming, no leading zeros, no bare
-        integers. Two spellings of one cursor would let a proxy or a client
-        library "normalise" an id into another one.
+        integers. Two spellings of one cursor text would let a proxy or a
+        client library "normalise" an id into another one.
         """
         if isinstance(value, bytes):
             try:
@@ -88,11 +129,9 @@ class Cursor:
             raise CursorError(f"cursor longer than {MAX_CURSOR_LENGTH} characters")
         match = _CURSOR_RE.fullmatch(value)
         if match is None:
-            raise CursorError("cursor is not of the form <epoch>-<position>")
-        position = int(match.group(2))
-        if position > MAX_POSITION:
-            raise CursorError(f"cursor position above {MAX_POSITION}")
-        return cls(match.group(1), position)
+            raise CursorError("cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>]")
+        epoch, position, tag, ordinal = match.groups()
+        return cls(epoch, int(position), tag, None if ordinal is None else int(ordinal))
 
     @classmethod
     def try_parse(cls, value: object) -> Cursor | None:
@@ -102,5 +141,12 @@ class Cursor:
         except CursorError:
             return None
 
+    @property
+    def bare(self) -> Cursor:
+        """The same cursor without its hint (what the verdict is decided on)."""
+        return Cursor(self.epoch, self.position)
+
     def __str__(self) -> str:
-        return f"{self.epoch}-{self.position}"
+        if self.tag is None:
+            return f"{self.epoch}-{self.position}"
+        return f"{self.epoch}-{self.position}.{self.tag}.{self.ordinal}"

@@ -13,20 +13,30 @@ from dataclasses import dataclass
 from .errors import InvalidInputError
 
 __all__ = [
+    "IDEMPOTENCY_KEYS",
     "MAX_BATCH",
     "MAX_NAME_BYTES",
     "Retention",
+    "check_idempotency_key",
     "check_payloads",
     "check_sequence",
     "check_session",
     "is_valid_sequence",
     "is_valid_session",
+    "run_split_ms",
 ]
 
 #: Longest session id or sequence name, in UTF-8 bytes.
 MAX_NAME_BYTES = 256
 #: Most events one batch append may carry.
 MAX_BATCH = 10_000
+#: Idempotency keys remembered per session: at least this many of the newest
+#: (at most twice as many), for as long as the session lives.
+IDEMPOTENCY_KEYS = 1000
+#: With an age limit, events are aged by the start of their run (a stretch of
+#: consecutive positions of one sequence); a run is closed after this fraction
+#: of ``max_age``, so an event is evicted at most ``max_age / 64`` early.
+_RUN_SPLIT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,12 @@ class Retention:
         return max(1, round(self.tombstone_ttl * 1000))
 
 
+def run_split_ms(retention: Retention) -> int:
+    """How long a run of one sequence may grow before a new one starts (0: no age limit)."""
+    max_age_ms = retention.max_age_ms
+    return max(1, max_age_ms // _RUN_SPLIT) if max_age_ms else 0
+
+
 def is_valid_session(session: object) -> bool:
     """Session ids are 1..256 visible ASCII characters (what MCP allows in ``Mcp-Session-Id``)."""
     return (
@@ -113,6 +129,19 @@ def check_sequence(sequence: object) -> str:
         )
     assert isinstance(sequence, str)
     return sequence
+
+
+def check_idempotency_key(key: object) -> str | None:
+    """Idempotency keys follow the rules of sequence names (``None``: no key)."""
+    if key is None:
+        return None
+    if not is_valid_sequence(key):
+        raise InvalidInputError(
+            f"idempotency_key must be non-empty text of at most {MAX_NAME_BYTES} UTF-8 bytes "
+            f"without NUL, got {_show(key)}"
+        )
+    assert isinstance(key, str)
+    return key
 
 
 def check_payloads(payloads: Sequence[bytes | None], retention: Retention) -> None:

@@ -2,9 +2,11 @@
 
 The verdict is the one thing every replica must agree on, so it is a plain
 string enum whose values are stable API: they travel in HTTP error bodies, logs
-and metrics. The rules that pick a verdict, and the order they are checked in,
-are written down in ``docs/verdicts.md``; the memory backend implements them in
-``replaystore/_rules.py`` and the Redis backend in ``backends/lua/resolve.lua``.
+and metrics. Each verdict is reached for a short list of reasons; the reason
+codes and their human text live here, next to the verdicts, so every backend
+reports the same words. The rules that pick a verdict, and their order, are
+written down in ``docs/verdicts.md`` and implemented once, in
+``replaystore/_rules.py``, for every backend.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from .cursor import Cursor
 from .errors import ResumptionDesyncError
 
-__all__ = ["Event", "Evidence", "Resumption", "Tombstone", "Verdict"]
+__all__ = ["REASONS", "Event", "Evidence", "Resumption", "Tombstone", "Verdict", "reason_text"]
 
 
 class Verdict(enum.StrEnum):
@@ -39,6 +41,63 @@ class Verdict(enum.StrEnum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: Every reason code, the one verdict it explains, and its text (what goes into
+#: logs, tombstones and HTTP error bodies).
+REASONS: dict[str, tuple[Verdict, str]] = {
+    "resumed": (Verdict.RESUMED, "continuity proven from the cursor to the sequence high-water"),
+    "origin_empty": (Verdict.RESUMED, "nothing has been issued yet"),
+    "no_session": (Verdict.UNKNOWN_SESSION, "the session does not exist"),
+    "invalid_session": (Verdict.UNKNOWN_SESSION, "not a valid session id"),
+    "closed": (Verdict.UNKNOWN_SESSION, "the session was closed"),
+    "torn_down": (Verdict.UNKNOWN_SESSION, "the session was torn down after a failed resumption"),
+    "malformed": (
+        Verdict.MALFORMED_CURSOR,
+        "the cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>]",
+    ),
+    "foreign": (
+        Verdict.FOREIGN_CURSOR,
+        "the cursor was issued by another session or an earlier incarnation of this one",
+    ),
+    "unknown_sequence": (
+        Verdict.UNKNOWN_SEQUENCE,
+        "the session has no retained sequence of that name",
+    ),
+    "ahead": (
+        Verdict.AHEAD_OF_HIGH_WATER,
+        "the cursor is ahead of the last issued position (stale replica or reordering proxy)",
+    ),
+    "origin_evicted": (Verdict.BELOW_FLOOR, "events since the origin have been evicted"),
+    "origin_ambiguous": (
+        Verdict.AMBIGUOUS_SEQUENCE,
+        "the origin cursor names no sequence and the session has several",
+    ),
+    "evicted": (
+        Verdict.BELOW_FLOOR,
+        "the cursor's event has been evicted (never clamp to the floor)",
+    ),
+    "missing_event": (Verdict.NOT_RETAINED, "no event is retained at the cursor position"),
+    "mismatch": (
+        Verdict.SEQUENCE_MISMATCH,
+        "the cursor's event belongs to another sequence than the one named",
+    ),
+    "no_sequence_state": (Verdict.NOT_RETAINED, "the cursor's sequence has no bookkeeping"),
+    "chain_broken": (
+        Verdict.NOT_RETAINED,
+        "the sequence's events after the cursor are not all retained, in order",
+    ),
+    "chain_short": (
+        Verdict.NOT_RETAINED,
+        "the sequence's retained events do not reach its high-water",
+    ),
+}
+
+
+def reason_text(code: str) -> str:
+    """The human text of a reason code (the code itself if it is unknown)."""
+    entry = REASONS.get(code)
+    return code if entry is None else entry[1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,13 @@
 """The contract every storage backend implements.
 
 Deliberately narrow (five operations) so that each one can be a single atomic
-step on the server: one Lua script per operation on Redis, one uninterrupted
-stretch of synchronous code in memory. Input validation, cursor parsing and
-event-id formatting happen once, in :class:`replaystore.ReplayBuffer`, before a
-backend is called; a backend receives well-formed names and a parsed cursor
-(``None`` when the text was not a cursor, which still has to be judged against
-the session so that the session can be torn down atomically).
+step on the server: one Lua script or one ``MULTI``/``EXEC`` snapshot per
+operation on Redis, one uninterrupted stretch of synchronous code in memory.
+Input validation and cursor parsing happen once, in
+:class:`replaystore.ReplayBuffer`, before a backend is called; a backend
+receives well-formed names and a parsed cursor (``None`` when the text was not
+a cursor, which still has to be judged against the session so that the session
+can be torn down atomically).
 """
 
 from __future__ import annotations
@@ -53,12 +54,19 @@ class Backend(ABC):
 
     @abstractmethod
     async def append(
-        self, session: str, sequence: str, payloads: Sequence[bytes | None]
-    ) -> tuple[str, int]:
-        """Store ``payloads`` in order; return ``(epoch, first position)``.
+        self,
+        session: str,
+        sequence: str,
+        payloads: Sequence[bytes | None],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[str]:
+        """Store ``payloads`` in order; return their event ids (cursor strings).
 
-        Positions are consecutive. Raises :class:`UnknownSessionError` when the
-        session does not exist (appending never resurrects a torn-down session).
+        Raises :class:`UnknownSessionError` when the session does not exist
+        (appending never resurrects a torn-down session). With an
+        ``idempotency_key`` already used in this session, nothing is stored and
+        the ids of that earlier append come back.
         """
 
     @abstractmethod

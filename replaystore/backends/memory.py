@@ -1,17 +1,22 @@
 """``memory://``: the embedded backend, one process, no dependencies.
 
 Every operation is one uninterrupted stretch of synchronous code (no ``await``
-inside), so under asyncio or trio no other task can run between the checks and
-the replay: that is what makes append and resolve-and-replay atomic here. A
-``threading.Lock`` additionally guards against callers on other threads.
+inside), so under asyncio or trio no other task can run between reading the
+facts, judging them and replaying: that is what makes append and
+resolve-and-replay atomic here. A ``threading.Lock`` additionally guards
+against callers on other threads.
 
-The layout mirrors the Redis backend on purpose (records keyed by position, a
-link from each record to the next one of its sequence, per-sequence floor and
-high-water), so that the same rules in ``replaystore/_rules.py`` apply.
+The layout mirrors the Redis backend on purpose (``docs/data-layout.md``): one
+list of events per sequence, addressed by ordinal; a list of *runs* (stretches
+of consecutive positions of one sequence) that maps a position to its sequence
+and orders eviction; the same retention arithmetic. The verdict itself comes
+from ``replaystore/_rules.py``, as on Redis, so both give the same answer, the
+same evidence and the same event ids.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 import weakref
@@ -20,13 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._rules import Record, SequenceState, evidence_for, judge
-from .._rules import reason as _reason
-from ..cursor import Cursor, new_epoch
-from ..errors import UnknownSessionError, UnsupportedURLError
-from ..info import SequenceInfo, SessionInfo
-from ..retention import Retention
-from ..verdicts import Event, Evidence, Resumption, Tombstone, Verdict
+from .._rules import Record, SequenceState, evidence_for, judge, unknown_session
+from ..cursor import Cursor, new_epoch, sequence_tag
+from ..errors import InvalidInputError, UnknownSessionError, UnsupportedURLError
+from ..info import SessionInfo
+from ..retention import IDEMPOTENCY_KEYS, Retention, run_split_ms
+from ..verdicts import Event, Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from .base import Backend
 
@@ -37,34 +41,124 @@ _SWEEP_EVERY = 1024
 
 
 @dataclass(slots=True)
+class _Seq:
+    """One sequence: its events by ordinal (``events[0]`` has ordinal ``first``)."""
+
+    name: str
+    tag: str
+    high_water: int
+    floor: int
+    first: int = 0
+    next: int = 0
+    priming: bool = False  # the newest event is a priming event
+    events: list[Record | None] = field(default_factory=list)
+
+    def state(self) -> SequenceState:
+        return SequenceState(
+            self.name, self.tag, self.high_water, self.floor, self.first, self.next
+        )
+
+
+@dataclass(slots=True)
+class _Run:
+    """Consecutive positions of one sequence, starting at ``position`` with ``ordinal``."""
+
+    position: int
+    tag: str
+    ordinal: int
+    at_ms: int
+
+
+@dataclass(slots=True)
 class _Session:
     epoch: str
     touched: float
     top: int = 0
     floor: int = 1  # one past the last evicted position
-    retained: int = 0  # bookkept, like the Redis meta hash: damage does not change it
-    records: dict[int, Record] = field(default_factory=dict)  # insertion order = position order
-    links: dict[int, int] = field(default_factory=dict)  # position -> next position, same sequence
-    sequences: dict[str, SequenceState] = field(default_factory=dict)
+    retained: int = 0
+    seqs: dict[str, _Seq] = field(default_factory=dict)  # by tag
+    runs: list[_Run] = field(default_factory=list)
+    keys: dict[str, list[str]] = field(default_factory=dict)  # idempotency: this generation
+    old_keys: dict[str, list[str]] = field(default_factory=dict)  # and the previous one
+
+    # -- Facts (replaystore._rules) ----------------------------------------
+
+    @property
+    def sequence_count(self) -> int:
+        return len(self.seqs)
+
+    def sequence(self, name: str) -> SequenceState | None:
+        seq = self.seqs.get(sequence_tag(name))
+        return seq.state() if seq is not None and seq.name == name else None
+
+    def only_sequence(self) -> str | None:
+        return next(iter(self.seqs.values())).name if len(self.seqs) == 1 else None
 
     def record(self, position: int) -> Record | None:
-        return self.records.get(position)
+        index = bisect.bisect_right(self.runs, position, key=lambda r: r.position) - 1
+        if index < 0:
+            return None
+        run = self.runs[index]
+        seq = self.seqs.get(run.tag)
+        if seq is None:
+            return None
+        ordinal = run.ordinal + position - run.position
+        got = self._at(seq, ordinal)
+        return got if got is not None and got.position == position else None
 
-    def next_in_sequence(self, position: int) -> int | None:
-        return self.links.get(position)
+    def events_from(self, sequence: str, ordinal: int) -> list[Record | None]:
+        seq = self.seqs.get(sequence_tag(sequence))
+        if seq is None:
+            return []
+        return seq.events[max(0, ordinal - seq.first) :]
 
-    def evict_oldest(self) -> None:
-        position, record = next(iter(self.records.items()))
-        del self.records[position]
-        self.floor = position + 1
-        self.retained -= 1
-        following = self.links.pop(position, None)
-        state = self.sequences[record.sequence]
-        state.retained -= 1
-        if state.retained == 0:
-            del self.sequences[record.sequence]
-        elif following is not None:
-            state.floor = following
+    @staticmethod
+    def _at(seq: _Seq, ordinal: int) -> Record | None:
+        index = ordinal - seq.first
+        return seq.events[index] if 0 <= index < len(seq.events) else None
+
+    # -- retention -----------------------------------------------------------
+
+    def trim(self, retention: Retention, now_ms: int) -> None:
+        """Evict the oldest events while over ``max_events`` or older than ``max_age``.
+
+        Eviction walks the runs from the oldest; an event's age is its run's
+        (runs are split often enough for that to be close: ``run_split_ms``).
+        """
+        max_age_ms = retention.max_age_ms
+        while self.runs and self.retained > 0:
+            run = self.runs[0]
+            end = self.runs[1].position if len(self.runs) > 1 else self.top + 1
+            avail = end - self.floor
+            if avail <= 0:
+                del self.runs[0]
+                continue
+            over = self.retained - retention.max_events
+            k = min(over, avail) if over > 0 else 0
+            if max_age_ms and run.at_ms <= now_ms - max_age_ms:
+                k = avail
+            if k <= 0:
+                break
+            seq = self.seqs.get(run.tag)
+            self.floor += k
+            self.retained -= k
+            if seq is not None:
+                del seq.events[:k]
+                seq.first += k
+                if seq.first >= seq.next:
+                    del self.seqs[run.tag]
+                elif self.floor < end:
+                    seq.floor = self.floor
+                else:
+                    seq.floor = self._next_run_position(run.tag, seq.floor)
+            if self.floor >= end:
+                del self.runs[0]
+
+    def _next_run_position(self, tag: str, old: int) -> int:
+        for run in self.runs[1:]:
+            if run.tag == tag:
+                return run.position
+        return old
 
 
 class _Store:
@@ -131,10 +225,8 @@ class MemoryBackend(Backend):
         if now - state.touched >= self.retention.session_ttl:
             del self._sessions[session]
             return None
-        max_age = self.retention.max_age
-        if max_age is not None:
-            while state.records and now - next(iter(state.records.values())).at >= max_age:
-                state.evict_oldest()
+        if self.retention.max_age is not None:
+            state.trim(self.retention, _ms(now))
         return state
 
     def _sweep(self, now: float) -> None:
@@ -167,33 +259,68 @@ class MemoryBackend(Backend):
             return _info(session, state)
 
     async def append(
-        self, session: str, sequence: str, payloads: Sequence[bytes | None]
-    ) -> tuple[str, int]:
+        self,
+        session: str,
+        sequence: str,
+        payloads: Sequence[bytes | None],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[str]:
         with self._lock:
             now = self._clock()
             state = self._live(session, now)
             if state is None:
                 raise UnknownSessionError(session)
-            first = state.top + 1
-            seq = state.sequences.get(sequence)
-            for payload in payloads:
-                state.top += 1
-                position = state.top
-                if seq is None:
-                    seq = state.sequences[sequence] = SequenceState(position, position, 0)
-                    prev = 0
-                else:
-                    prev = seq.high_water
-                    state.links[prev] = position
-                    seq.high_water = position
-                seq.retained += 1
-                state.retained += 1
-                state.records[position] = Record(position, sequence, prev, now, payload)
-                if state.retained > self.retention.max_events and state.records:
-                    state.evict_oldest()
-                    seq = state.sequences.get(sequence)
+            if idempotency_key is not None:
+                done = state.keys.get(idempotency_key) or state.old_keys.get(idempotency_key)
+                if done is not None:
+                    if len(done) != len(payloads):
+                        raise InvalidInputError("idempotency key reused for a different batch")
+                    state.touched = now
+                    return list(done)
+            ids = self._store_events(state, sequence, payloads, _ms(now))
+            if idempotency_key is not None:
+                if len(state.keys) >= IDEMPOTENCY_KEYS:
+                    state.old_keys, state.keys = state.keys, {}
+                state.keys[idempotency_key] = ids
             state.touched = now
-            return state.epoch, first
+            return ids
+
+    def _store_events(
+        self, state: _Session, sequence: str, payloads: Sequence[bytes | None], now_ms: int
+    ) -> list[str]:
+        tag = sequence_tag(sequence)
+        split_ms = run_split_ms(self.retention)
+        ids: list[str] = []
+        for payload in payloads:
+            seq = state.seqs.get(tag)
+            if seq is not None and seq.name != sequence:
+                raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
+            if seq is not None and payload is None and seq.priming:
+                # Only the newest of consecutive priming events is kept: the
+                # client already holds its id, and nothing real came after it.
+                ids.append(_event_id(state.epoch, seq.high_water, tag, seq.next - 1))
+                continue
+            state.top += 1
+            position = state.top
+            if seq is None:
+                seq = state.seqs[tag] = _Seq(sequence, tag, position, position)
+            last = state.runs[-1] if state.runs else None
+            if (
+                last is None
+                or last.tag != tag
+                or last.ordinal + (position - last.position) != seq.next
+                or (split_ms and now_ms - last.at_ms >= split_ms)
+            ):
+                state.runs.append(_Run(position, tag, seq.next, now_ms))
+            seq.events.append(Record(position, sequence, seq.next, payload))
+            ids.append(_event_id(state.epoch, position, tag, seq.next))
+            seq.next += 1
+            seq.high_water = position
+            seq.priming = payload is None
+            state.retained += 1
+        state.trim(self.retention, now_ms)
+        return ids
 
     async def resolve(
         self,
@@ -209,14 +336,7 @@ class MemoryBackend(Backend):
             now = self._clock()
             state = self._live(session, now)
             if state is None:
-                tomb = self._tombstone(session, now)
-                code = "no_session"
-                if tomb is not None:
-                    code = "closed" if tomb.verdict is None else "torn_down"
-                reason = _reason(code)
-                evidence = Evidence(
-                    session=session, reason=reason, cursor=raw_cursor[:64], tombstone=tomb
-                )
+                evidence = unknown_session(session, raw_cursor, self._tombstone(session, now))
                 return Resumption(Verdict.UNKNOWN_SESSION, evidence, sequence)
             judgement = judge(state, cursor, sequence)
             failed = judgement.verdict is not Verdict.RESUMED
@@ -228,14 +348,18 @@ class MemoryBackend(Backend):
                 self._bury(session, Tombstone(judgement.reason, now, judgement.verdict))
             elif replay:
                 state.touched = now
-            events = (
-                [
-                    Event(f"{state.epoch}-{r.position}", r.sequence, r.position, r.payload)
+            events = []
+            if replay and not failed:
+                tag = sequence_tag(judgement.sequence) if judgement.sequence else ""
+                events = [
+                    Event(
+                        _event_id(state.epoch, r.position, tag, r.ordinal),
+                        r.sequence,
+                        r.position,
+                        r.payload,
+                    )
                     for r in judgement.chain
                 ]
-                if replay and not failed
-                else []
-            )
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
 
     async def session_info(self, session: str) -> SessionInfo | None:
@@ -248,19 +372,25 @@ class MemoryBackend(Backend):
             now = self._clock()
             existed = self._live(session, now) is not None
             if existed:
-                self._bury(session, Tombstone(_reason("closed"), now))
+                self._bury(session, Tombstone(reason_text("closed"), now))
             return existed
 
 
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def _event_id(epoch: str, position: int, tag: str, ordinal: int) -> str:
+    return f"{epoch}-{position}.{tag}.{ordinal}"
+
+
 def _info(session: str, state: _Session) -> SessionInfo:
+    ordered = sorted(state.seqs.values(), key=lambda s: s.floor)
     return SessionInfo(
         session=session,
         epoch=state.epoch,
         floor=state.floor,
         high_water=state.top,
         retained=state.retained,
-        sequences={
-            name: SequenceInfo(s.floor, s.high_water, s.retained)
-            for name, s in state.sequences.items()
-        },
+        sequences={s.name: s.state().info() for s in ordered},
     )

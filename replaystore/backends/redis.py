@@ -1,13 +1,24 @@
 """``redis://``, ``rediss://``, ``redis+unix://``, ``redis+cluster://``, ``redis+sentinel://``.
 
-Each operation is exactly one round trip: one Lua script (``backends/lua/``),
-called with EVALSHA and re-sent with EVAL when the server's script cache was
-emptied (restart, failover, SCRIPT FLUSH). Every key a script touches belongs
-to one session and carries the session's hash tag, so on Redis Cluster each
-script runs on the one node that owns the session. The layout is drawn in
-``docs/data-layout.md``.
+The layout is drawn in ``docs/data-layout.md``: one list of events per
+sequence, a run index that maps positions to sequences, and a meta hash with
+the bookkeeping. Every key of a session carries the session's hash tag (one
+Redis Cluster slot), and every key a script touches is declared in ``KEYS``.
 
-URL forms (query ``prefix=`` sets the key prefix, default ``replaystore:``)::
+How a call reaches Redis:
+
+* a resume whose cursor carries a hint reads a consistent snapshot with one
+  ``MULTI``/``EXEC`` (the meta hash and a native ``LRANGE`` of the sequence's
+  list: no Lua) and judges it here; only a snapshot in doubt goes further;
+* otherwise ``facts.lua`` gathers the facts in one script, the verdict is
+  decided here (``replaystore/_rules.py``, the same rules as in memory), and a
+  failed resume is torn down by ``close.lua`` as a compare-and-delete on the
+  state the verdict was decided on (judged again if the session moved);
+* appends are one ``append.lua`` each (a whole batch); sweeps of evicted
+  elements and lazy TTL refreshes follow as separate scripts only when due.
+
+Scripts are called with EVALSHA and re-sent with EVAL on NOSCRIPT. URL forms
+(query ``prefix=`` sets the key prefix, default ``replaystore:``)::
 
     redis://[[user]:password@]host[:port][/db][?prefix=app1:]
     rediss://...                                  (TLS; ssl_* query options as in redis-py)
@@ -16,8 +27,11 @@ URL forms (query ``prefix=`` sets the key prefix, default ``replaystore:``)::
     rediss+cluster://...                          (TLS)
     redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]
 
-Standalone connections come from a blocking pool (``max_connections``, default
-128; ``pool_timeout`` seconds to wait for a free one, default 10).
+``wait_replicas=N`` (and ``wait_timeout=SECONDS``, default 1), in the query or
+as ``from_url`` options, makes every append wait until ``N`` replicas
+acknowledged it (Redis ``WAIT``, sent with the append on the same connection);
+an append that is not acknowledged in time raises :class:`StorageError`
+(standalone and Sentinel deployments).
 
 ``from_url(..., client=...)`` takes a ready ``redis.asyncio`` client instead
 (fakeredis in tests, or a client the application already configured); it must
@@ -28,23 +42,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Sequence
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, cast
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import msgpack
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._rules import reason
-from ..cursor import Cursor, new_epoch
-from ..errors import StorageError, UnknownSessionError, UnsupportedURLError
-from ..info import SequenceInfo, SessionInfo
-from ..retention import Retention
-from ..verdicts import Event, Evidence, Resumption, Tombstone, Verdict
+from .._rules import Record, SequenceState, evidence_for, judge, unknown_session
+from ..cursor import Cursor, new_epoch, sequence_tag
+from ..errors import InvalidInputError, StorageError, UnknownSessionError, UnsupportedURLError
+from ..info import SessionInfo
+from ..retention import Retention, run_split_ms
+from ..verdicts import Event, Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from ._redis_client import build_client
 from .base import Backend
@@ -53,10 +69,48 @@ __all__ = ["RedisBackend"]
 
 DEFAULT_PREFIX = "replaystore:"
 
+#: The slots of ``facts.lua``'s reply, in order. The script reads them from a
+#: generated ``SLOT`` table, so this tuple is the one place that names them.
+FACT_SLOTS = (
+    "status",
+    "tombstone",
+    "need_tag",
+    "epoch",
+    "top",
+    "floor",
+    "count",
+    "nseq",
+    "named_state",
+    "record_tag",
+    "record_ordinal",
+    "record_element",
+    "chain_tag",
+    "chain_state",
+    "chain_ordinal",
+    "touch",
+    "sweep",
+)
+_SLOT = {name: index for index, name in enumerate(FACT_SLOTS)}
+_PRELUDE = (
+    "local SLOT = {"
+    + ", ".join(f"{name} = {index + 1}" for index, name in enumerate(FACT_SLOTS))
+    + f", _n = {len(FACT_SLOTS)}}}\n"
+)
+#: Keys every script gets, in ``KEYS`` order; sequence lists follow.
+_FIXED = ("m", "i", "g", "t", "k", "k2")
+#: Declared lists per sweep or touch call.
+_CHUNK = 1000
+
+T = TypeVar("T")
+
+# A dropped or stale connection (a Redis restart, an idle pooled connection):
+# the only failures worth one retry, and only for calls that are safe to repeat.
+_RETRYABLE = (RedisConnectionError, RedisTimeoutError)
+
 
 @dataclass(frozen=True, slots=True)
 class _Script:
-    """One Lua script: the shared helpers followed by the operation's own file."""
+    """One Lua script: the slot table, the shared helpers, then the operation's own file."""
 
     name: str
     source: str
@@ -65,11 +119,19 @@ class _Script:
     @classmethod
     def load(cls, name: str) -> _Script:
         folder = resources.files("replaystore.backends") / "lua"
-        source = (folder / "_lib.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
+        source = (
+            _PRELUDE
+            + (folder / "_lib.lua").read_text()
+            + "\n"
+            + (folder / f"{name}.lua").read_text()
+        )
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
-_SCRIPTS = {name: _Script.load(name) for name in ("open", "append", "resolve", "info", "close")}
+_SCRIPTS = {
+    name: _Script.load(name)
+    for name in ("open", "append", "facts", "info", "close", "sweep", "touch")
+}
 
 
 @register_backend
@@ -93,46 +155,120 @@ class RedisBackend(Backend):
         *,
         prefix: str = DEFAULT_PREFIX,
         owns_client: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         super().__init__(retention)
         if "{" in prefix or "}" in prefix:
             raise UnsupportedURLError("the key prefix must not contain '{' or '}' (hash tags)")
+        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int):
+            raise UnsupportedURLError("wait_replicas must be an integer")
+        if wait_replicas < 0 or not 0 < wait_timeout <= 3600:
+            raise UnsupportedURLError("wait_replicas >= 0 and 0 < wait_timeout <= 3600 seconds")
+        if wait_replicas and isinstance(client, RedisCluster):
+            raise UnsupportedURLError("wait_replicas is not supported on redis+cluster://")
         self.client = client
         self.prefix = prefix
+        self.wait_replicas = wait_replicas
+        self.wait_timeout = wait_timeout
         self._owns_client = owns_client
+        # Sequence list offsets seen last (they change only when a list is compacted).
+        self._bases: dict[tuple[str, str], int] = {}
 
     @classmethod
     def from_url(
         cls, url: str, retention: Retention, *, client: Any = None, **options: Any
     ) -> RedisBackend:
+        url, durability = _durability_options(url, options)
         client, prefix, owns = build_client(url, client=client, **options)
-        return cls(retention, client, prefix=prefix or DEFAULT_PREFIX, owns_client=owns)
+        return cls(
+            retention, client, prefix=prefix or DEFAULT_PREFIX, owns_client=owns, **durability
+        )
 
-    def _keys(self, session: str) -> list[str]:
-        """The session's four key names, all with the hash tag ``{<session>}``.
+    # -- keys ----------------------------------------------------------------
+
+    def key_base(self, session: str) -> str:
+        """The prefix of every key of ``session``, hash tag included.
 
         Redis Cluster hashes the text between the first ``{`` and the next
         ``}``; a session id containing braces would cut that tag short (or
         empty it, spreading the keys over several slots), so such ids are
-        written as hex behind a space, which no session id can contain.
+        written as hex behind a space, which no session id can contain. Other
+        modules put their own keys of a session behind this base to land in
+        the same slot.
         """
         tag = session if "{" not in session and "}" not in session else " " + session.encode().hex()
-        base = f"{self.prefix}{{{tag}}}"
-        return [f"{base}:m", f"{base}:e", f"{base}:n", f"{base}:t"]
+        return f"{self.prefix}{{{tag}}}"
 
-    async def _run(self, name: str, session: str, *args: Any) -> Any:
-        script = _SCRIPTS[name]
-        keys = self._keys(session)
+    def _keys(self, session: str, tags: Sequence[str] = ()) -> list[str]:
+        base = self.key_base(session)
+        return [f"{base}:{name}" for name in _FIXED] + [f"{base}:q:{tag}" for tag in tags]
+
+    # -- calls ---------------------------------------------------------------
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]], *, retry: bool) -> T:
+        """The one place where redis-py's exceptions become :class:`StorageError`.
+
+        ``retry`` (for calls that are safe to repeat) sends the call once more
+        after a connection error: a pooled connection that died with a
+        restarted server fails the first call that uses it.
+        """
         try:
             try:
-                return await self.client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                # The script cache is volatile; EVAL runs and re-caches it.
-                return await self.client.eval(script.source, len(keys), *keys, *args)
+                return await call()
+            except _RETRYABLE:
+                if not retry:
+                    raise
+                return await call()
         except (RedisError, RedisClusterException) as exc:
-            # RedisClusterException (no reachable node, slot not covered, keys
-            # in several slots) is not a RedisError.
-            raise StorageError(f"{name} failed on redis: {exc}") from exc
+            # RedisClusterException (no reachable node, slot not covered) is
+            # not a RedisError.
+            raise StorageError(f"{what} failed on redis: {exc}") from exc
+
+    async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        script = _SCRIPTS[name]
+        try:
+            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # The script cache is volatile; EVAL runs and re-caches it.
+            return await self.client.eval(script.source, len(keys), *keys, *args)
+
+    async def _run(
+        self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
+    ) -> Any:
+        keys = self._keys(session, tags)
+        argv = [len(tags), *tags, *args]
+        return await self._call(name, lambda: self._eval(name, keys, argv), retry=retry)
+
+    async def _append_and_wait(self, keys: list[str], args: list[Any]) -> Any:
+        """The append script and ``WAIT`` in one round trip, on one connection."""
+        for script_call in ("evalsha", "eval"):
+            script = _SCRIPTS["append"]
+            pipe = self.client.pipeline(transaction=False)
+            first = script.sha if script_call == "evalsha" else script.source
+            getattr(pipe, script_call)(first, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self.wait_replicas, round(self.wait_timeout * 1000))
+            out, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(out, NoScriptError):
+                continue
+            if isinstance(out, Exception):
+                raise out
+            if isinstance(acked, Exception):
+                raise acked
+            if out and out[1] == b"ok" and int(acked) < self.wait_replicas:
+                raise StorageError(
+                    f"append stored on the primary but acknowledged by {acked} of "
+                    f"{self.wait_replicas} replica(s) within {self.wait_timeout} s"
+                )
+            return out
+        raise StorageError("the append script could not be loaded")
+
+    async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
+        """Sweeps and TTL refreshes a script asked for, with the lists declared."""
+        for name, tags in (("sweep", sweep), ("touch", touch)):
+            names = [t.decode() for t in tags]
+            for start in range(0, len(names), _CHUNK):
+                await self._run(name, session, names[start : start + _CHUNK], [], retry=True)
 
     async def connect(self) -> None:
         try:
@@ -152,41 +288,102 @@ class RedisBackend(Backend):
                 for sentinel in pool.sentinel_manager.sentinels:
                     await sentinel.aclose()
 
-    # -- the contract ------------------------------------------------------
+    @property
+    def _sweep_threshold(self) -> int:
+        return max(16, self.retention.max_events // 16)
+
+    # -- the contract ----------------------------------------------------------
 
     async def open_session(self, session: str) -> SessionInfo:
         r = self.retention
-        flat = await self._run(
-            "open", session, new_epoch(), r.session_ttl_ms, r.max_events, r.max_age_ms
+        out = await self._run(
+            "open",
+            session,
+            (),
+            [new_epoch(), r.session_ttl_ms, r.max_events, r.max_age_ms],
+            retry=True,
         )
-        return _info(session, flat)
+        await self._maintain(session, [], out[4])
+        return _info(session, out[:4], out[5:])
 
     async def session_info(self, session: str) -> SessionInfo | None:
         r = self.retention
-        flat = await self._run("info", session, r.max_events, r.max_age_ms)
-        return None if flat is None else _info(session, flat)
+        out = await self._run("info", session, (), [r.max_events, r.max_age_ms], retry=True)
+        return None if out is None else _info(session, out[:4], out[4:])
 
     async def append(
-        self, session: str, sequence: str, payloads: Sequence[bytes | None]
-    ) -> tuple[str, int]:
+        self,
+        session: str,
+        sequence: str,
+        payloads: Sequence[bytes | None],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[str]:
         r = self.retention
-        packed = [msgpack.packb(p) for p in payloads]
-        out = await self._run(
-            "append",
-            session,
+        tag = sequence_tag(sequence)
+        keys = self._keys(session, [tag])
+        args: list[Any] = [
+            1,
+            tag,
+            tag,
             sequence.encode("utf-8"),
             r.max_events,
             r.max_age_ms,
             r.session_ttl_ms,
-            *packed,
-        )
-        if out is None:
+            run_split_ms(r),
+            (idempotency_key or "").encode("utf-8"),
+            self._sweep_threshold,
+            *(b"p" if p is None else b"d" + p for p in payloads),
+        ]
+        if self.wait_replicas:
+            out = await self._call(
+                "append",
+                lambda: self._append_and_wait(keys, args),
+                retry=idempotency_key is not None,
+            )
+        else:
+            out = await self._call(
+                "append",
+                lambda: self._eval("append", keys, args),
+                retry=idempotency_key is not None,
+            )
+        if not out:
             raise UnknownSessionError(session)
-        return out[0].decode(), int(out[1])
+        epoch, status = out[0].decode(), out[1]
+        if status == b"collision":
+            raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
+        ids = [
+            f"{epoch}-{item.replace(b'.', f'.{tag}.'.encode()).decode()}"
+            for item in out[2].split(b",")
+        ]
+        if status == b"dup":
+            if len(ids) != len(payloads):
+                raise InvalidInputError("idempotency key reused for a different batch")
+            return ids
+        await self._maintain(session, out[3], out[4])
+        return ids
 
     async def close_session(self, session: str) -> bool:
-        tomb = json.dumps({"code": "closed", "at": round(time.time() * 1000)})
-        return bool(await self._run("close", session, tomb, self.retention.tombstone_ttl_ms))
+        done = await self._close(session, '{"code":"closed"', None)
+        return done
+
+    async def _close(self, session: str, tomb: str, expect: tuple[str, int, int] | None) -> bool:
+        """Delete the session (if it is still in state ``expect``), then its lists."""
+        nonce = secrets.token_hex(8)
+        epoch, top, floor = expect or ("", 0, 0)
+        out = await self._run(
+            "close",
+            session,
+            (),
+            [tomb, self.retention.tombstone_ttl_ms, nonce, epoch, top, floor],
+            retry=True,
+        )
+        if not int(out[0]):
+            return False
+        tags = sorted({t.decode() for t in out[1:]})
+        for start in range(0, len(tags), _CHUNK):
+            await self._run("sweep", session, tags[start : start + _CHUNK], [], retry=True)
+        return True
 
     async def resolve(
         self,
@@ -198,95 +395,310 @@ class RedisBackend(Backend):
         replay: bool,
         teardown: bool,
     ) -> Resumption:
+        if replay and cursor is not None and cursor.tag is not None:
+            fast = await self._call(
+                "resolve",
+                lambda: self._snapshot(session, cursor, raw_cursor, sequence),
+                retry=True,
+            )
+            if fast is not None:
+                return fast
         r = self.retention
-        out = await self._run(
-            "resolve",
-            session,
-            1 if cursor else 0,
-            cursor.epoch if cursor else "",
-            cursor.position if cursor else 0,
-            0 if sequence is None else 1,
-            (sequence or "").encode("utf-8"),
-            1 if replay else 0,
-            1 if teardown else 0,
-            r.max_events,
-            r.max_age_ms,
-            r.session_ttl_ms,
-            r.tombstone_ttl_ms,
+        named_tag = sequence_tag(sequence) if sequence is not None else ""
+        declared = [t for t in (cursor.tag if cursor else None, named_tag) if t]
+        for _ in range(8):
+            tags = sorted(set(declared))
+            out = await self._run(
+                "facts",
+                session,
+                tags,
+                [
+                    1 if cursor else 0,
+                    cursor.position if cursor else 0,
+                    cursor.tag or "" if cursor else "",
+                    cursor.ordinal or 0 if cursor else 0,
+                    named_tag,
+                    1 if replay else 0,
+                    r.max_events,
+                    r.max_age_ms,
+                    r.session_ttl_ms,
+                    self._sweep_threshold,
+                ],
+                retry=True,
+            )
+            status = out[_SLOT["status"]]
+            if status == b"gone":
+                tomb = _tombstone(out[_SLOT["tombstone"]])
+                evidence = unknown_session(session, raw_cursor, tomb)
+                return Resumption(Verdict.UNKNOWN_SESSION, evidence, sequence)
+            if status == b"need":
+                declared.append(out[_SLOT["need_tag"]].decode())
+                continue
+            facts = _script_facts(out)
+            await self._maintain(session, out[_SLOT["sweep"]], out[_SLOT["touch"]])
+            judgement = judge(facts, cursor, sequence)
+            failed = judgement.verdict is not Verdict.RESUMED
+            torn_down = failed and replay and teardown
+            if torn_down:
+                tomb_json = json.dumps(
+                    {"code": judgement.code, "verdict": judgement.verdict.value}
+                )[:-1]
+                expect = (facts.epoch, facts.top, facts.floor)
+                if not await self._close(session, tomb_json, expect):
+                    continue  # the session moved since the facts were read: judge again
+            evidence = evidence_for(
+                session, raw_cursor, cursor, facts, judgement, torn_down=torn_down, replay=replay
+            )
+            events = _events(facts.epoch, judgement.chain) if replay and not failed else []
+            return Resumption(judgement.verdict, evidence, judgement.sequence, events)
+        raise StorageError("the session kept changing while a resume was judged; try again")
+
+    async def _snapshot(
+        self, session: str, cursor: Cursor, raw_cursor: str, named: str | None
+    ) -> Resumption | None:
+        """The fast path: one ``MULTI``/``EXEC`` snapshot, no Lua; ``None`` when in doubt.
+
+        Only a ``resumed`` verdict is answered here; anything else (and any
+        snapshot that shows work due: eviction, a TTL refresh) goes to the
+        script path, which can also tear down.
+        """
+        assert cursor.tag is not None
+        assert cursor.ordinal is not None
+        r = self.retention
+        keys = self._keys(session, [cursor.tag])
+        meta, index, queue = keys[0], keys[1], keys[-1]
+        fields = ["epoch", "top", "floor", "count", "nseq", f"s:{cursor.tag}"]
+        named_tag = sequence_tag(named) if named is not None else None
+        if named_tag is not None and named_tag != cursor.tag:
+            fields.append(f"s:{named_tag}")
+        cache_key = (session, cursor.tag)
+        base = self._bases.get(cache_key, 0)
+        for _ in range(2):
+            if cursor.ordinal < base:
+                return None
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(meta, fields)
+            pipe.lrange(queue, cursor.ordinal - base, -1)
+            pipe.pttl(meta)
+            if r.max_age_ms:
+                pipe.lindex(index, 0)
+                pipe.time()
+            got = await pipe.execute()
+            values = got[0]
+            if values[0] is None or values[5] is None:
+                return None
+            state = _state(values[5])
+            if state.base == base:
+                break
+            base = state.base
+            if len(self._bases) > 10_000:
+                self._bases.clear()
+            self._bases[cache_key] = base
+        else:
+            return None
+        if (
+            values[0].decode() != cursor.epoch
+            or int(values[3]) > r.max_events
+            or got[2] < r.session_ttl_ms * 0.9
+        ):
+            return None
+        if r.max_age_ms:
+            head, (seconds, micros) = got[3], got[4]
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            if head is not None and int(head.split(b",")[3]) <= now_ms - r.max_age_ms:
+                return None
+        states = {cursor.tag: state.public}
+        if len(values) > 6 and values[6] is not None:
+            other = _state(values[6])
+            states[other.public.tag] = other.public
+        elements = got[1]
+        if not elements:
+            return None
+        record = _record(elements[0], state.public.name, cursor.ordinal)
+        if record is None or record.position != cursor.position:
+            return None
+        facts = _Facts(
+            epoch=cursor.epoch,
+            top=int(values[1]),
+            floor=int(values[2]),
+            retained=int(values[3]),
+            sequence_count=int(values[4]),
+            states=states,
+            chain_tag=cursor.tag,
+            chain_ordinal=cursor.ordinal,
+            elements=list(elements),
         )
-        return _resumption(session, cursor, raw_cursor, sequence, out)
+        judgement = judge(facts, cursor, named)
+        if judgement.verdict is not Verdict.RESUMED:
+            return None
+        evidence = evidence_for(
+            session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
+        )
+        return Resumption(
+            judgement.verdict, evidence, judgement.sequence, _events(facts.epoch, judgement.chain)
+        )
 
 
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode("utf-8")
+# -- replies ------------------------------------------------------------------
 
 
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Take ``wait_replicas``/``wait_timeout`` out of the URL query and the options."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    found = {k: v for k, v in query if k in ("wait_replicas", "wait_timeout")}
+    rest = [(k, v) for k, v in query if k not in found]
+    out: dict[str, Any] = {}
+    try:
+        if "wait_replicas" in found:
+            out["wait_replicas"] = int(found["wait_replicas"])
+        if "wait_timeout" in found:
+            out["wait_timeout"] = float(found["wait_timeout"])
+    except ValueError as exc:
+        raise UnsupportedURLError(f"bad durability option in {url!r}: {exc}") from exc
+    for name in ("wait_replicas", "wait_timeout"):
+        if name in options:
+            out[name] = options.pop(name)
+    return urlunsplit(parts._replace(query=urlencode(rest))), out
 
 
-def _resumption(
-    session: str, cursor: Cursor | None, raw: str, named: str | None, out: list[Any]
-) -> Resumption:
-    verdict = Verdict(out[0].decode())
-    code = out[1].decode()
-    sequence = _text(out[2])
-    if verdict is Verdict.UNKNOWN_SESSION:
-        tomb = _tombstone(out[12])
-        if tomb is not None:
-            code = "closed" if tomb.verdict is None else "torn_down"
-        evidence = Evidence(session=session, reason=reason(code), cursor=raw[:64], tombstone=tomb)
-        return Resumption(verdict, evidence, named)
-    epoch = out[4].decode()
-    evidence = Evidence(
-        session=session,
-        reason=reason(code),
-        cursor=raw[:64],
-        cursor_epoch=cursor.epoch if cursor else None,
-        cursor_position=cursor.position if cursor else None,
-        epoch=epoch,
-        floor=int(out[6]),
-        high_water=int(out[5]),
-        retained=int(out[7]),
-        sequence=sequence,
-        sequence_floor=_int(out[9]),
-        sequence_high_water=_int(out[10]),
-        cursor_sequence=_text(out[3]),
-        sequence_count=int(out[8]),
-        replayed=(len(out) - 13) // 2 if verdict is Verdict.RESUMED else None,
-        torn_down=bool(out[11]),
+@dataclass(frozen=True, slots=True)
+class _StoredState:
+    public: SequenceState
+    base: int
+
+
+def _state(raw: bytes) -> _StoredState:
+    """``high_water,floor,first,next,base,priming,name`` (the name may hold commas)."""
+    hw, floor, first, nxt, base, _priming, name = raw.split(b",", 6)
+    text = name.decode("utf-8")
+    return _StoredState(
+        SequenceState(text, sequence_tag(text), int(hw), int(floor), int(first), int(nxt)),
+        int(base),
     )
-    events = []
-    assert sequence is not None or len(out) == 13
-    for i in range(13, len(out), 2):
-        position = int(out[i])
-        payload = cast("bytes | None", msgpack.unpackb(out[i + 1]))
-        events.append(Event(f"{epoch}-{position}", cast(str, sequence), position, payload))
-    return Resumption(verdict, evidence, sequence, events)
+
+
+def _record(element: bytes, sequence: str, ordinal: int) -> Record | None:
+    """``<position>:<payload>``, ``<position>`` (priming), or empty (lost)."""
+    if not element:
+        return None
+    head, colon, payload = element.partition(b":")
+    if not head.isdigit():
+        return None
+    return Record(int(head), sequence, ordinal, payload if colon else None)
+
+
+@dataclass(slots=True)
+class _Facts:
+    """Facts read from Redis (``replaystore._rules.Facts``)."""
+
+    epoch: str
+    top: int
+    floor: int
+    retained: int
+    sequence_count: int
+    states: dict[str, SequenceState]
+    chain_tag: str | None
+    chain_ordinal: int
+    elements: list[bytes]
+    record_at: Record | None = None
+
+    def sequence(self, name: str) -> SequenceState | None:
+        state = self.states.get(sequence_tag(name))
+        return state if state is not None and state.name == name else None
+
+    def only_sequence(self) -> str | None:
+        state = self.states.get(self.chain_tag or "")
+        return state.name if state is not None and self.sequence_count == 1 else None
+
+    def record(self, position: int) -> Record | None:
+        if self.record_at is not None:
+            return self.record_at if self.record_at.position == position else None
+        first = self._chain_records()[:1]
+        if first and first[0] is not None and first[0].position == position:
+            return first[0]
+        return None
+
+    def events_from(self, sequence: str, ordinal: int) -> list[Record | None]:
+        state = self.sequence(sequence)
+        if state is None or state.tag != self.chain_tag or ordinal < self.chain_ordinal:
+            return []
+        return self._chain_records()[ordinal - self.chain_ordinal :]
+
+    def _chain_records(self) -> list[Record | None]:
+        state = self.states.get(self.chain_tag or "")
+        name = state.name if state is not None else ""
+        return [
+            _record(element, name, self.chain_ordinal + i)
+            for i, element in enumerate(self.elements)
+        ]
+
+
+def _script_facts(out: list[Any]) -> _Facts:
+    """Facts from ``facts.lua``'s reply."""
+
+    def slot(name: str) -> Any:
+        return out[_SLOT[name]]
+
+    states: dict[str, SequenceState] = {}
+    for raw in (slot("named_state"), slot("chain_state")):
+        if raw:
+            stored = _state(raw).public
+            states[stored.tag] = stored
+    chain_tag = slot("chain_tag").decode() if slot("chain_tag") else None
+    chain_ordinal = int(slot("chain_ordinal") or 0)
+    record_at = None
+    if slot("record_tag"):
+        tag = slot("record_tag").decode()
+        owner = states.get(tag)
+        record_at = _record(
+            slot("record_element"), owner.name if owner else "", int(slot("record_ordinal"))
+        )
+    return _Facts(
+        epoch=slot("epoch").decode(),
+        top=int(slot("top")),
+        floor=int(slot("floor")),
+        retained=int(slot("count")),
+        sequence_count=int(slot("nseq")),
+        states=states,
+        chain_tag=chain_tag,
+        chain_ordinal=chain_ordinal,
+        elements=list(out[len(FACT_SLOTS) :]),
+        record_at=record_at,
+    )
+
+
+def _events(epoch: str, chain: list[Record]) -> list[Event]:
+    return [
+        Event(
+            f"{epoch}-{r.position}.{sequence_tag(r.sequence)}.{r.ordinal}",
+            r.sequence,
+            r.position,
+            r.payload,
+        )
+        for r in chain
+    ]
 
 
 def _tombstone(raw: bytes | None) -> Tombstone | None:
-    if raw is None:
+    if not raw:
         return None
     data = json.loads(raw)
     verdict = data.get("verdict")
     return Tombstone(
-        reason=reason(data.get("code", "")),
+        reason=reason_text(data.get("code", "")),
         at=data.get("at", 0) / 1000,
         verdict=Verdict(verdict) if verdict else None,
     )
 
 
-def _info(session: str, flat: list[Any]) -> SessionInfo:
-    sequences = {
-        flat[i].decode("utf-8"): SequenceInfo(int(flat[i + 1]), int(flat[i + 2]), int(flat[i + 3]))
-        for i in range(4, len(flat), 4)
-    }
+def _info(session: str, meta: list[Any], states: list[bytes]) -> SessionInfo:
+    parsed = sorted((_state(raw).public for raw in states), key=lambda s: s.floor)
     return SessionInfo(
         session=session,
-        epoch=flat[0].decode(),
-        floor=int(flat[2]),
-        high_water=int(flat[1]),
-        retained=int(flat[3]),
-        sequences=dict(sorted(sequences.items(), key=lambda kv: kv[1].floor)),
+        epoch=meta[0].decode(),
+        floor=int(meta[2]),
+        high_water=int(meta[1]),
+        retained=int(meta[3]),
+        sequences={s.name: s.info() for s in parsed},
     )

@@ -22,9 +22,14 @@ def epoch_of(event_id: str) -> str:
     return Cursor.parse(event_id).epoch
 
 
+def bare(event_id: str) -> str:
+    """An event id without its hint: ``<epoch>-<position>``."""
+    return str(Cursor.parse(event_id).bare)
+
+
 def triples(resumption: Resumption) -> list[tuple[str, str, int, bytes | None]]:
-    """The replayed events as plain tuples, in the order they were returned."""
-    return [(e.event_id, e.sequence, e.position, e.payload) for e in resumption.events]
+    """The replayed events as plain tuples (ids without their hint), in replay order."""
+    return [(bare(e.event_id), e.sequence, e.position, e.payload) for e in resumption.events]
 
 
 def check_reason(resumption: Resumption) -> None:
@@ -93,7 +98,7 @@ async def append_plan(
     log = []
     for sequence, payload in plan:
         event_id = await buffer.append(session, sequence, payload)
-        log.append((event_id, sequence, pos(event_id), payload))
+        log.append((bare(event_id), sequence, pos(event_id), payload))
     return log
 
 

@@ -1,97 +1,147 @@
--- Shared helpers, prepended to every script by replaystore/backends/redis.py.
--- Key layout (all keys of one session share the hash tag {<session>}):
---   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, and per sequence
---              h:<seq> (high-water), f:<seq> (floor), c:<seq> (retained count)
---   KEYS[2] e  event stream: entry id <position>-0, fields s (sequence),
---              p (previous position of the same sequence, 0 for its first),
---              t (stored at, ms), d (msgpack-packed payload, nil = priming)
---   KEYS[3] n  link hash: <position> -> next position of the same sequence
+-- Shared helpers, prepended to every script by replaystore/backends/redis.py
+-- (after a generated `local SLOT = {...}` table naming the reply slots).
+-- Every key a script touches is declared in KEYS, all with the session's hash tag:
+--   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, gc, and per sequence
+--              s:<tag> = "high_water,floor,first,next,base,priming,name"
+--   KEYS[2] i  run index list: "<position>,<tag>,<ordinal>,<ms>" per stretch of
+--              consecutive positions of one sequence, oldest first
+--   KEYS[3] g  set of sequence tags whose list holds evicted elements
 --   KEYS[4] t  tombstone string (JSON) left by a teardown or a close
-local M, E, N, T = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+--   KEYS[5] k, KEYS[6] k2  idempotency keys: this generation, the previous one
+--   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]:
+--              element "<position>:<payload>", or "<position>" for a priming event
+local M, I, G, T, K, K2 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local NQ = tonumber(ARGV[1])
+local Q = {}
+for j = 1, NQ do Q[ARGV[1 + j]] = KEYS[6 + j] end
+local A = 1 + NQ -- script arguments start at ARGV[A + 1]
 
--- tonumber that passes nil/false through (HGET answers false for a missing field).
-local function num(v)
-  if v then return tonumber(v) end
-  return nil
-end
+local function arg(n) return ARGV[A + n] end
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The stream entry at a position, as {seq, prev, at, data}, or nil.
-local function record(pos)
-  local r = redis.call('XRANGE', E, pos .. '-0', pos .. '-0')
-  if #r == 0 then return nil end
-  local f = r[1][2]
-  return {f[2], tonumber(f[4]), tonumber(f[6]), f[8]}
+local function load(tag)
+  local raw = redis.call('HGET', M, 's:' .. tag)
+  if not raw then return nil end
+  local hw, fl, first, nxt, base, prim, name =
+    string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d),(.*)$')
+  return {hw = tonumber(hw), floor = tonumber(fl), first = tonumber(first),
+          next = tonumber(nxt), base = tonumber(base), priming = tonumber(prim), name = name}
 end
 
-local function expire_all(ttl_ms)
-  redis.call('PEXPIRE', M, ttl_ms)
-  redis.call('PEXPIRE', E, ttl_ms)
-  redis.call('PEXPIRE', N, ttl_ms)
+local function state_text(s)
+  return s.hw .. ',' .. s.floor .. ',' .. s.first .. ',' .. s.next .. ',' .. s.base .. ','
+    .. s.priming .. ',' .. s.name
 end
 
--- Evict oldest entries while over max_events, or older than max_age_ms (0 = no
--- age limit). Keeps floor, count and the per-sequence bookkeeping exact.
+local function save(tag, s) redis.call('HSET', M, 's:' .. tag, state_text(s)) end
+
+local function run_of(raw)
+  if not raw then return nil end
+  local pos, tag, ord, at = string.match(raw, '^(%d+),(%x+),(%d+),(%d+)$')
+  return {pos = tonumber(pos), tag = tag, ord = tonumber(ord), at = tonumber(at)}
+end
+
+-- A key created by this call takes the meta hash's remaining TTL, so that every
+-- key of the session expires together.
+local function adopt(key)
+  if redis.call('PTTL', key) == -1 then
+    local left = redis.call('PTTL', M)
+    if left > 0 then redis.call('PEXPIRE', key, left) end
+  end
+end
+
+local function element_position(el)
+  if not el or el == '' then return nil end
+  return tonumber(string.match(el, '^(%d+)'))
+end
+
+-- Evict the oldest events while over max_events, or older than max_age_ms (an
+-- event is as old as its run). Only bookkeeping changes here: the evicted
+-- elements stay in their (possibly undeclared) lists and their tags go to G,
+-- until a sweep with those lists declared removes them.
 local function trim(max_events, max_age_ms, now)
-  local count = tonumber(redis.call('HGET', M, 'count'))
-  if count <= max_events and max_age_ms == 0 then return end -- the common case: nothing to read
-  local floor = nil
-  local done = false
-  while count > 0 and not done do
-    local want = 1
-    if count > max_events then want = math.min(count - max_events, 1000) end
-    local batch = redis.call('XRANGE', E, '-', '+', 'COUNT', want)
-    if #batch == 0 then break end -- stream lost under live metadata: resolve reports it
-    for _, entry in ipairs(batch) do
-      local f = entry[2]
-      local at = tonumber(f[6])
-      if count > max_events or (max_age_ms > 0 and at <= now - max_age_ms) then
-        local pos = tonumber(string.match(entry[1], '^(%d+)'))
-        local seq = f[2]
-        local nxt = redis.call('HGET', N, pos)
-        if nxt then redis.call('HDEL', N, pos) end
-        local left = redis.call('HINCRBY', M, 'c:' .. seq, -1)
-        if left <= 0 then
-          redis.call('HDEL', M, 'h:' .. seq, 'f:' .. seq, 'c:' .. seq)
-          redis.call('HINCRBY', M, 'nseq', -1)
-        elseif nxt then
-          redis.call('HSET', M, 'f:' .. seq, nxt)
+  local meta = redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq')
+  local top, floor, count, nseq =
+    tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[4])
+  if count <= max_events and max_age_ms == 0 then return end -- the common case
+  local evicted = 0
+  while count > 0 do
+    local run = run_of(redis.call('LINDEX', I, 0))
+    if not run then break end -- index lost under live metadata: resolves report it
+    local after = run_of(redis.call('LINDEX', I, 1))
+    local stop = top + 1
+    if after then stop = after.pos end
+    local avail = stop - floor
+    if avail <= 0 then
+      redis.call('LPOP', I)
+    else
+      local k = 0
+      if count > max_events then k = math.min(count - max_events, avail) end
+      if max_age_ms > 0 and run.at <= now - max_age_ms then k = avail end
+      if k == 0 then break end
+      local s = load(run.tag)
+      floor = floor + k
+      count = count - k
+      evicted = evicted + k
+      if s then
+        s.first = s.first + k
+        if s.first >= s.next then
+          redis.call('HDEL', M, 's:' .. run.tag)
+          nseq = nseq - 1
+        else
+          if floor < stop then
+            s.floor = floor
+          else
+            -- the sequence goes on in a later run: find it
+            local n = redis.call('LLEN', I)
+            for j = 1, n - 1 do
+              local later = run_of(redis.call('LINDEX', I, j))
+              if later.tag == run.tag then s.floor = later.pos break end
+            end
+          end
+          save(run.tag, s)
         end
-        count = count - 1
-        floor = pos + 1
-      else
-        done = true
-        break
+        redis.call('SADD', G, run.tag)
       end
+      if floor >= stop then redis.call('LPOP', I) end
     end
-    -- Trim per batch: the next XRANGE must not see this batch again.
-    if floor then redis.call('XTRIM', E, 'MINID', floor .. '-0') end
   end
-  if floor then redis.call('HSET', M, 'floor', floor, 'count', count) end
+  if evicted > 0 then
+    redis.call('HSET', M, 'floor', floor, 'count', count, 'nseq', nseq)
+    redis.call('HINCRBY', M, 'gc', evicted)
+    adopt(G)
+  end
 end
 
--- The session's bookkeeping as a flat array: epoch, top, floor, count, then
--- seq, floor, high-water, retained for each sequence.
-local function info()
-  local all = redis.call('HGETALL', M)
-  local meta, seqs = {}, {}
-  for i = 1, #all, 2 do
-    local k, v = all[i], all[i + 1]
-    local kind, name = string.match(k, '^([hfc]):(.*)$')
-    if kind then
-      seqs[name] = seqs[name] or {}
-      seqs[name][kind] = v
-    else
-      meta[k] = v
-    end
-  end
-  local out = {meta.epoch, meta.top, meta.floor, meta.count}
-  for name, s in pairs(seqs) do
-    table.insert(out, name); table.insert(out, s.f); table.insert(out, s.h); table.insert(out, s.c)
+-- Tags of every sequence of the session (for a refresh or a teardown).
+local function all_tags()
+  local fields = redis.call('HKEYS', M)
+  local out = {}
+  for _, f in ipairs(fields) do
+    local tag = string.match(f, '^s:(%x+)$')
+    if tag then table.insert(out, tag) end
   end
   return out
+end
+
+-- TTLs are refreshed lazily: only when the meta hash has used up a tenth of
+-- its TTL, and then on every key of the session (the lists not declared here
+-- are refreshed by the touch script the client sends next, with these tags).
+local function refresh(ttl_ms)
+  local left = redis.call('PTTL', M)
+  if left >= 0 and left >= ttl_ms * 0.9 then return {} end
+  for _, key in ipairs({M, I, G, K, K2}) do redis.call('PEXPIRE', key, ttl_ms) end
+  for _, key in pairs(Q) do redis.call('PEXPIRE', key, ttl_ms) end
+  return all_tags()
+end
+
+-- The dirty tags, when enough evicted elements wait in lists for a sweep.
+local function sweep_due(threshold)
+  local gc = tonumber(redis.call('HGET', M, 'gc') or '0')
+  if gc < threshold then return {} end
+  return redis.call('SMEMBERS', G)
 end
