@@ -307,6 +307,8 @@ def test_unknown_or_garbage_session_ids_are_refused(target: Target, value: bytes
         "GET", [*get_headers("x", b"")[:2], (b"mcp-session-id", value)], stream_ok=True
     )
     assert reply.status in (400, 404, 431), (reply.status, reply.body[:200])
+    reply = target.request("DELETE", headers)
+    assert reply.status in (400, 404, 431), (reply.status, reply.body[:200])
 
 
 def test_another_sessions_cursor_is_foreign_and_harms_only_the_presenter(target: Target) -> None:
