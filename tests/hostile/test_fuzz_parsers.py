@@ -43,7 +43,14 @@ def test_parsers_survive_a_bounded_fuzz(tmp_path: Path) -> None:
     (corpus / "cursor").write_bytes(b"\x010123456789ab-42")
     (corpus / "body").write_bytes(b"\x00" + json.dumps(body).encode())
     out = subprocess.run(
-        [sys.executable, str(HARNESS), f"-runs={RUNS}", "-max_len=512", str(corpus)],
+        [
+            sys.executable,
+            str(HARNESS),
+            f"-runs={RUNS}",
+            "-max_len=512",
+            f"-artifact_prefix={tmp_path}/",
+            str(corpus),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
