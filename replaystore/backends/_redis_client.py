@@ -38,7 +38,13 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import ClusterDownError, MaxConnectionsError, SlotNotCoveredError
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MaxConnectionsError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.maint_notifications import MaintNotificationsConfig
 
 from ..errors import UnsupportedURLError
@@ -49,6 +55,8 @@ DEFAULT_SOCKET_CONNECT_TIMEOUT = 1.0
 DEFAULT_SOCKET_TIMEOUT = 5.0
 DEFAULT_MAX_CONNECTIONS = 128
 DEFAULT_POOL_TIMEOUT = 10.0
+_SETTLE_TIME = 2.0
+_SETTLE_PAUSE = 0.05
 _DEFAULT_TIMEOUTS = {
     "socket_connect_timeout": DEFAULT_SOCKET_CONNECT_TIMEOUT,
     "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
@@ -174,11 +182,15 @@ def _cluster_client(
     if tls:
         options.setdefault("ssl", True)
     options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    # Every few MOVED replies redis-py would rebuild its slot map by closing
+    # the whole client, cutting the connections of every call in flight. A
+    # MOVED reply carries the slot's new owner: following it is enough.
+    options.setdefault("reinitialize_steps", 0)
     return _WaitingCluster(startup_nodes=nodes, pool_timeout=pool_timeout, **options)
 
 
 class _WaitingCluster(RedisCluster):
-    """A cluster client that waits for a free connection and never re-sends after a lost reply.
+    """A cluster client that waits instead of failing, and never re-sends after a lost reply.
 
     redis-py's async cluster client raises ``MaxConnectionsError`` at once
     when a node has ``max_connections`` connections in use, so a burst of
@@ -189,9 +201,11 @@ class _WaitingCluster(RedisCluster):
 
     redis-py also re-sends a command after a connection error or a timeout,
     which duplicates an append whose reply was lost after Redis executed it.
-    Only errors that prove the command did not run (cluster down, slot not
-    covered) are retried here; MOVED, ASK and TRYAGAIN redirections are
-    followed as before.
+    Only errors that prove the command did not run are retried here: cluster
+    down, slot not covered, and, for up to ``_SETTLE_TIME`` with a short
+    pause between rounds, a slot still being moved (TRYAGAIN, or redis-py
+    giving up on the redirections: it sends ASKING and the redirected command
+    on different pooled connections, so an ASK can bounce between two nodes).
     """
 
     # redis-py types the tuple by its own default; a shorter one is what we mean.
@@ -213,7 +227,16 @@ class _WaitingCluster(RedisCluster):
                 f"({self._limit} commands in flight)"
             ) from None
         try:
-            return await super().execute_command(*args, **kwargs)
+            loop = asyncio.get_running_loop()
+            settled_by = loop.time() + _SETTLE_TIME
+            while True:
+                try:
+                    return await super().execute_command(*args, **kwargs)
+                except (TryAgainError, ClusterError) as exc:
+                    # Exactly these types: every attempt was refused, none ran.
+                    if type(exc) not in (TryAgainError, ClusterError) or loop.time() > settled_by:
+                        raise
+                await asyncio.sleep(_SETTLE_PAUSE)
         finally:
             self._in_flight.release()
 
