@@ -75,15 +75,22 @@ class ReplicatedPair:
         self.primary.stop()
 
 
-def start_replicated_pair(binary: str) -> ReplicatedPair:
-    """Start a primary and a replica (non-persistent, loopback) and wait until they are in sync."""
+def start_replicated_pair(binary: str, *, direct: bool = False) -> ReplicatedPair:
+    """Start a primary and a replica (non-persistent, loopback) and wait until they are in sync.
+
+    ``direct`` links the replica straight to the primary, for measurements
+    where the proxy's extra hop would distort replication latency; the link
+    proxy still runs (promotion works) but carries nothing, so ``lag`` has no
+    effect.
+    """
     primary = start_standalone(binary)
     replica: ServerHandle | None = None
     link: TcpProxy | None = None
     try:
         replica = start_standalone(binary)
         link = TcpProxy([("127.0.0.1", primary.ports[0])]).start()
-        _command(replica.ports[0], "REPLICAOF", link.host, str(link.port))
+        host, port = ("127.0.0.1", primary.ports[0]) if direct else link.address
+        _command(replica.ports[0], "REPLICAOF", host, str(port))
         pair = ReplicatedPair(primary, replica, link)
         pair.wait_in_sync()
     except BaseException:
