@@ -84,3 +84,25 @@ def test_readme_block_runs_as_written(
     assert out.returncode == 0, f"README line {block.line}:\n{out.stdout}\n{out.stderr}"
     if block.prints is not None:
         assert out.stdout == block.prints, f"README line {block.line} prints:\n{out.stdout}"
+
+
+# ------------------------------------------------- docs/guarantees.md
+
+GUARANTEES = README.parent / "docs" / "guarantees.md"
+_CITED = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
+
+
+def test_guarantees_cite_tests_that_exist() -> None:
+    """Every ``file::test`` the guarantees page names is a test function in that file."""
+    cited = _CITED.findall(GUARANTEES.read_text())
+    assert len(cited) >= 40, "the page cites its tests"
+    root = README.parent
+    missing = []
+    for path, name in cited:
+        source = root / path
+        defined = source.is_file() and re.search(
+            rf"^(async )?def {name}\(", source.read_text(), re.M
+        )
+        if not defined:
+            missing.append(f"{path}::{name}")
+    assert not missing, f"cited but not defined: {missing}"
