@@ -235,6 +235,7 @@ def expect_verdict_or_refusal(reply: Reply) -> dict[str, Any] | None:
 _HEADER_BYTES = st.binary(max_size=200).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
 _CURSORISH = st.one_of(
     st.from_regex(r"\A[0-9a-f]{12}-[0-9]{1,40}\Z"),
+    st.from_regex(r"\A[0-9a-f]{12}-[0-9]{1,20}\.[0-9a-f]{0,20}\.[0-9]{0,20}\Z"),
     st.from_regex(r"\A[0-9a-f]{0,14}-?-?[0-9]{0,25}\Z"),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
 )
