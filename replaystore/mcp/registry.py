@@ -75,6 +75,10 @@ class Registry(ABC):
         """The request was answered: its lease becomes :data:`FINISHED` (if ``owner`` held it)."""
 
     @abstractmethod
+    async def abandon(self, session: str, stream: str, owner: str) -> None:
+        """The request stopped unanswered here: drop the lease (if ``owner`` held it)."""
+
+    @abstractmethod
     async def owner(self, session: str, stream: str) -> str | None:
         """The replica holding a stream's lease, :data:`FINISHED`, or None (lapsed, unknown)."""
 
@@ -149,6 +153,10 @@ class MemoryRegistry(Registry):
         if await self.owner(session, stream) == owner:
             self._state.leases[(session, stream)] = (FINISHED, _deadline(_FINISHED_TTL))
 
+    async def abandon(self, session: str, stream: str, owner: str) -> None:
+        if await self.owner(session, stream) == owner:
+            del self._state.leases[(session, stream)]
+
     async def owner(self, session: str, stream: str) -> str | None:
         entry = self._state.leases.get((session, stream))
         if entry is None:
@@ -178,6 +186,7 @@ _RELEASE = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
     "return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return 0"
 )
+_ABANDON = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end"
 _RENEW = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
     "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
@@ -273,6 +282,10 @@ class RedisRegistry(Registry):
                 int(_FINISHED_TTL * 1000),
             ),
         )
+
+    async def abandon(self, session: str, stream: str, owner: str) -> None:
+        key = self._lease(session, stream)
+        await self._call("abandon", self._client.eval(_ABANDON, 1, key, owner))
 
     async def owner(self, session: str, stream: str) -> str | None:
         raw = await self._call("lease read", self._client.get(self._lease(session, stream)))

@@ -21,6 +21,7 @@ check_interval`` seconds, never a hang.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -74,6 +75,7 @@ class Replica:
         self.bus: Bus = bus_for(buffer, self.id, self._on_message)
         self.views: dict[str, SessionEventStore] = {}
         self._leases: dict[tuple[str, str], None] = {}
+        self._touched: dict[str, float] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         #: Set by the session manager: a session ended elsewhere (forget it here).
         self.on_end: Callable[[str], None] | None = None
@@ -108,9 +110,18 @@ class Replica:
     # ---------------------------------------------------------------- leases
 
     async def acquire(self, session: str, stream: str) -> None:
-        """Take the lease of a request about to run here (raises :class:`StorageError`)."""
+        """Take the lease of a request about to run here (raises :class:`StorageError`).
+
+        Also keeps the session's record from expiring while the session is in
+        use (at most one refresh per quarter of its lifetime).
+        """
         await self.registry.acquire(session, stream, self.id, self.lease_ttl)
         self._leases[(session, stream)] = None
+        ttl = self.buffer.retention.session_ttl
+        now = time.monotonic()
+        if ttl and now - self._touched.get(session, 0.0) > ttl / 4:
+            self._touched[session] = now
+            await self.registry.touch_session(session, ttl)
 
     def release(self, session: str, stream: str) -> None:
         """The request's response is stored: drop its lease (in the background)."""
@@ -118,9 +129,15 @@ class Replica:
             self.spawn(self._release, session, stream)
 
     def release_session(self, session: str) -> None:
-        """The session is no longer served here: its requests stopped, drop their leases."""
+        """The session is no longer served here: its unanswered requests stopped with it.
+
+        Their leases are dropped at once, so a replica following one of those
+        streams answers it as lost without waiting for the lease to lapse.
+        """
+        self._touched.pop(session, None)
         for key in [key for key in self._leases if key[0] == session]:
-            self.release(*key)
+            del self._leases[key]
+            self.spawn(self._abandon, *key)
 
     async def _release(self, session: str, stream: str) -> None:
         try:
@@ -128,14 +145,20 @@ class Replica:
         except StorageError as exc:
             logger.debug("lease of %s/%s not released: %s", session, stream[:64], exc)
 
+    async def _abandon(self, session: str, stream: str) -> None:
+        try:
+            await self.registry.abandon(session, stream, self.id)
+        except StorageError as exc:
+            logger.debug("lease of %s/%s not dropped: %s", session, stream[:64], exc)
+
     async def _release_all(self) -> None:
-        """At shutdown: let other replicas end our unfinished requests at once (bounded)."""
+        """At shutdown: let other replicas end our unanswered requests at once (bounded)."""
         leases, self._leases = list(self._leases), {}
         if not leases:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
             for session, stream in leases:
-                await self._release(session, stream)
+                await self._abandon(session, stream)
 
     async def _renew_loop(self) -> None:
         while True:

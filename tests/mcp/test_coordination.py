@@ -132,6 +132,11 @@ async def test_registry_records_and_leases(name: str) -> None:
     assert await registry.owner("s", "7") == "r1"
     await registry.release("s", "7", "r1")
     assert await registry.owner("s", "7") == FINISHED
+    await registry.acquire("s", "9", "r1", 60)
+    await registry.abandon("s", "9", "r2")  # only the holder drops it
+    assert await registry.owner("s", "9") == "r1"
+    await registry.abandon("s", "9", "r1")
+    assert await registry.owner("s", "9") is None  # lapsed at once: lost, not finished
     assert await registry.claim_end("s", "8", 60)
     assert not await registry.claim_end("s", "8", 60)  # exactly once
 
