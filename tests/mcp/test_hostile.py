@@ -141,8 +141,10 @@ def get_headers(session: str, last_event_id: bytes) -> list[tuple[bytes, bytes]]
     ]
 
 
-def tool_call(request_id: Any, n: int = 1) -> bytes:
-    params = {"name": "countdown", "arguments": {"n": n, "interval_ms": 0}}
+def tool_call(request_id: Any, n: int = 1, *, progress: bool = False) -> bytes:
+    params: dict[str, Any] = {"name": "countdown", "arguments": {"n": n, "interval_ms": 0}}
+    if progress:
+        params["_meta"] = {"progressToken": "p"}
     return json.dumps(
         {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
     ).encode()
@@ -322,6 +324,83 @@ def test_another_sessions_cursor_is_foreign_and_harms_only_the_presenter(target:
     assert target.ping(attacker) == 404  # the presenter's session failed closed
     resumed = target.request("GET", get_headers(victim, victim_cursor.encode()), stream_ok=True)
     assert resumed.status == 200
+
+
+def sse_events(body: bytes) -> list[tuple[str | None, str]]:
+    """(id, data) of each event in an SSE body; data is "" for a priming event."""
+    events = []
+    for block in body.decode().replace("\r\n", "\n").split("\n\n"):
+        event_id, data, seen = None, [], False
+        for line in block.split("\n"):
+            key, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if key == "id":
+                event_id, seen = value, True
+            elif key == "data":
+                data.append(value)
+                seen = True
+        if seen:
+            events.append((event_id, "\n".join(data)))
+    return events
+
+
+def _hinted(cursor: str) -> tuple[str, int, str, int]:
+    match = re.fullmatch(r"([0-9a-f]{12})-(\d+)\.([0-9a-f]+)\.(\d+)", cursor)
+    assert match, f"event ids carry a stream hint: {cursor}"
+    epoch, position, tag, ordinal = match.groups()
+    return epoch, int(position), tag, int(ordinal)
+
+
+@EXAMPLES
+@given(
+    tag=st.from_regex(r"\A[0-9a-f]{16}\Z"),
+    ordinal=st.integers(min_value=0, max_value=40),
+    borrow=st.booleans(),
+)
+def test_a_forged_cursor_hint_never_resumes_other_data(
+    target: Target, tag: str, ordinal: int, borrow: bool
+) -> None:
+    """A cursor's position with another hint (random, or another stream's) resumes the
+    position's own stream exactly, or fails closed; it never replays another stream."""
+    session = target.new_session()
+    one = sse_events(
+        target.request("POST", base_headers(session), tool_call(1, 3, progress=True)).body
+    )
+    two = sse_events(
+        target.request("POST", base_headers(session), tool_call(2, 3, progress=True)).body
+    )
+    genuine = one[0][0]
+    assert genuine is not None
+    expected = [data for _, data in one[1:] if data]  # what a resume from it must replay
+    epoch, position, real_tag, real_ordinal = _hinted(genuine)
+    if borrow:
+        assert two[0][0] is not None
+        _, _, tag, ordinal = _hinted(two[0][0])
+    if (tag, ordinal) == (real_tag, real_ordinal):
+        return
+    forged = f"{epoch}-{position}.{tag}.{ordinal}"
+    reply = target.request("GET", get_headers(session, forged.encode()))
+    if reply.status == 200:
+        replayed = [data for _, data in sse_events(reply.body) if data]
+        assert replayed == expected, f"{forged} replayed {replayed[:3]}"
+    else:
+        expect_verdict_or_refusal(reply)
+
+
+def test_a_genuine_cursor_replays_the_rest_of_its_stream(target: Target) -> None:
+    """The control case of the forged hint: the real cursor replays its stream's rest."""
+    session = target.new_session()
+    one = sse_events(
+        target.request("POST", base_headers(session), tool_call(1, 3, progress=True)).body
+    )
+    target.request("POST", base_headers(session), tool_call(2, 3, progress=True))
+    genuine = one[0][0]
+    assert genuine is not None
+    reply = target.request("GET", get_headers(session, genuine.encode()))
+    assert reply.status == 200, reply.body[:300]
+    replayed = [data for _, data in sse_events(reply.body) if data]
+    assert replayed == [data for _, data in one[1:] if data]
+    assert len(replayed) == 4  # three progress notifications and the result
 
 
 # ------------------------------------------------------------ JSON-RPC ids
