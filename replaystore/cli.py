@@ -91,6 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         "default: the stream of the cursor's event",
     )
     probe.add_argument("--url", required=True, help=_URL_HELP)
+
+    # Listed here for --help only: main() hands "bench ..." to its own parser.
+    sub.add_parser(
+        "bench",
+        help="benchmarks against the stores people use (replaystore bench storm --help)",
+        add_help=False,
+    )
     return parser
 
 

@@ -116,20 +116,27 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def test_every_option_and_argument_has_help_text() -> None:
+    from replaystore.bench.cli import _parser as bench_parser
+
     parser = _parser()
     commands = _subparsers(parser)
-    assert {"demo", "example-server", "inspect", "probe"} <= set(commands)
-    for name, command in [("replaystore", parser), *commands.items()]:
+    assert {"demo", "example-server", "inspect", "probe", "bench"} <= set(commands)
+    bench = bench_parser()
+    every = [("replaystore", parser), *commands.items(), ("bench", bench)]
+    every += [(f"bench {name}", p) for name, p in _subparsers(bench).items()]
+    for name, command in every:
         for action in command._actions:
             if isinstance(action, argparse._SubParsersAction):
                 continue
             assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
 
 
-@pytest.mark.parametrize("command", ["", "demo", "example-server", "inspect", "probe"])
+@pytest.mark.parametrize(
+    "command", ["", "demo", "example-server", "inspect", "probe", "bench", "bench storm"]
+)
 def test_help_is_plain_text(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main([command, "--help"] if command else ["--help"])
+        main([*command.split(), "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: replaystore")
