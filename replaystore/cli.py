@@ -183,13 +183,12 @@ def _quiet_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # benchmarks have their own parser: replaystore bench --help
-        from .bench import main as bench_main
-
-        return bench_main(argv[1:])
-    args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        if argv[:1] == ["bench"]:  # benchmarks have their own parser: replaystore bench --help
+            from .bench import main as bench_main
+
+            return bench_main(argv[1:])
+        return _run(_parser().parse_args(argv))
     except ReplayStoreError as exc:
         print(f"replaystore: {exc}", file=sys.stderr)
         return 2
