@@ -42,8 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     server = sub.add_parser(
         "example-server",
         help="serve the example MCP server over streamable HTTP",
-        description="Serve an MCP server (tools countdown and broadcast) at /mcp, with "
-        "Prometheus metrics at /metrics.",
+        description="Serve an example MCP server at /mcp (streamable HTTP, resumable), with "
+        "Prometheus metrics at /metrics. Processes on one store URL are replicas of each "
+        "other: any of them serves any session.",
     )
     server.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
