@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -62,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         "--pathology-rate",
         type=float,
         default=0.1,
-        help="share of the reconnects that are pathological, split evenly over the kinds (0.1)",
+        help="share of the sessions whose reconnect is pathological, split evenly over the "
+        "kinds (default: 0.1)",
     )
     storm.add_argument(
         "--concurrency", type=int, default=32, help="calls in flight per replica (default: 32)"
@@ -140,12 +142,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["meta"]["redis_started_by_command"] = True
     else:
         report = run(options)
-    print(markdown(report))
+    written = []
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")
-        print(f"\nJSON: {args.json}")
+        written.append(f"JSON: {args.json}")
     if args.plots is not None:
-        for path in write_plots(report, args.plots):
-            print(f"plot: {path}")
+        written += [f"plot: {path}" for path in write_plots(report, args.plots)]
+    try:
+        print(markdown(report))
+        print("", *written, sep="\n")
+    except BrokenPipeError:  # the reader went away (| head): the files are written
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return 0

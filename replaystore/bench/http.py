@@ -298,5 +298,5 @@ async def _storm(
         "setup_seconds": round(setup_s, 2),
         **tally.as_dict(),
         "latency_cdf_ms": [q(i / 100) for i in range(101)],
-        "latency_by_history": {},
+        "resume_by_history": {},
     }

@@ -21,7 +21,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Reconnect storm: {opts['sessions']:,} sessions, {opts['replicas']} replica "
         f"process(es), {meta['backend']} backend, {meta['machine']['cpu_count']} CPUs, "
-        f"{meta['seconds']} s",
+        f"{meta['seconds']} s; {opts['share']:.0%} of the sessions reconnect at once, "
+        f"{opts['pathology_rate']:.0%} of the sessions with a pathological reconnect "
+        f"({', '.join(_pathologies(report))}); load average {meta['machine']['load_average']} "
+        "at the start",
         "",
         "| store | resumes/s | p50 ms | p99 ms | p999 ms | appends/s "
         "| Redis CPU µs/resume | µs/append | resumes per Redis CPU-s | bytes/event "
@@ -74,3 +77,8 @@ def _kinds(report: dict[str, Any]) -> list[str]:
             )
         lines.append(f"| {s['name']} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _pathologies(report: dict[str, Any]) -> list[str]:
+    kinds = {k for s in report["stores"] for k in s["outcomes_by_kind"]}
+    return sorted(kinds - {"normal"})

@@ -58,6 +58,7 @@ class Options:
     retention: int = 1000  # events per session (replaystore) / per stream (others)
     small_retention: int = 20  # the same, for the sessions of the evicted case
     seed: int = 20_251_202
+    sweep: list[int] = field(default_factory=lambda: [10, 100, 1000])  # history sizes
     progress: bool = True
 
 
@@ -114,6 +115,7 @@ def run_storm(options: Options) -> dict[str, Any]:
             if probe is not None:
                 runner.run(probe.aclose())
     report["meta"]["seconds"] = round(time.monotonic() - began, 1)
+    report["meta"]["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ratios"] = _ratios(report["stores"])
     report["targets"] = _targets(report)
     return report
@@ -179,6 +181,12 @@ def _run_one(
                 _storm_commands(reconnects, sessions, replicas, options),
                 on_progress=advance,
             )
+        with bar.task(f"{spec.name}: history", len(options.sweep)) as advance:
+            sweep = pool.call_all(
+                [("sweep", {"sizes": options.sweep, "repeats": 21})]
+                + [("idle", None)] * (replicas - 1),
+                on_progress=advance,
+            )[0]
     finally:
         pool.call_all([("close", None)] * replicas)
 
@@ -189,8 +197,6 @@ def _run_one(
             done_at[event_id] = at
     tally = Tally()
     latencies: list[float] = []
-    by_history: dict[int, list[float]] = {}
-    history = {s.session: len(s.streams) * s.events_per_stream for s in sessions}
     for s in storms:
         for rid, reply, t0, t1 in s["results"]:
             r = by_id[rid]
@@ -198,7 +204,6 @@ def _run_one(
             outcome = judge(r, reply, t0, truth[(r.session, r.stream)], done_at, possible=possible)
             tally.add(r, reply, outcome, possible=possible)
             latencies.append(t1 - t0)
-            by_history.setdefault(_bucket(history[r.session]), []).append(t1 - t0)
     storm_wall = max(s["ended"] for s in storms) - min(s["began"] for s in storms)
     storm_appends = sum(len(s["appended"]) for s in storms)
     return _figures(
@@ -207,7 +212,7 @@ def _run_one(
         entry.sticky,
         tally,
         latencies,
-        by_history,
+        sweep,
         resumes_wall=storm_wall,
         appends=appends,
         fill_wall=fill_wall,
@@ -267,11 +272,6 @@ def _storm_commands(
     return commands
 
 
-def _bucket(events: int) -> int:
-    """History-size buckets for the cost plot: powers of two."""
-    return 1 << max(0, (events - 1).bit_length())
-
-
 def _quantile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
@@ -284,7 +284,7 @@ def _figures(
     sticky: bool,
     tally: Tally,
     latencies: list[float],
-    by_history: dict[int, list[float]],
+    sweep: dict[str, Any],
     *,
     resumes_wall: float,
     appends: int,
@@ -315,10 +315,7 @@ def _figures(
         "storm_seconds": round(resumes_wall, 3),
         **tally.as_dict(),
         "latency_cdf_ms": [round(_quantile(lat, q / 100) * 1e3, 3) for q in range(101)],
-        "latency_by_history": {
-            str(k): {"resumes": len(v), "p50_ms": round(statistics.median(v) * 1e3, 3)}
-            for k, v in sorted(by_history.items())
-        },
+        "resume_by_history": sweep,
     }
     if fill_cost:
         cpu_append = fill_cost["cpu_s"] / appends if appends else 0.0

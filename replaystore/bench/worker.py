@@ -64,6 +64,10 @@ async def _serve(conn: Connection) -> None:
                 result = await fill(store, arg["sessions"], arg["concurrency"], reporter)
             elif name == "storm":
                 result = await storm(store, reporter, **arg)
+            elif name == "sweep":
+                result = await sweep(store, reporter, **arg)
+            elif name == "idle":
+                result = None
             else:
                 raise RuntimeError(f"unknown command {name!r}")
             reporter.flush()
@@ -214,3 +218,37 @@ async def storm(
         "began": began,
         "ended": ended,
     }
+
+
+SWEEP_REPLAY = 10  # events of the stream that is resumed in the history sweep
+
+
+async def sweep(
+    store: Store, progress: Progress, *, sizes: list[int], repeats: int
+) -> dict[str, Any]:
+    """Resume a 10-event stream of sessions whose other stream holds ``size`` events.
+
+    One caller, no other load: the cost of a resume (9 events replayed) against
+    the history the session holds, without the storm's queueing.
+    """
+    out: dict[str, Any] = {}
+    for size in sizes:
+        session = f"h-{size:07d}"
+        await store.open(session)
+        for k in range(size):
+            await store.append(session, "_GET_stream", k)
+        ids = [await store.append(session, "1", k) for k in range(SWEEP_REPLAY)]
+        latencies = []
+        replayed = set()
+        for _ in range(repeats):
+            began = time.monotonic()
+            reply = await store.resume(session, "1", ids[0])
+            latencies.append(time.monotonic() - began)
+            replayed.add(-1 if reply.failed else len(reply.events or []))
+        latencies.sort()
+        out[str(size)] = {
+            "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3),
+            "replayed": sorted(replayed),
+        }
+        progress(1)
+    return out

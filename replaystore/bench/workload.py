@@ -124,7 +124,10 @@ def plan_reconnects(
     sticky: bool,
     seed: int,
 ) -> list[Reconnect]:
-    """Who reconnects: ``share`` of the sessions, the pathologies mixed in at ``pathology_rate``.
+    """Who reconnects: ``share`` of the sessions, ``pathology_rate`` of them pathologically.
+
+    Each pathology takes ``pathology_rate / 5`` of the sessions (the evicted
+    case comes with its own sessions, on top).
 
     A session takes part in one reconnect (two for ``second``), so that a
     failed one (which ends the session) never spoils another. Reconnects go to
