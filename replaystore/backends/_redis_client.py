@@ -30,18 +30,22 @@ retry is the backend's decision, per operation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
-from typing import Any
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
     MaxConnectionsError,
+    RedisClusterException,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -195,9 +199,9 @@ class _WaitingCluster(RedisCluster):
     redis-py's async cluster client raises ``MaxConnectionsError`` at once
     when a node has ``max_connections`` connections in use, so a burst of
     callers in one process fails where the standalone client's blocking pool
-    would have waited. Here at most ``max_connections`` commands are in
-    flight for the whole client (each holds at most one connection per
-    node), and the others wait, up to ``pool_timeout``.
+    would have waited. Here at most ``max_connections`` commands and
+    pipelines are in flight for the whole client (each holds at most one
+    connection per node), and the others wait, up to ``pool_timeout``.
 
     redis-py also re-sends a command after a connection error or a timeout,
     which duplicates an append whose reply was lost after Redis executed it.
@@ -217,7 +221,12 @@ class _WaitingCluster(RedisCluster):
         self._in_flight = asyncio.Semaphore(self._limit)
         self._pool_timeout = pool_timeout
 
-    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+    @contextlib.asynccontextmanager
+    async def in_flight(self) -> AsyncIterator[None]:
+        """Hold one of the ``max_connections`` places (once per task, however nested)."""
+        if _HOLDING.get():
+            yield
+            return
         try:
             async with asyncio.timeout(self._pool_timeout):
                 await self._in_flight.acquire()
@@ -226,7 +235,15 @@ class _WaitingCluster(RedisCluster):
                 f"no free Redis Cluster connection within {self._pool_timeout:g}s "
                 f"({self._limit} commands in flight)"
             ) from None
+        token = _HOLDING.set(True)
         try:
+            yield
+        finally:
+            _HOLDING.reset(token)
+            self._in_flight.release()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.in_flight():
             loop = asyncio.get_running_loop()
             settled_by = loop.time() + _SETTLE_TIME
             while True:
@@ -237,8 +254,23 @@ class _WaitingCluster(RedisCluster):
                     if type(exc) not in (TryAgainError, ClusterError) or loop.time() > settled_by:
                         raise
                 await asyncio.sleep(_SETTLE_PAUSE)
-        finally:
-            self._in_flight.release()
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        if shard_hint:
+            raise RedisClusterException("shard_hint is deprecated in cluster mode")
+        return _WaitingPipeline(self, transaction)  # type: ignore[abstract]
+
+
+class _WaitingPipeline(ClusterPipeline):
+    """A cluster pipeline that takes its place among the client's ``max_connections``."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        client = cast(_WaitingCluster, self.cluster_client)
+        async with client.in_flight():
+            return await super().execute(raise_on_error, allow_redirections)
+
+
+_HOLDING: ContextVar[bool] = ContextVar("replaystore_cluster_in_flight", default=False)
 
 
 def _sentinel_client(parts: Any, query: dict[str, str], **options: Any) -> Any:

@@ -88,6 +88,8 @@ def start_replicated_pair(binary: str, *, direct: bool = False) -> ReplicatedPai
     link: TcpProxy | None = None
     try:
         replica = start_standalone(binary)
+        # A full sync otherwise waits 5 s for more replicas to share the transfer.
+        _command(primary.ports[0], "CONFIG", "SET", "repl-diskless-sync-delay", "0")
         link = TcpProxy([("127.0.0.1", primary.ports[0])]).start()
         host, port = ("127.0.0.1", primary.ports[0]) if direct else link.address
         _command(replica.ports[0], "REPLICAOF", host, str(port))

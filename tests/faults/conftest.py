@@ -12,8 +12,19 @@ import uuid
 
 import pytest
 
+from replaystore import Cursor
 from replaystore.testing.servers import ServerHandle
 from tests.conftest import _server
+
+
+def at(event_id: str) -> tuple[str, int]:
+    """(epoch, position) of an event id, whatever else the id carries."""
+    cursor = Cursor.parse(event_id)
+    return cursor.epoch, cursor.position
+
+
+def positions(event_ids: list[str]) -> list[int]:
+    return [at(eid)[1] for eid in event_ids]
 
 
 def shared_redis(real_servers: dict[str, ServerHandle]) -> ServerHandle:

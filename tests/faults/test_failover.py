@@ -24,6 +24,7 @@ from replaystore.testing import (
     redis_server_binary,
     start_replicated_pair,
 )
+from tests.faults.conftest import at
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -96,7 +97,7 @@ async def test_lost_events_are_never_resumed_into_new_data(
         await _replicated(pair)
         pair.lag()
         lost = await buf.append_many("s", "q", [b"e4", b"e5"])  # acknowledged, never replicated
-        assert lost == [f"{info.epoch}-4", f"{info.epoch}-5"]
+        assert [at(eid) for eid in lost] == [(info.epoch, 4), (info.epoch, 5)]
 
         await asyncio.to_thread(_fail_over, pair, service)
 
@@ -110,7 +111,8 @@ async def test_lost_events_are_never_resumed_into_new_data(
 
         # The new primary goes on writing: never under an id a client may hold.
         fresh = await buf.append_many("s", "q", [b"n1", b"n2", b"n3"])
-        assert not set(fresh) & set(lost), f"ids {lost} reused for other events: {fresh}"
+        reused = {at(eid) for eid in fresh} & {at(eid) for eid in lost}
+        assert not reused, f"positions of {lost} reused for other events: {fresh}"
         for cursor in lost:
             probe = await buf.resolve("s", cursor)
             assert probe.verdict is not Verdict.RESUMED, (cursor, probe)
@@ -136,7 +138,7 @@ async def test_durable_appends_survive_the_failover(
 
         await asyncio.to_thread(_fail_over, pair, service)
 
-        replay = await buf.resolve_and_replay("s", f"{info.epoch}-0")
+        replay = await buf.resolve_and_replay("s", str(info.origin))
         assert replay.verdict is Verdict.RESUMED, replay
         assert [e.event_id for e in replay.events] == acked
         assert [e.payload for e in replay.events] == [b"e1", b"e2", b"e3", b"e4", None]
@@ -145,7 +147,7 @@ async def test_durable_appends_survive_the_failover(
         probe = await buf.resolve("s", f"{info.epoch}-6")
         assert probe.verdict is not Verdict.RESUMED, probe
         fresh = await buf.append("s", "q", b"n1")
-        assert fresh != f"{info.epoch}-6"
+        assert at(fresh) != (info.epoch, 6)
 
 
 async def _replicated(pair: ReplicatedPair) -> None:

@@ -21,6 +21,7 @@ import pytest
 from replaystore import ReplayBuffer, StorageError, Verdict
 from replaystore.testing import ServerHandle, TcpProxy
 from tests.conftest import _server
+from tests.faults.conftest import at
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -91,9 +92,10 @@ async def test_without_a_key_the_caller_gets_storage_error_and_no_duplicate(
     assert _drops(proxies) == 1, "the fault did not fire"
 
     # Redis ran the append once: a resume shows it, once, and nothing else.
-    epoch = first.rsplit("-", 1)[0]
-    assert await _replay_after(buffer, "s", first) == [(f"{epoch}-2", b"lost-without-key")]
-    assert await buffer.append("s", "q", b"after") == f"{epoch}-3"
+    epoch = at(first)[0]
+    replayed = await _replay_after(buffer, "s", first)
+    assert [(at(eid), payload) for eid, payload in replayed] == [((epoch, 2), b"lost-without-key")]
+    assert at(await buffer.append("s", "q", b"after")) == (epoch, 3)
 
 
 async def test_with_a_key_the_retry_returns_the_stored_event(
@@ -105,7 +107,7 @@ async def test_with_a_key_the_retry_returns_the_stored_event(
     append_many: Any = buffer.append_many
     await buffer.open_session("s")
     first = await buffer.append("s", "q", b"before")
-    epoch = first.rsplit("-", 1)[0]
+    epoch = at(first)[0]
 
     _arm(proxies, b"lost-with-key")
     try:
@@ -113,7 +115,7 @@ async def test_with_a_key_the_retry_returns_the_stored_event(
     except StorageError:  # the backend did not retry itself: the caller does
         eid = await append("s", "q", b"lost-with-key", idempotency_key="request-1")
     assert _drops(proxies) == 1, "the fault did not fire"
-    assert eid == f"{epoch}-2"
+    assert at(eid) == (epoch, 2)
     assert await _replay_after(buffer, "s", first) == [(eid, b"lost-with-key")]
     # The same key again, later: the same id, still one event.
     assert await append("s", "q", b"lost-with-key", idempotency_key="request-1") == eid
@@ -125,9 +127,10 @@ async def test_with_a_key_the_retry_returns_the_stored_event(
     except StorageError:
         ids = await append_many("s", "q", batch, idempotency_key="request-2")
     assert _drops(proxies) == 2, "the fault did not fire"
-    assert ids == [f"{epoch}-{p}" for p in (3, 4, 5)]
+    assert [at(i) for i in ids] == [(epoch, 3), (epoch, 4), (epoch, 5)]
     replayed = await _replay_after(buffer, "s", eid)
     assert replayed == [(ids[0], b"lost-batch-1"), (ids[1], b""), (ids[2], b"lost-batch-3")]
 
     # A different key is a different request.
-    assert await append("s", "q", b"lost-with-key", idempotency_key="request-3") == f"{epoch}-6"
+    other = await append("s", "q", b"lost-with-key", idempotency_key="request-3")
+    assert at(other) == (epoch, 6)

@@ -17,6 +17,7 @@ import pytest
 
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
 from replaystore.testing import ServerHandle, TcpProxy, redis_server_binary, start_standalone
+from tests.faults.conftest import at
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -118,7 +119,7 @@ async def test_restart_old_cursors_fail_new_sessions_work_no_position_reused(
     ):
         old = await _warm(buf, "s")
         await _warm(other, "t")
-        old_epoch = old[0].rsplit("-", 1)[0]
+        old_epoch = at(old[0])[0]
         await asyncio.to_thread(server.restart)
 
         for replica in (buf, other):
@@ -127,14 +128,14 @@ async def test_restart_old_cursors_fail_new_sessions_work_no_position_reused(
             assert gone.evidence.tombstone is None
         # New sessions work at once, on both replicas.
         fresh = await other.open_session("new")
-        assert await other.append("new", "q", b"n1") == f"{fresh.epoch}-1"
-        replay = await buf.resolve_and_replay("new", f"{fresh.epoch}-0")
+        assert at(await other.append("new", "q", b"n1")) == (fresh.epoch, 1)
+        replay = await buf.resolve_and_replay("new", str(fresh.origin))
         assert [e.payload for e in replay.events] == [b"n1"]
         # The old session id comes back under a new epoch: old cursors never resume into it.
         again = await buf.open_session("s")
         assert again.epoch != old_epoch
         new = await buf.append_many("s", "q", [b"A", b"B", b"C", b"D"])
-        assert new == [f"{again.epoch}-{p}" for p in range(1, 5)]
+        assert [at(eid) for eid in new] == [(again.epoch, p) for p in range(1, 5)]
         for cursor in [*old, f"{old_epoch}-0"]:
             probe = await other.resolve("s", cursor)
             assert probe.verdict is Verdict.FOREIGN_CURSOR, (cursor, probe)
@@ -169,7 +170,7 @@ async def test_redis_down_then_back(server: ServerHandle, prefix: str) -> None:
         await _every_operation_fails(buf, "s", ids[0])
         server.restart()  # back, empty
         info = await buf.open_session("s")
-        assert await buf.append("s", "q", b"back") == f"{info.epoch}-1"
+        assert at(await buf.append("s", "q", b"back")) == (info.epoch, 1)
         assert (await buf.resolve("s", ids[0])).verdict is Verdict.FOREIGN_CURSOR
 
 

@@ -21,6 +21,7 @@ import redis
 
 from replaystore import ReplayBuffer, Verdict
 from replaystore.testing import ServerHandle, redis_server_binary, start_cluster
+from tests.faults.conftest import at
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -68,6 +69,7 @@ def _move_slot(handle: ServerHandle, slot: int, source: int, target: int) -> Non
 @dataclass
 class _Traffic:
     epoch: str
+    first: str = ""
     acked: list[bytes] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
     resumes: int = 0
@@ -80,8 +82,9 @@ async def _writer(buf: ReplayBuffer, traffic: _Traffic, moved: asyncio.Event) ->
         after += moved.is_set()
         payload = f"e{len(traffic.acked)}".encode()
         eid = await buf.append("live", "w", payload)
-        if eid != f"{traffic.epoch}-{len(traffic.acked) + 1}":
+        if at(eid) != (traffic.epoch, len(traffic.acked) + 1):
             traffic.wrong.append(f"append of {payload!r} got id {eid}")
+        traffic.first = traffic.first or eid
         traffic.acked.append(payload)
         await asyncio.sleep(0.002)
 
@@ -92,7 +95,7 @@ async def _resumer(buf: ReplayBuffer, traffic: _Traffic, stop: asyncio.Event) ->
             await asyncio.sleep(0.002)
             continue
         acked = list(traffic.acked)
-        res = await buf.resolve_and_replay("live", f"{traffic.epoch}-1")
+        res = await buf.resolve_and_replay("live", traffic.first)
         traffic.resumes += 1
         if res.verdict is not Verdict.RESUMED:
             traffic.wrong.append(f"{res.verdict} {res.evidence.as_dict()}")
@@ -138,7 +141,7 @@ async def test_slot_moves_under_appends_and_resumes(cluster: ServerHandle, prefi
         assert len(owners) == len(cluster.ports) + 1, owners
         assert traffic.resumes > RESUMERS
 
-        final = await buf.resolve_and_replay("live", f"{info.epoch}-0")
+        final = await buf.resolve_and_replay("live", str(info.origin))
         assert final.verdict is Verdict.RESUMED, final
         assert [e.payload for e in final.events] == traffic.acked
         # A wrong cursor is still judged exactly after the moves.

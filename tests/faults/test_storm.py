@@ -19,6 +19,7 @@ import pytest
 from replaystore import ReplayBuffer, StorageError, Verdict
 from replaystore.testing.servers import ServerHandle
 from tests.conftest import _server
+from tests.faults.conftest import at
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -33,6 +34,7 @@ class _Ledger:
     """What the writers have been told is stored, per session (their acknowledged appends)."""
 
     epochs: dict[str, str] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)
     acked: dict[str, int] = field(default_factory=dict)
     wrong: list[str] = field(default_factory=list)
     failures: list[BaseException] = field(default_factory=list)
@@ -45,14 +47,14 @@ def _payload(session: str, i: int) -> bytes:
 async def _writer(buf: ReplayBuffer, session: str, ledger: _Ledger) -> None:
     for i in range(1, EVENTS):
         eid = await buf.append(session, "w", _payload(session, i))
-        if eid != f"{ledger.epochs[session]}-{i + 1}":
+        if at(eid) != (ledger.epochs[session], i + 1):
             ledger.wrong.append(f"{session}: append {i} got id {eid}")
         ledger.acked[session] = i + 1
 
 
 async def _resumer(buf: ReplayBuffer, session: str, ledger: _Ledger) -> None:
     """Resume from the first event, again and again, while the writer appends."""
-    first = f"{ledger.epochs[session]}-1"
+    first = ledger.first[session]
     for _ in range(RESUMES):
         acked = ledger.acked[session]
         res = await buf.resolve_and_replay(session, first)
@@ -80,7 +82,8 @@ async def _storm(url: str, prefix: str) -> None:
         ledger = _Ledger()
         infos = await asyncio.gather(*(buf.open_session(s) for s in sessions))
         ledger.epochs = {info.session: info.epoch for info in infos}
-        await asyncio.gather(*(buf.append(s, "w", _payload(s, 0)) for s in sessions))
+        firsts = await asyncio.gather(*(buf.append(s, "w", _payload(s, 0)) for s in sessions))
+        ledger.first = dict(zip(sessions, firsts, strict=True))
         ledger.acked = dict.fromkeys(sessions, 1)
 
         callers = [_writer(buf, s, ledger) for s in sessions]
@@ -92,7 +95,10 @@ async def _storm(url: str, prefix: str) -> None:
         assert ledger.wrong == [], ledger.wrong[:5]
         # After the storm, every session holds exactly what its writer was told.
         finals = await asyncio.gather(
-            *(buf.resolve_and_replay(s, f"{ledger.epochs[s]}-0") for s in sessions)
+            *(
+                buf.resolve_and_replay(s, str(info.origin))
+                for s, info in zip(sessions, infos, strict=True)
+            )
         )
         for session, res in zip(sessions, finals, strict=True):
             assert res.verdict is Verdict.RESUMED, (session, res)
@@ -131,6 +137,8 @@ async def test_cluster_pool_timeout_expires_as_storage_error(
         with pytest.raises(StorageError, match="no free Redis Cluster connection"):
             await buf.append("held", "w", b"x")
         assert await blocker is None
-        eid = await buf.append("held", "w", b"y")
-        res = await buf.resolve_and_replay("held", eid.rsplit("-", 1)[0] + "-0")
+        await buf.append("held", "w", b"y")
+        info = await buf.session_info("held")
+        assert info is not None
+        res = await buf.resolve_and_replay("held", str(info.origin))
         assert [e.payload for e in res.events] == [b"y"], "the timed-out append stored nothing"
