@@ -74,8 +74,13 @@ async def test_demo_reaches_every_expected_verdict_on_memory(anyio_backend: str)
 
 
 @pytest.mark.realserver
-def test_demo_command_on_real_redis_deletes_its_keys(real_servers: dict[str, ServerHandle]) -> None:
-    handle = redis_handle(real_servers)
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_demo_command_on_real_redis_deletes_its_keys(
+    real_servers: dict[str, ServerHandle], kind: str
+) -> None:
+    from tests.conftest import _server
+
+    handle = _server(real_servers, kind)
     before = all_keys(handle)
     out = run_cli("demo", "--url", handle.url)
     assert out.returncode == 0, out.stdout + out.stderr
