@@ -42,14 +42,8 @@ class BackendCase:
     options: Callable[[str], dict[str, Any]] = field(default=lambda prefix: {})
 
 
-async def _damage_memory(buffer: ReplayBuffer, session: str, position: int) -> None:
-    state = buffer.backend._sessions[session]  # type: ignore[attr-defined]
-    del state.records[position]
-
-
-async def _damage_redis(buffer: ReplayBuffer, session: str, position: int) -> None:
-    backend: Any = buffer.backend
-    await backend.client.xdel(backend._keys(session)[1], f"{position}-0")
+from tests.conformance._damage import damage_memory as _damage_memory  # noqa: E402
+from tests.conformance._damage import damage_redis as _damage_redis  # noqa: E402
 
 
 def _fakeredis_options(prefix: str) -> dict[str, Any]:

@@ -364,18 +364,16 @@ class RedisBackend(Backend):
         return ids
 
     async def close_session(self, session: str) -> bool:
-        done = await self._close(session, '{"code":"closed"', None)
-        return done
+        return await self._close(session, '{"code":"closed"', ("", "always", ""))
 
-    async def _close(self, session: str, tomb: str, expect: tuple[str, int, int] | None) -> bool:
-        """Delete the session (if it is still in state ``expect``), then its lists."""
+    async def _close(self, session: str, tomb: str, expect: tuple[str, str, Any]) -> bool:
+        """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists."""
         nonce = secrets.token_hex(8)
-        epoch, top, floor = expect or ("", 0, 0)
         out = await self._run(
             "close",
             session,
             (),
-            [tomb, self.retention.tombstone_ttl_ms, nonce, epoch, top, floor],
+            [tomb, self.retention.tombstone_ttl_ms, nonce, *expect],
             retry=True,
         )
         if not int(out[0]):
@@ -443,7 +441,7 @@ class RedisBackend(Backend):
                 tomb_json = json.dumps(
                     {"code": judgement.code, "verdict": judgement.verdict.value}
                 )[:-1]
-                expect = (facts.epoch, facts.top, facts.floor)
+                expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
                 if not await self._close(session, tomb_json, expect):
                     continue  # the session moved since the facts were read: judge again
             evidence = evidence_for(
@@ -540,6 +538,24 @@ class RedisBackend(Backend):
 
 
 # -- replies ------------------------------------------------------------------
+
+
+def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
+    """The condition under which a failed verdict still holds (``close.lua``).
+
+    Appends and evictions go on while a resume is judged; the teardown applies
+    only if they did not change the verdict, otherwise it is judged again.
+    """
+    position = cursor.position if cursor else 0
+    if code in ("malformed", "foreign", "origin_evicted", "evicted"):
+        return "always", ""  # the floor only rises, epochs never change
+    if code == "ahead":
+        return "top_below", position
+    if code == "unknown_sequence":
+        return "no_sequence", named_tag
+    if code == "origin_ambiguous":
+        return "ambiguous", ""
+    return "floor_at_most", max(position, 1)
 
 
 def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -64,7 +64,10 @@ def check_resumed(
     assert resumption.ok
     assert resumption.verdict.ok
     assert resumption.sequence == sequence
-    assert triples(resumption) == list(expected)
+    assert triples(resumption) == [(bare(i), s, p, d) for i, s, p, d in expected]
+    for event in resumption.events:  # every replayed id carries a hint that checks out
+        cursor = Cursor.parse(event.event_id)
+        assert cursor.tag is not None, event
     assert resumption.evidence.replayed == len(expected)
     assert resumption.evidence.torn_down is False
     check_reason(resumption)

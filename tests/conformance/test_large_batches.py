@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from replaystore import Verdict
+from replaystore import Cursor, Verdict
 
 pytestmark = pytest.mark.anyio
 
@@ -43,6 +43,6 @@ async def test_interleaved_bursts_keep_sequence_counts(make_buffer) -> None:  # 
     assert sum(s.retained for s in info.sequences.values()) == 50
     assert info.floor == info.high_water - 49
     for seq, state in info.sequences.items():
-        assert state.high_water == int(ids[seq][-1].split("-")[1])
-        res = await buf.resolve("S", f"{ids[seq][0].split('-')[0]}-{state.floor}")
+        assert state.high_water == Cursor.parse(ids[seq][-1]).position
+        res = await buf.resolve("S", f"{Cursor.parse(ids[seq][0]).epoch}-{state.floor}")
         assert res.verdict is Verdict.RESUMED and res.sequence == seq

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaystore import ReplayBuffer
+from replaystore import Cursor, ReplayBuffer
+from replaystore.cursor import sequence_tag
 
 
-def keys_of(buffer: ReplayBuffer, session: str) -> list[str]:
-    """[meta, events, links, tombstone] key names of ``session``."""
+def bare(event_id: str) -> str:
+    """An event id without its hint: ``<epoch>-<position>``."""
+    return str(Cursor.parse(event_id).bare)
+
+
+def keys_of(buffer: ReplayBuffer, session: str, sequences: tuple[str, ...] = ()) -> list[str]:
+    """The fixed keys of ``session`` (meta, index, dirty set, tombstone, idempotency x2)
+    and the lists of ``sequences``."""
     backend: Any = buffer.backend
-    return list(backend._keys(session))
+    return list(backend._keys(session, [sequence_tag(s) for s in sequences]))
+
+
+def key_of(buffer: ReplayBuffer, session: str, suffix: str) -> str:
+    """A key of ``session``: ``m`` (meta), ``i`` (run index), ``t`` (tombstone),
+    ``q:<tag>`` (a sequence's list) ..."""
+    backend: Any = buffer.backend
+    return f"{backend.key_base(session)}:{suffix}"
 
 
 def client_of(buffer: ReplayBuffer) -> Any:

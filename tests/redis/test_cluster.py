@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
 from replaystore.testing.servers import ServerHandle, find_free_port
 
-from ._support import client_of, keys_of
+from ._support import bare, client_of, keys_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -29,7 +29,7 @@ async def _basics(buf: ReplayBuffer, other: ReplayBuffer, session: str) -> None:
     info = await buf.open_session(session)
     ids = await buf.append_many(session, "q", [b"1", b"2"])
     ids += [await other.append(session, "q", b"3")]
-    assert ids == [f"{info.epoch}-{p}" for p in (1, 2, 3)]
+    assert [bare(i) for i in ids] == [f"{info.epoch}-{p}" for p in (1, 2, 3)]
     for replica in (buf, other):
         replay = await replica.resolve_and_replay(session, ids[0])
         assert replay.verdict is Verdict.RESUMED, (session, replay)
@@ -50,8 +50,8 @@ async def test_all_keys_of_a_session_in_one_slot(cluster_server: ServerHandle, p
     buf = ReplayBuffer.from_url(cluster_server.url, prefix=prefix)
     try:
         for session in ["plain", "8c2f0d6e-1b4a-4c1e-9a57-3f1e2d4c5b6a", *BRACED]:
-            keys = keys_of(buf, session)
-            assert len(keys) == 4
+            keys = keys_of(buf, session, ("q", "_GET_stream", "{x}"))
+            assert len(keys) == 9
             slots = {int(await node.execute_command("CLUSTER", "KEYSLOT", k)) for k in keys}
             assert len(slots) == 1, (session, keys, slots)
     finally:
@@ -82,7 +82,7 @@ async def test_sessions_spread_over_nodes(cluster_server: ServerHandle, prefix: 
             assert set(where) == set(sessions)
             assert all(len(ports) == 1 for ports in where.values()), where
             assert count[sessions[0]] == 1  # tombstone only
-            assert all(count[s] == 3 for s in sessions[1:])  # meta, events, links
+            assert all(count[s] == 4 for s in sessions[1:])  # meta, run index, 2 lists
             used = set().union(*where.values())
             assert len(used) >= 2, used
     finally:
@@ -110,7 +110,7 @@ async def test_session_starting_with_closing_brace(
     node = aioredis.Redis(host="127.0.0.1", port=cluster_server.ports[0])
     try:
         probe = ReplayBuffer.from_url(cluster_server.url, prefix=prefix)
-        keys = keys_of(probe, session)
+        keys = keys_of(probe, session, ("q", "r"))
         slots = {int(await node.execute_command("CLUSTER", "KEYSLOT", k)) for k in keys}
         assert len(slots) == 1, (session, keys, slots)
         await probe.aclose()

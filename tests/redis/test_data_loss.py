@@ -17,7 +17,7 @@ import pytest
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
 from replaystore.testing.servers import ServerHandle
 
-from ._support import client_of, keys_of
+from ._support import bare, client_of, key_of, keys_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -32,33 +32,42 @@ async def _lose(client: Any, key: str, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["del", "pexpire"])
-async def test_events_key_lost(redis_server: ServerHandle, prefix: str, how: str) -> None:
+async def test_sequence_list_lost(redis_server: ServerHandle, prefix: str, how: str) -> None:
     async with (
         ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf,
         ReplayBuffer.from_url(redis_server.url, prefix=prefix, teardown_on_failure=False) as keep,
     ):
         info = await buf.open_session("s")
         old = await buf.append_many("s", "q", [b"1", b"2", b"3", b"4", b"5"])
-        await _lose(client_of(buf), keys_of(buf, "s")[1], how)
+        other = await buf.append("s", "r", b"r1")
+        await _lose(client_of(buf), keys_of(buf, "s", ("q",))[-1], how)
 
-        cursors = [(f"{info.epoch}-0", "q"), *((c, None) for c in old), *((c, "q") for c in old)]
+        legacy = [bare(c) for c in old]
+        cursors = [(f"{info.epoch}-0", "q"), *((c, None) for c in old + legacy)]
+        cursors += [(c, "q") for c in old + legacy]
         for cursor, named in cursors:
             probe = await buf.resolve("s", cursor, named)
             assert probe.verdict is Verdict.NOT_RETAINED, (cursor, probe)
             replay = await keep.resolve_and_replay("s", cursor, named)
             assert replay.verdict is Verdict.NOT_RETAINED, (cursor, replay)
             assert replay.events == []
+        # the other sequence is untouched
+        assert (await keep.resolve_and_replay("s", other)).verdict is Verdict.RESUMED
 
         # Appends go on in the same position space; old cursors still fail,
         # cursors issued after the loss resume exactly.
         new = await buf.append_many("s", "q", [b"6", b"7", b"8"])
-        assert new == [f"{info.epoch}-{p}" for p in (6, 7, 8)]
-        for cursor in [f"{info.epoch}-0", *old]:
+        assert [bare(c) for c in new] == [f"{info.epoch}-{p}" for p in (7, 8, 9)]
+        for cursor in [f"{info.epoch}-0", *old, *legacy]:
             replay = await keep.resolve_and_replay("s", cursor, "q")
             assert replay.verdict is Verdict.NOT_RETAINED, (cursor, replay)
-        replay = await keep.resolve_and_replay("s", new[0], "q")
-        assert replay.verdict is Verdict.RESUMED
-        assert [(e.event_id, e.payload) for e in replay.events] == [(new[1], b"7"), (new[2], b"8")]
+        for cursor in (new[0], bare(new[0])):
+            replay = await keep.resolve_and_replay("s", cursor, "q")
+            assert replay.verdict is Verdict.RESUMED, replay
+            assert [(e.event_id, e.payload) for e in replay.events] == [
+                (new[1], b"7"),
+                (new[2], b"8"),
+            ]
 
         # A failed replay tears the leftovers down for good.
         torn = await buf.resolve_and_replay("s", old[0])
@@ -68,35 +77,26 @@ async def test_events_key_lost(redis_server: ServerHandle, prefix: str, how: str
 
 
 @pytest.mark.parametrize("how", ["del", "pexpire"])
-async def test_links_key_lost(redis_server: ServerHandle, prefix: str, how: str) -> None:
+async def test_run_index_lost(redis_server: ServerHandle, prefix: str, how: str) -> None:
+    """The index maps positions to sequences: without it, a cursor without a hint
+    cannot be attributed (not_retained); a hinted cursor is checked against its
+    own sequence's list and still resumes exactly."""
     async with ReplayBuffer.from_url(
         redis_server.url, prefix=prefix, teardown_on_failure=False
     ) as buf:
-        info = await buf.open_session("s")
+        await buf.open_session("s")
         q: list[str] = []
         for i in range(4):
             q += await buf.append_many("s", "q", [b"q%d" % i])
             await buf.append_many("s", "r", [b"r%d" % i])
-        await _lose(client_of(buf), keys_of(buf, "s")[2], how)
+        await _lose(client_of(buf), key_of(buf, "s", "i"), how)
 
-        for cursor, named in [(f"{info.epoch}-0", "q"), *((c, "q") for c in q[:-1])]:
-            probe = await buf.resolve("s", cursor, named)
-            assert probe.verdict is Verdict.NOT_RETAINED, (cursor, probe)
-            replay = await buf.resolve_and_replay("s", cursor, named)
-            assert replay.verdict is Verdict.NOT_RETAINED, (cursor, replay)
-            assert replay.events == []
-        # At the high-water nothing was missed: resuming with no events is exact.
-        replay = await buf.resolve_and_replay("s", q[-1], "q")
-        assert replay.verdict is Verdict.RESUMED
-        assert replay.events == []
-
-        # New links after the loss: the chain across the gap is still refused.
-        more = await buf.append_many("s", "q", [b"q4", b"q5"])
         for cursor in q[:-1]:
-            assert (await buf.resolve("s", cursor)).verdict is Verdict.NOT_RETAINED
-        replay = await buf.resolve_and_replay("s", q[-1], "q")
-        assert replay.verdict is Verdict.RESUMED
-        assert [e.event_id for e in replay.events] == more
+            probe = await buf.resolve("s", bare(cursor), "q")
+            assert probe.verdict is Verdict.NOT_RETAINED, (cursor, probe)
+            replay = await buf.resolve_and_replay("s", cursor, "q")
+            assert replay.verdict is Verdict.RESUMED, (cursor, replay)
+            assert [e.event_id for e in replay.events] == q[q.index(cursor) + 1 :]
 
 
 @pytest.mark.parametrize("how", ["del", "pexpire"])
@@ -105,12 +105,13 @@ async def test_meta_key_lost_then_reopened(
 ) -> None:
     async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
         client = client_of(buf)
-        meta, events, links, tomb = keys_of(buf, "s")
+        meta, index, _dirty, tomb, *_ = keys_of(buf, "s")
+        q_list = keys_of(buf, "s", ("q",))[-1]
         first = await buf.open_session("s")
         old = await buf.append_many("s", "q", [b"old1", b"old2", b"old3"])
         old += await buf.append_many("s", "r", [b"r1"])
         await _lose(client, meta, how)
-        assert await client.exists(events) == 1  # leftovers outlive the meta hash
+        assert await client.exists(q_list) == 1  # leftovers outlive the meta hash
 
         gone = await buf.resolve("s", old[0])
         assert gone.verdict is Verdict.UNKNOWN_SESSION
@@ -123,17 +124,17 @@ async def test_meta_key_lost_then_reopened(
         second = await buf.open_session("s")
         assert second.epoch != first.epoch
         assert (second.high_water, second.floor, second.retained) == (0, 1, 0)
-        # The earlier incarnation's leftovers are gone with it.
-        assert await client.exists(links) == 0
+        # The earlier incarnation's leftovers are gone with it (a sequence's
+        # list is reset when the sequence is created again).
+        assert await client.exists(index) == 0
         assert await client.exists(tomb) == 0
-        assert await client.exists(events) == 0
         new = await buf.append_many("s", "q", [b"new1", b"new2", b"new3", b"new4"])
-        assert new == [f"{second.epoch}-{p}" for p in (1, 2, 3, 4)]
-        assert await client.xlen(events) == 4
+        assert [bare(c) for c in new] == [f"{second.epoch}-{p}" for p in (1, 2, 3, 4)]
+        assert await client.llen(q_list) == 4
 
         # Old cursors name positions that exist again, in another incarnation:
         # foreign, never a replay of the new events.
-        for cursor in [*old, f"{first.epoch}-0"]:
+        for cursor in [*old, *(bare(c) for c in old), f"{first.epoch}-0"]:
             for named in (None, "q"):
                 probe = await buf.resolve("s", cursor, named)
                 assert probe.verdict is Verdict.FOREIGN_CURSOR, (cursor, probe)
@@ -175,7 +176,7 @@ async def test_server_restart_loses_data(own_server: ServerHandle, prefix: str) 
         second = await buf.open_session("s")
         assert second.epoch != first.epoch
         new = await buf.append_many("s", "q", [b"A", b"B", b"C", b"D", b"E"])
-        assert new == [f"{second.epoch}-{p}" for p in range(1, 6)]
+        assert [bare(c) for c in new] == [f"{second.epoch}-{p}" for p in range(1, 6)]
         for replica in (buf, other):
             for cursor in [*old, f"{first.epoch}-0"]:
                 probe = await replica.resolve("s", cursor, "q")

@@ -22,6 +22,18 @@ local split = tonumber(arg(6))
 local run = run_of(redis.call('LINDEX', I, -1))
 local new_index, new_list = not run, not s
 local ids, batch = {}, {}
+if s then
+  -- a list lost under live bookkeeping: hold the lost events' places, so that
+  -- the new events land at their ordinals (the lost ones read as missing)
+  local lost = s.next - s.base - redis.call('LLEN', q)
+  while lost > 0 do
+    local n = math.min(lost, 1000)
+    local blanks = {}
+    for j = 1, n do blanks[j] = '' end
+    redis.call('RPUSH', q, unpack(blanks))
+    lost = lost - n
+  end
+end
 for j = A + 9, #ARGV do
   local a = ARGV[j]
   local priming = string.byte(a, 1) == 112 -- 'p'
