@@ -19,7 +19,12 @@ from replaystore.bench import main
 from replaystore.bench.stores import Reply
 from replaystore.bench.truth import judge
 from replaystore.bench.workload import PATHOLOGIES, Reconnect
-from replaystore.testing import ServerHandle, redis_server_binary, start_standalone
+from replaystore.testing import (
+    ServerHandle,
+    find_free_port,
+    redis_server_binary,
+    start_standalone,
+)
 from replaystore.testing.replicas import ReplicaError, ReplicaPool
 
 REQUIRED = (
@@ -166,3 +171,13 @@ def test_storm_over_http_through_example_server_replicas(
         assert row["outcomes_by_kind"][kind] == {"correct_failure": 1}
         assert set(row["answers_by_kind"][kind]) <= {"foreign_cursor", "ahead_of_high_water"}
     assert f"| {row['name']} |" in done.stdout
+
+
+def test_unreachable_redis_is_one_line_and_exit_2() -> None:
+    url = f"redis://127.0.0.1:{find_free_port()}/0"
+    command = [sys.executable, "-m", "replaystore", "bench", "storm", "--url", url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"replaystore bench: cannot reach {url}: ")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stdout == ""

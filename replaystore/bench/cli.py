@@ -88,6 +88,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unreachable(url: str) -> str | None:
+    """Why the Redis at ``url`` cannot be used, or ``None`` (checked once, before any replica)."""
+    import asyncio
+
+    from .redis_cost import RedisProbe
+
+    async def ping() -> None:
+        probe = RedisProbe(url)
+        try:
+            await probe.server()
+        finally:
+            await probe.aclose()
+
+    try:
+        asyncio.run(ping())
+    except Exception as exc:  # any failure to connect is the answer
+        return str(exc) or type(exc).__name__
+    return None
+
+
 def _run_http(options: Options) -> dict[str, Any]:
     from .http import run_http_storm
 
@@ -130,6 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=not args.no_progress,
     )
     run = _run_http if args.http else run_storm
+    if is_redis_url(args.url) and not args.spawn_redis:
+        problem = _unreachable(args.url)
+        if problem:
+            print(f"replaystore bench: cannot reach {args.url}: {problem}", file=sys.stderr)
+            return 2
     if args.http and not args.spawn_redis and not is_redis_url(args.url):
         print("replaystore bench: --http needs --url redis://... or --spawn-redis", file=sys.stderr)
         return 2
