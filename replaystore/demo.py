@@ -22,9 +22,12 @@ so it can run against a shared Redis.
 from __future__ import annotations
 
 import secrets
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from .buffer import ReplayBuffer
 from .verdicts import Resumption
@@ -32,6 +35,7 @@ from .verdicts import Resumption
 __all__ = ["run_demo"]
 
 TOP, SUB = "_GET_stream", "tool-7"
+_CLEANUP_SECONDS = 10.0
 TOP_CURSOR, SUB_CURSOR, FLOOR = 3120, 4471, 4401
 
 
@@ -207,9 +211,13 @@ async def run_demo(url: str = "memory://", out: Callable[[str], None] = print) -
                 out(f"  after   : every replica now sees {after.verdict.value} (fail closed)")
             out("")
     finally:
-        try:
-            await _delete_keys(buf, session)
-        finally:
-            await buf.aclose()
+        # Shielded and bounded: the keys go even when the demo is interrupted.
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                await _delete_keys(buf, session)
+            except Exception as exc:  # the store went away: say so, keep the first error
+                print(f"replaystore demo: could not delete its keys: {exc}", file=sys.stderr)
+            finally:
+                await buf.aclose()
     out("every failure above is a distinct verdict with its evidence; none is a silent 200.")
     return wrong
