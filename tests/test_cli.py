@@ -291,17 +291,24 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 def test_example_server_log_level_reaches_the_server(
     real_servers: dict[str, ServerHandle], tmp_path: Path
 ) -> None:
+    """The same server at info and at warning (started together): only info shows INFO lines."""
     url = _prefixed(redis_handle(real_servers))
-    port = find_free_port()
-    log = tmp_path / "server.log"
-    args = ["example-server", "--port", str(port), "--url", url, "--log-level", "info"]
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([*COMMAND, *args], stdout=sink, stderr=subprocess.STDOUT)
+    started: dict[str, tuple[int, subprocess.Popen[bytes], Path]] = {}
     try:
-        _wait_for_port(port, proc, log)
+        for level in ("info", "warning"):
+            port = find_free_port()
+            log = tmp_path / f"{level}.log"
+            args = ["example-server", "--port", str(port), "--url", url, "--log-level", level]
+            with log.open("wb") as sink:
+                proc = subprocess.Popen([*COMMAND, *args], stdout=sink, stderr=subprocess.STDOUT)
+            started[level] = (port, proc, log)
+        for port, proc, log in started.values():
+            _wait_for_port(port, proc, log)
     finally:
-        proc.terminate()
-        proc.wait(30)
-    text = log.read_text(errors="replace")
-    assert "Application startup complete" in text, text  # an INFO line: hidden at warning
-    assert "Traceback" not in text, text
+        for _, proc, _ in started.values():
+            proc.terminate()
+            proc.wait(30)
+    info, warning = (started[level][2].read_text(errors="replace") for level in started)
+    assert "Application startup complete" in info, info
+    assert "Application startup complete" not in warning, warning
+    assert "Traceback" not in info + warning
