@@ -28,6 +28,7 @@ caller who wants a session's whole history.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
@@ -86,6 +87,7 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_POSITION
 
 
+@functools.total_ordering
 @dataclass(frozen=True, slots=True)
 class Cursor:
     """A parsed event id: which session incarnation, which position (and the hint)."""
@@ -140,6 +142,19 @@ class Cursor:
             return cls.parse(value)
         except CursorError:
             return None
+
+    def _key(self) -> tuple[str, int, str, int]:
+        return (
+            self.epoch,
+            self.position,
+            self.tag or "",
+            -1 if self.ordinal is None else self.ordinal,
+        )
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Cursor):
+            return NotImplemented
+        return self._key() < other._key()
 
     @property
     def bare(self) -> Cursor:

@@ -22,6 +22,7 @@ from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from replaystore import ReplayBuffer, StorageError, Verdict
+from replaystore.cursor import sequence_tag
 from replaystore.testing.servers import (
     ServerHandle,
     TLSFiles,
@@ -196,9 +197,9 @@ async def test_sentinel_url_finds_the_master(
             assert replay.evidence.epoch == info.epoch
             # The keys are on the master, read with a plain client.
             assert await _keys(master.ports[0], 0, f"{prefix}*") == [
-                f"{prefix}{{s}}:e".encode(),
+                f"{prefix}{{s}}:i".encode(),
                 f"{prefix}{{s}}:m".encode(),
-                f"{prefix}{{s}}:n".encode(),
+                f"{prefix}{{s}}:q:{sequence_tag('q')}".encode(),
             ]
             await _round_trip(buf, "s2")
 
@@ -222,7 +223,7 @@ async def test_sentinel_url_db_and_credentials(
             assert " user=app " in me
             assert " db=2 " in me
     in_db2 = await _keys(master.ports[0], 2, f"{prefix}*")
-    assert {f"{prefix}{{s}}:e".encode(), f"{prefix}{{s}}:m".encode()} <= set(in_db2)
+    assert {f"{prefix}{{s}}:i".encode(), f"{prefix}{{s}}:m".encode()} <= set(in_db2)
     assert await _keys(master.ports[0], 0, f"{prefix}*") == []
 
 

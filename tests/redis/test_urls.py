@@ -16,6 +16,7 @@ import redis
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, StorageError, UnsupportedURLError, Verdict
+from replaystore.cursor import sequence_tag
 from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
 
 from ._support import client_of
@@ -56,9 +57,9 @@ async def test_user_password_db_and_prefix_from_url(acl_server: ServerHandle, pr
         assert " user=user " in me
         assert " db=3 " in me
     assert await _keys(port, 3, f"{prefix}*") == [
-        f"{prefix}{{s}}:e".encode(),
+        f"{prefix}{{s}}:i".encode(),
         f"{prefix}{{s}}:m".encode(),
-        f"{prefix}{{s}}:n".encode(),
+        f"{prefix}{{s}}:q:{sequence_tag('q')}".encode(),
     ]
     assert await _keys(port, 0, f"{prefix}*") == []
     assert info.epoch == replay.evidence.epoch
@@ -177,9 +178,9 @@ async def test_unix_socket_url(unix_server: Path, prefix: str, scheme: str) -> N
     admin = aioredis.Redis(unix_socket_path=str(unix_server), db=2)
     try:
         assert sorted(await admin.keys(f"{prefix}*")) == [
-            f"{prefix}{{s}}:e".encode(),
+            f"{prefix}{{s}}:i".encode(),
             f"{prefix}{{s}}:m".encode(),
-            f"{prefix}{{s}}:n".encode(),
+            f"{prefix}{{s}}:q:{sequence_tag('q')}".encode(),
         ]
     finally:
         await admin.aclose()

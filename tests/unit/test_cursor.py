@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaystore import Cursor, CursorError
-from replaystore.cursor import EPOCH_LENGTH, MAX_CURSOR_LENGTH, MAX_POSITION, new_epoch
+from replaystore.cursor import (
+    EPOCH_LENGTH,
+    MAX_CURSOR_LENGTH,
+    MAX_POSITION,
+    TAG_LENGTH,
+    new_epoch,
+    sequence_tag,
+)
 
 HEX = "0123456789abcdef"
 epochs = st.text(alphabet=HEX, min_size=EPOCH_LENGTH, max_size=EPOCH_LENGTH)
@@ -139,14 +146,18 @@ def test_rejects(text):
 
 
 def test_max_lengths():
-    longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION)
+    longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION, "f" * TAG_LENGTH, MAX_POSITION)
     assert len(str(longest)) == MAX_CURSOR_LENGTH
+    assert Cursor.parse(str(longest)) == longest
+    longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION)
     assert Cursor.parse(str(longest)) == longest
     assert MAX_POSITION == 10**14 - 1
     with pytest.raises(CursorError):
         Cursor.parse(f"{E}-{MAX_POSITION + 1}")  # one character too long
     with pytest.raises(CursorError):
         Cursor.parse(str(longest) + "0")
+    with pytest.raises(CursorError):
+        Cursor.parse(f"{E}-1.{'f' * TAG_LENGTH}.{MAX_POSITION + 1}")
     assert Cursor.parse(f"{E}-0") == Cursor(E, 0)  # the origin
 
 
@@ -192,3 +203,45 @@ def test_order_and_equality_follow_the_fields(a, b):
     assert (a == b) == ((a.epoch, a.position) == (b.epoch, b.position))
     assert (a < b) == ((a.epoch, a.position) < (b.epoch, b.position))
     assert (hash(a) == hash(b)) or a != b
+
+
+TAGS = st.text(alphabet=HEX, min_size=TAG_LENGTH, max_size=TAG_LENGTH)
+hinted = st.builds(
+    Cursor, epochs, st.integers(min_value=1, max_value=MAX_POSITION), TAGS, positions
+)
+
+
+@given(hinted)
+def test_hinted_round_trip(cursor):
+    text = str(cursor)
+    assert text == f"{cursor.epoch}-{cursor.position}.{cursor.tag}.{cursor.ordinal}"
+    assert Cursor.parse(text) == cursor
+    assert Cursor.parse(text).bare == Cursor(cursor.epoch, cursor.position)
+    assert Cursor.parse(text).position == cursor.position  # what the MCP layer compares
+    assert len(text) <= MAX_CURSOR_LENGTH
+    assert not set(text) & {"\r", "\n", "\x00"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"{E}-0.{'a' * TAG_LENGTH}.0",  # the origin carries no hint
+        f"{E}-1.{'a' * TAG_LENGTH}",  # half a hint
+        f"{E}-1.{'a' * TAG_LENGTH}.",
+        f"{E}-1.{'a' * (TAG_LENGTH - 1)}.0",
+        f"{E}-1.{'A' * TAG_LENGTH}.0",
+        f"{E}-1.{'a' * TAG_LENGTH}.01",
+        f"{E}-1..0",
+        f"{E}-1.{'a' * TAG_LENGTH}.0.",
+        f"{E}-1.{'a' * TAG_LENGTH}.-1",
+    ],
+)
+def test_bad_hints_are_rejected(text):
+    assert Cursor.try_parse(text) is None
+
+
+def test_sequence_tags_are_fixed_length_hex():
+    for name in ("_GET_stream", "1", "\U0001f600", "x" * 256):
+        tag = sequence_tag(name)
+        assert re.fullmatch(r"[0-9a-f]{16}", tag)
+    assert sequence_tag("a") != sequence_tag("b")
