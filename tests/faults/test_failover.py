@@ -146,8 +146,14 @@ async def test_durable_appends_survive_the_failover(
         # that saw it there (a live tail) must not resume into other data.
         probe = await buf.resolve("s", f"{info.epoch}-6")
         assert probe.verdict is not Verdict.RESUMED, probe
-        fresh = await buf.append("s", "q", b"n1")
-        assert at(fresh) != (info.epoch, 6)
+        # The new primary has no replica yet: a durable append is refused...
+        with pytest.raises(StorageError):
+            await buf.append("s", "q", b"n1")
+        # ...and nothing written after the failover makes position 6 resumable.
+        async with ReplayBuffer.from_url(service.url(), prefix=prefix) as plain:
+            await plain.append("s", "q", b"n2")
+            probe = await plain.resolve("s", f"{info.epoch}-6")
+            assert probe.verdict is not Verdict.RESUMED, probe
 
 
 async def _replicated(pair: ReplicatedPair) -> None:

@@ -12,7 +12,7 @@ event that was stored. On a cluster, every node sits behind its own proxy
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -55,15 +55,6 @@ def proxied(
         yield handle.url, {"address_remap": remap}, list(by_port.values())
 
 
-@pytest.fixture
-async def buffer(
-    proxied: tuple[str, dict[str, Any], list[TcpProxy]], prefix: str
-) -> AsyncIterator[ReplayBuffer]:
-    url, options, _ = proxied
-    async with ReplayBuffer.from_url(url, prefix=prefix, **options) as buf:
-        yield buf
-
-
 def _arm(proxies: list[TcpProxy], needle: bytes) -> None:
     for proxy in proxies:
         proxy.drop_reply_after(needle)
@@ -80,9 +71,14 @@ async def _replay_after(buf: ReplayBuffer, session: str, cursor: str) -> list[tu
 
 
 async def test_without_a_key_the_caller_gets_storage_error_and_no_duplicate(
-    buffer: ReplayBuffer, proxied: tuple[str, dict[str, Any], list[TcpProxy]]
+    proxied: tuple[str, dict[str, Any], list[TcpProxy]], prefix: str
 ) -> None:
-    proxies = proxied[2]
+    url, options, proxies = proxied
+    async with ReplayBuffer.from_url(url, prefix=prefix, **options) as buffer:
+        await _without_a_key(buffer, proxies)
+
+
+async def _without_a_key(buffer: ReplayBuffer, proxies: list[TcpProxy]) -> None:
     await buffer.open_session("s")
     first = await buffer.append("s", "q", b"before")  # the script is cached from here on
 
@@ -99,10 +95,15 @@ async def test_without_a_key_the_caller_gets_storage_error_and_no_duplicate(
 
 
 async def test_with_a_key_the_retry_returns_the_stored_event(
-    buffer: ReplayBuffer, proxied: tuple[str, dict[str, Any], list[TcpProxy]]
+    proxied: tuple[str, dict[str, Any], list[TcpProxy]], prefix: str
 ) -> None:
     _require_idempotency_keys()
-    proxies = proxied[2]
+    url, options, proxies = proxied
+    async with ReplayBuffer.from_url(url, prefix=prefix, **options) as buffer:
+        await _with_a_key(buffer, proxies)
+
+
+async def _with_a_key(buffer: ReplayBuffer, proxies: list[TcpProxy]) -> None:
     append: Any = buffer.append
     append_many: Any = buffer.append_many
     await buffer.open_session("s")
