@@ -461,6 +461,41 @@ def test_a_two_megabyte_request_id_is_bounded(target: Target) -> None:
     assert target.ping(session) == 200
 
 
+# ------------------------------------------------------- other headers, methods
+
+_HEADER_VALUE = st.one_of(
+    _HEADER_BYTES,
+    st.sampled_from(
+        [b"", b"*/*", b"text/html", b"application/json", b"text/event-stream", b"2025-11-25",
+         b"2099-01-01", b"2026-07-28", b"application/json; charset=latin-1"]
+    ),
+)  # fmt: skip
+
+
+@EXAMPLES
+@given(
+    method=st.sampled_from(["POST", "GET", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]),
+    accept=_HEADER_VALUE,
+    content_type=_HEADER_VALUE,
+    version=_HEADER_VALUE,
+)
+def test_odd_methods_and_headers_are_refused_cleanly(
+    target: Target, method: str, accept: bytes, content_type: bytes, version: bytes
+) -> None:
+    session = target.new_session()
+    headers = [
+        (b"accept", accept),
+        (b"content-type", content_type),
+        (b"mcp-protocol-version", version),
+        (b"mcp-session-id", session.encode()),
+    ]
+    ping = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}).encode()
+    reply = target.request(method, headers, ping if method != "GET" else b"", stream_ok=True)
+    assert reply.status < 500 or reply.status == 0, (reply.status, reply.body[:300])
+    if method not in ("DELETE",):
+        assert target.ping(session) == 200, f"{method} {headers} ended the session"
+
+
 # ------------------------------------------------------------------ bodies
 
 _JUNK_BODIES = st.one_of(
