@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -77,7 +78,10 @@ class Attachment:
     ``replay`` holds the missed messages (priming events left out) with their
     positions; ``tail`` the live feed, or None when the stream is already
     finished (its response is in the replay). ``first`` is a priming event id
-    to send before anything else (a plain GET that starts a fresh stream).
+    to send right after the replay, when the live feed will not read it from
+    the store (the store keeps one priming event where several follow each
+    other, so a fresh priming event may be the very event the client resumed
+    from).
     """
 
     resumption: Resumption
@@ -148,6 +152,8 @@ class SessionEventStore(EventStore):
         self._dead = False  # ended (failed verdict, DELETE) or no longer served here
         self._tails: dict[str, Tail] = {}
         self._answered: dict[str, None] = {}  # request streams answered here (bounded)
+        self._incarnation = uuid.uuid4().hex[:12]
+        self._appends = 0
         self._get_mark: str | None = None
         #: The SDK connection of this session's loop (set by the manager), for
         #: its ``initialize`` parameters; and the credential that created it.
@@ -419,9 +425,11 @@ class SessionEventStore(EventStore):
         attachment.tail = self._register(stream, last)
         if prime and not self._dead:
             try:
-                await self._append(stream, None)
+                priming = await self._append(stream, None)
             except UnknownSessionError:
                 return Attachment(_vanished(self.session_id))
+            if Cursor.parse(priming).position <= Cursor.parse(last).position:
+                attachment.first = priming  # not a new event: the tail would not read it
         return attachment
 
     async def _finished(self, stream: str) -> bool:
@@ -472,11 +480,13 @@ class SessionEventStore(EventStore):
                 # anchor just before the first GET message (one atomic step),
                 # so that a later plain GET can resume from it.
                 anchor, event_id = await self.buffer.append_many(
-                    self.session_id, sequence, [None, payload]
+                    self.session_id, sequence, [None, payload], idempotency_key=self._key()
                 )
                 self._get_mark = anchor
                 return event_id
-            return await self.buffer.append(self.session_id, sequence, payload)
+            return await self.buffer.append(
+                self.session_id, sequence, payload, idempotency_key=self._key()
+            )
         except UnknownSessionError:
             logger.info(
                 "session %s ended in the store; an event of stream %r was not stored",
@@ -528,6 +538,11 @@ class SessionEventStore(EventStore):
             ),
         )
         return encode_message(error)
+
+    def _key(self) -> str:
+        """A key unique to this append: the store retries a lost reply without storing twice."""
+        self._appends += 1
+        return f"{self._incarnation}.{self._appends}"
 
     def _failed(self, exc: BaseException) -> None:
         if self.on_failure is not None:

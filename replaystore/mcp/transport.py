@@ -322,16 +322,16 @@ class ReplayTransport(StreamableHTTPServerTransport):
             try:
                 async with writer:
                     with scope:
-                        if attachment.first is not None and tail is not None:
-                            if prime:
-                                await writer.send(self._priming(attachment.first))
-                            view.delivered(tail, attachment.first)
                         for _, event in attachment.replay:
                             await writer.send(self._create_event_data(event))
                             if tail is not None:
                                 view.delivered(tail, cast(str, event.event_id))
                             if ends_with_response and is_response(event.message):
                                 return
+                        if attachment.first is not None and tail is not None:
+                            if prime:
+                                await writer.send(self._priming(attachment.first))
+                            view.delivered(tail, attachment.first)
                         if tail is not None:
                             await self._follow(view, tail, writer, prime, ends_with_response)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):

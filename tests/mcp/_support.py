@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,6 +27,7 @@ import anyio
 import httpx
 import httpx2
 
+from replaystore.cursor import Cursor
 from replaystore.testing.servers import find_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,9 +191,7 @@ def result_text(event: SSE, request_id: int) -> str | None:
 
 
 def position(event_id: str) -> int:
-    match = re.fullmatch(r"[0-9a-f]{12}-(\d+)", event_id)
-    assert match, event_id
-    return int(match.group(1))
+    return Cursor.parse(event_id).position
 
 
 # ---------------------------------------------------------------- raw client

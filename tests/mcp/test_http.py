@@ -19,6 +19,7 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from replaystore import ReplayBuffer, Verdict
+from replaystore.cursor import Cursor
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (
     SSE,
@@ -186,7 +187,7 @@ async def test_malformed_cursor_fails_closed(
 async def test_forged_epoch_fails_closed(sdk: ServerProcess, http: httpx.AsyncClient) -> None:
     session = await RawSession(http, sdk.url).initialize()
     ids = await first_event_ids(session)
-    forged = "000000000000-" + ids[-1].split("-")[1]
+    forged = f"000000000000-{Cursor.parse(ids[-1]).position}"
     evidence = await expect_fail_closed(session, forged, Verdict.FOREIGN_CURSOR)
     assert evidence["torn_down"] is True
 
@@ -196,11 +197,11 @@ async def test_ahead_of_high_water_fails_closed(
 ) -> None:
     session = await RawSession(http, sdk.url).initialize()
     ids = await first_event_ids(session)
-    epoch, pos = ids[-1].split("-")
+    last = Cursor.parse(ids[-1])
     evidence = await expect_fail_closed(
-        session, f"{epoch}-{int(pos) + 1000}", Verdict.AHEAD_OF_HIGH_WATER
+        session, f"{last.epoch}-{last.position + 1000}", Verdict.AHEAD_OF_HIGH_WATER
     )
-    assert evidence["high_water"] < int(pos) + 1000
+    assert evidence["high_water"] < last.position + 1000
 
 
 async def test_other_sessions_cursor_fails_closed(

@@ -12,6 +12,7 @@ from mcp_types import (
 )
 
 from replaystore import ReplayBuffer, ResumptionDesyncError, Verdict
+from replaystore.cursor import Cursor
 from replaystore.mcp import (
     GET_STREAM,
     CountingObserver,
@@ -81,7 +82,8 @@ async def test_two_sessions_with_the_same_stream_names_are_separate() -> None:
     a, b = store.for_session("A"), store.for_session("B")
     a_ids = [await a.store_event("1", note(i)) for i in range(2)]
     b_ids = [await b.store_event("1", note(10 + i)) for i in range(2)]
-    assert {i.split("-")[0] for i in a_ids}.isdisjoint(i.split("-")[0] for i in b_ids)
+    epochs = {Cursor.parse(i).epoch for i in a_ids}
+    assert epochs.isdisjoint(Cursor.parse(i).epoch for i in b_ids)
     _, sent = await collect(a, a_ids[0])
     assert sent == [encode_message(note(1)).decode()]
     with pytest.raises(ResumptionDesyncError) as caught:
@@ -147,11 +149,14 @@ async def test_newest_connection_takes_the_stream_over() -> None:
     assert old.tail is not None and new.tail is not None
     assert old.tail.closed and old.tail.scope.cancel_called
     assert not new.tail.closed
+    # The store keeps one priming event where several follow each other: the
+    # connection gets it directly, the live feed reads only what follows.
+    assert (
+        new.first is not None and Cursor.parse(new.first).position == Cursor.parse(first).position
+    )
     event_id = await view.store_event("1", note(1))
     caught = await view.catch_up(new.tail)
-    # Its own priming event (minted after its snapshot), then the message.
-    assert [e.payload is None for e in caught.events] == [True, False]
-    assert caught.events[-1].event_id == event_id
+    assert [e.event_id for e in caught.events] == [event_id]
 
 
 async def test_a_finished_stream_is_not_kept_open() -> None:
@@ -176,12 +181,11 @@ async def test_get_messages_stored_while_detached_are_replayed_once() -> None:
     for _, event in attachment.replay:
         view.delivered(attachment.tail, str(event.event_id))
     await view.detach(attachment.tail)
-    # Nothing missed since: nothing replayed, only priming events follow.
+    # Nothing missed since: nothing replayed, a priming event, nothing to read.
     live = await view.attach_get(prime=True)
-    assert live.replay == [] and live.tail is not None
-    caught = await view.catch_up(live.tail)
-    assert caught.events and all(e.payload is None for e in caught.events)
-    view.delivered(live.tail, caught.events[-1].event_id)
+    assert live.replay == [] and live.tail is not None and live.first is not None
+    assert not (await view.catch_up(live.tail)).events
+    view.delivered(live.tail, live.first)
     await view.detach(live.tail)
     later = await view.store_event(GET_STREAM, note(5))
     again = await view.attach_get(prime=False)
