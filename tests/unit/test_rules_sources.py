@@ -1,0 +1,53 @@
+"""The rules live in one place: checked on the sources, mechanically.
+
+* The Lua scripts gather facts and never decide: no verdict value and no reason
+  code appears in them, so there is no second copy of the rules to drift.
+* Every (verdict, reason) pair the Python rules can produce is a pair the
+  reason table knows, with that verdict.
+* The slots of ``facts.lua``'s reply are named once (``FACT_SLOTS``): every
+  ``SLOT.<name>`` the scripts use is one of them, and each is used.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import replaystore._rules as rules
+from replaystore import Verdict
+from replaystore.backends.redis import _SCRIPTS, FACT_SLOTS
+from replaystore.verdicts import REASONS
+
+LUA = {
+    path.name: path.read_text()
+    for path in Path(str(resources.files("replaystore.backends") / "lua")).glob("*.lua")
+}
+
+
+def test_lua_scripts_decide_no_verdict() -> None:
+    assert LUA, "no Lua sources found"
+    words = {v.value for v in Verdict} | (set(REASONS) - {"closed"})
+    for name, source in LUA.items():
+        literals = set(re.findall(r"'([a-z_]+)'", source)) | set(re.findall(r'"([a-z_]+)"', source))
+        assert not (literals & words), (name, literals & words)
+
+
+def test_every_pair_the_rules_produce_is_known() -> None:
+    source = Path(rules.__file__).read_text()
+    pairs = re.findall(r"Verdict\.([A-Z_]+),\s*\"([a-z_]+)\"", source)
+    assert len(pairs) >= 14, pairs
+    for verdict, code in pairs:
+        assert code in REASONS, code
+        assert REASONS[code][0] is Verdict[verdict], (verdict, code)
+    # every reason a judgement can carry is used somewhere (no stale table entries)
+    used = {code for _, code in pairs} | {"no_session", "closed", "torn_down", "invalid_session"}
+    assert used == set(REASONS)
+
+
+def test_fact_slots_named_once() -> None:
+    used = set(re.findall(r"SLOT\.([a-z][a-z_]*)", LUA["facts.lua"]))
+    assert used <= set(FACT_SLOTS), used - set(FACT_SLOTS)
+    assert used == set(FACT_SLOTS)
+    assert "local SLOT = {" in _SCRIPTS["facts"].source
+    assert len(FACT_SLOTS) == len(set(FACT_SLOTS))
