@@ -1,4 +1,4 @@
-"""Hostile input over HTTP against a real example-server process on a real Redis.
+"""Hostile input over HTTP against real MCP server processes (SDK and FastMCP) on a real Redis.
 
 Whatever a client puts in ``Last-Event-ID``, ``Mcp-Session-Id``, a JSON-RPC
 id or a request body, the server answers with a 4xx, a JSON-RPC error or a
@@ -209,12 +209,20 @@ def _dechunk(data: bytes) -> bytes:
     return out
 
 
-@pytest.fixture(scope="module")
-def target(mcp_redis: ServerHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    logs = tmp_path_factory.mktemp("hostile")
-    server = spawn(
-        "hostile", "replaystore.mcp.example", f"{mcp_redis.url}?prefix=hostile:", 10_000, logs
-    )
+#: The example server on the official SDK, and its twin on FastMCP 4 (``fastmcp_http_app``).
+SERVERS = {"sdk": "replaystore.mcp.example", "fastmcp": "tests.mcp.fastmcp_app"}
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def target(
+    request: pytest.FixtureRequest,
+    mcp_redis: ServerHandle,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Target]:
+    kind = request.param
+    logs = tmp_path_factory.mktemp(f"hostile-{kind}")
+    url = f"{mcp_redis.url}?prefix=hostile-{kind}:"
+    server = spawn(f"hostile-{kind}", SERVERS[kind], url, 10_000, logs)
     try:
         wait_ready([server])
         yield Target(server)
