@@ -393,7 +393,16 @@ class RedisBackend(Backend):
         replay: bool,
         teardown: bool,
     ) -> Resumption:
-        if replay and cursor is not None and cursor.tag is not None:
+        # Not on a cluster: redis-py's async cluster transaction runs every
+        # queued command in a new thread and event loop (blocking this one),
+        # and after a connection error it rebuilds the client inside that
+        # throw-away loop, leaving connections no later call can use or close.
+        if (
+            replay
+            and cursor is not None
+            and cursor.tag is not None
+            and not isinstance(self.client, RedisCluster)
+        ):
             fast = await self._call(
                 "resolve",
                 lambda: self._snapshot(session, cursor, raw_cursor, sequence),

@@ -9,10 +9,14 @@ per module so the whole directory stays quick.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import pytest
 
 from replaystore import Cursor
+from replaystore.testing import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.conftest import _server
 
@@ -25,6 +29,23 @@ def at(event_id: str) -> tuple[str, int]:
 
 def positions(event_ids: list[str]) -> list[int]:
     return [at(eid)[1] for eid in event_ids]
+
+
+@contextmanager
+def behind_proxies(cluster: ServerHandle) -> Iterator[tuple[str, dict[str, Any], list[TcpProxy]]]:
+    """(url, from_url options, proxies): a cluster client built from these reaches every node,
+    and discovers the cluster, only through one proxy per node (``address_remap``)."""
+    with ExitStack() as stack:
+        by_port = {
+            port: stack.enter_context(TcpProxy([("127.0.0.1", port)])) for port in cluster.ports
+        }
+
+        def remap(address: tuple[str, int]) -> tuple[str, int]:
+            proxy = by_port.get(address[1])
+            return proxy.address if proxy is not None else address
+
+        url = "redis+cluster://" + ",".join(f"{p.host}:{p.port}" for p in by_port.values())
+        yield url, {"address_remap": remap}, list(by_port.values())
 
 
 def shared_redis(real_servers: dict[str, ServerHandle]) -> ServerHandle:

@@ -21,7 +21,7 @@ import pytest
 from replaystore import ReplayBuffer, StorageError, Verdict
 from replaystore.testing import ServerHandle, TcpProxy
 from tests.conftest import _server
-from tests.faults.conftest import at
+from tests.faults.conftest import at, behind_proxies
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -43,16 +43,8 @@ def proxied(
             proxy = stack.enter_context(TcpProxy([("127.0.0.1", handle.ports[0])]))
             yield proxy.url(), {}, [proxy]
             return
-        handle = _server(real_servers, "cluster")
-        by_port = {
-            port: stack.enter_context(TcpProxy([("127.0.0.1", port)])) for port in handle.ports
-        }
-
-        def remap(address: tuple[str, int]) -> tuple[str, int]:
-            proxy = by_port.get(address[1])
-            return proxy.address if proxy is not None else address
-
-        yield handle.url, {"address_remap": remap}, list(by_port.values())
+        with behind_proxies(_server(real_servers, "cluster")) as proxied:
+            yield proxied
 
 
 def _arm(proxies: list[TcpProxy], needle: bytes) -> None:

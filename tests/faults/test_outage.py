@@ -17,7 +17,8 @@ import pytest
 
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
 from replaystore.testing import ServerHandle, TcpProxy, redis_server_binary, start_standalone
-from tests.faults.conftest import at
+from tests.conftest import _server
+from tests.faults.conftest import at, behind_proxies
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -197,6 +198,42 @@ async def test_partition_then_heals(server: ServerHandle, prefix: str) -> None:
                 await _every_operation_fails(buf, "s", ids[0])
             finally:
                 proxy.resume()
+            await _session_survived(buf, "s", ids)
+
+
+async def test_cluster_partition_then_heals(
+    real_servers: dict[str, ServerHandle], prefix: str
+) -> None:
+    """Every node of a cluster silent at once (the cluster itself stays healthy), then back."""
+    with behind_proxies(_server(real_servers, "cluster")) as (url, options, proxies):
+        async with ReplayBuffer.from_url(url + TIMEOUTS, prefix=prefix, **options) as buf:
+            ids = await _warm(buf, "s")
+            for proxy in proxies:
+                proxy.pause()
+            try:
+                await _every_operation_fails(buf, "s", ids[0])
+            finally:
+                for proxy in proxies:
+                    proxy.resume()
+            await _session_survived(buf, "s", ids)
+
+
+async def test_cluster_unreachable_then_back(
+    real_servers: dict[str, ServerHandle], prefix: str
+) -> None:
+    """Every connection to every node refused, then the nodes are reachable again."""
+    with behind_proxies(_server(real_servers, "cluster")) as (url, options, proxies):
+        async with ReplayBuffer.from_url(url + TIMEOUTS, prefix=prefix, **options) as buf:
+            ids = await _warm(buf, "s")
+            upstreams = [list(proxy._upstreams) for proxy in proxies]
+            for proxy in proxies:
+                proxy.set_upstreams([])
+                proxy.sever_all()
+            try:
+                await _every_operation_fails(buf, "s", ids[0])
+            finally:
+                for proxy, upstream in zip(proxies, upstreams, strict=True):
+                    proxy.set_upstreams(upstream)
             await _session_survived(buf, "s", ids)
 
 
