@@ -258,6 +258,11 @@ class _WaitingCluster(RedisCluster):
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         if shard_hint:
             raise RedisClusterException("shard_hint is deprecated in cluster mode")
+        if transaction:
+            # redis-py runs each command queued in a cluster transaction in a
+            # new thread and event loop, blocking the caller's loop, and after
+            # a connection error leaves connections bound to that dead loop.
+            raise RedisClusterException("use a Lua script, not a transaction, on a cluster")
         return _WaitingPipeline(self, transaction)  # type: ignore[abstract]
 
 

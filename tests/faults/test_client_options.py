@@ -70,6 +70,9 @@ def test_cluster_defaults_and_query() -> None:
     assert redis.exceptions.ConnectionError not in client.ERRORS_ALLOW_RETRY
     assert redis.exceptions.TimeoutError not in client.ERRORS_ALLOW_RETRY
 
+    with pytest.raises(redis.exceptions.RedisClusterException, match="Lua script"):
+        client.pipeline(transaction=True)
+
     tuned = _client(
         "redis+cluster://127.0.0.1:6390?socket_timeout=0.5&max_connections=7&pool_timeout=3"
     )
