@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ _DESCRIPTION = (
 )
 _URL_HELP = "store URL: memory://, redis://host:port/db[?prefix=...], redis+cluster://..."
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+_TRACE = 5  # uvicorn's level below DEBUG
+_MAX_LOG_RECORD = 2000
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -157,6 +160,35 @@ async def _check_store(url: str) -> None:
         pass
 
 
+class _BoundedFormatter(logging.Formatter):
+    """One line per record, at most ``limit`` characters, whatever a peer put in it.
+
+    Log records quote what clients send (tool names, ids, cursors); a 2 MB
+    tool name must not become megabytes of log.
+    """
+
+    def __init__(self, limit: int = _MAX_LOG_RECORD) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.limit = limit
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record).replace("\n", "\n    ")
+        if len(text) > self.limit:
+            text = f"{text[: self.limit]}... ({len(text)} characters)"
+        return text
+
+
+def _configure_logging(level: str) -> None:
+    """The server's log: the requested level for every logger, bounded records on stderr.
+
+    Configured before the MCP server is built, so the SDK's own logging setup
+    (which only applies to an unconfigured process) leaves it alone.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_BoundedFormatter())
+    logging.basicConfig(level=_TRACE if level == "trace" else level.upper(), handlers=[handler])
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from .demo import run_demo
@@ -165,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "example-server":
         from .mcp.example import serve
 
+        _configure_logging(args.log_level)
         anyio.run(_check_store, args.url)
         serve(
             args.host, args.port, url=args.url, max_events=args.max_events, log_level=args.log_level

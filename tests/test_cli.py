@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 import replaystore
@@ -304,11 +306,49 @@ def test_example_server_log_level_reaches_the_server(
             started[level] = (port, proc, log)
         for port, proc, log in started.values():
             _wait_for_port(port, proc, log)
+            # The MCP layer logs a new session at INFO, and an unknown tool with its name.
+            _call_an_unknown_tool(port, _initialize(port), name="n" * (1 << 20))
     finally:
         for _, proc, _ in started.values():
             proc.terminate()
             proc.wait(30)
     info, warning = (started[level][2].read_text(errors="replace") for level in started)
     assert "Application startup complete" in info, info
-    assert "Application startup complete" not in warning, warning
+    assert re.search(r"^\S*\s*INFO\b", info, re.M), info
     assert "Traceback" not in info + warning
+    info_records = re.findall(r"^.{0,30}\bINFO\b.*$", warning, re.M)
+    assert not info_records, f"INFO records at --log-level warning: {info_records[:3]}"
+    # Every record is one bounded line, even one quoting a 1 MiB tool name.
+    longest = max(len(line) for line in info.splitlines())
+    assert longest <= 2100 and len(info) < 64_000, (longest, len(info))
+    assert " characters)" in info, "the long record was cut, not dropped"
+
+
+def _initialize(port: int) -> str:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "cli-test", "version": "0"},
+        },
+    }
+    headers = {"accept": "application/json, text/event-stream"}
+    reply = httpx.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers, timeout=10)
+    assert reply.status_code == 200, reply.text
+    return reply.headers["mcp-session-id"]
+
+
+def _call_an_unknown_tool(port: int, session: str, name: str) -> None:
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-session-id": session,
+        "mcp-protocol-version": "2025-11-25",
+    }
+    url = f"http://127.0.0.1:{port}/mcp"
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx.post(url, json=note, headers=headers, timeout=10).status_code == 202
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name}}
+    httpx.post(url, json=call, headers=headers, timeout=30)  # an error, whatever its form
