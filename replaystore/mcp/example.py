@@ -46,6 +46,13 @@ __all__ = ["build_app", "build_server", "main", "serve"]
 #: Milliseconds a client waits before reconnecting (sent in every priming event).
 RETRY_INTERVAL_MS = 100
 
+#: Largest message stored (bytes): well above ordinary tool results (the SDK
+#: accepts request bodies up to 4 MiB, and an error may echo one back).
+DEFAULT_MAX_PAYLOAD = 8 << 20
+
+#: Seconds the server waits for open connections (SSE streams) at shutdown.
+SHUTDOWN_GRACE = 3
+
 
 def build_server() -> MCPServer:
     """The MCP server with the two tools, transport-agnostic."""
@@ -95,8 +102,11 @@ def build_app(
 ) -> Starlette:
     """The ASGI app: MCP at ``/mcp``, metrics at ``/metrics`` (if prometheus_client is there).
 
-    The buffer is closed when the app's lifespan ends.
+    The buffer is closed when the app's lifespan ends. ``max_payload``
+    (bytes, :data:`DEFAULT_MAX_PAYLOAD` here) and the other buffer options go
+    to :meth:`ReplayBuffer.from_url`.
     """
+    buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     registry: Any = None
     if observer is None:
@@ -142,6 +152,7 @@ def serve(
     *,
     log_level: str = "warning",
     lease_ttl: float = DEFAULT_LEASE_TTL,
+    max_payload: int = DEFAULT_MAX_PAYLOAD,
 ) -> None:
     """Serve :func:`build_app` with uvicorn until interrupted."""
     import uvicorn
@@ -150,8 +161,16 @@ def serve(
     # message); the SDK flags the logging capability as deprecated for 2026-07-28.
     warnings.filterwarnings("ignore", message="The logging capability is deprecated")
 
-    app = build_app(url, max_events, host=host, lease_ttl=lease_ttl)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    app = build_app(url, max_events, host=host, lease_ttl=lease_ttl, max_payload=max_payload)
+    # Bounded shutdown: SSE streams are not waited for beyond the grace period
+    # (their clients resume on another replica; the sessions live on in the store).
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -172,6 +191,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="how long a request's lease lasts unrenewed: a client whose request's replica "
         "stopped gets an error after about this long",
     )
+    parser.add_argument(
+        "--max-payload",
+        type=int,
+        default=DEFAULT_MAX_PAYLOAD,
+        help="largest message stored, in bytes; a larger result is answered with an error",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -180,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.max_events,
         log_level=args.log_level,
         lease_ttl=args.lease_seconds,
+        max_payload=args.max_payload,
     )
 
 

@@ -23,7 +23,7 @@ from ..buffer import ReplayBuffer
 from . import sdk
 from .manager import ReplaySessionManager, as_event_store
 from .metrics import ResumptionObserver
-from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL
+from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT
 from .store import ReplayEventStore
 
 __all__ = ["fastmcp_http_app"]
@@ -36,6 +36,7 @@ def fastmcp_http_app(
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     check_interval: float = DEFAULT_CHECK_INTERVAL,
+    store_timeout: float = DEFAULT_STORE_TIMEOUT,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -62,7 +63,11 @@ def fastmcp_http_app(
                 raise RuntimeError("FastMCP app has no streamable HTTP session manager to adopt")
             for manager in managers:
                 adopted = ReplaySessionManager.adopt(
-                    manager, store, lease_ttl=lease_ttl, check_interval=check_interval
+                    manager,
+                    store,
+                    lease_ttl=lease_ttl,
+                    check_interval=check_interval,
+                    store_timeout=store_timeout,
                 )
                 # FastMCP entered the manager's run() before it could be adopted.
                 await stack.enter_async_context(adopted.replicating())

@@ -55,7 +55,7 @@ from ..errors import StorageError
 from . import sdk as _sdk  # noqa: F401  (checks the SDK's private names at import)
 from .forwarding import ReplicaDispatcher
 from .metrics import ResumptionObserver
-from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, Replica
+from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Replica
 from .store import ReplayEventStore, SessionEventStore
 from .transport import RETRY_AFTER, ReplayTransport
 
@@ -123,7 +123,9 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
 
     ``lease_ttl`` bounds how long a client waits for the answer to a request
     whose replica stopped; ``check_interval`` how often a live connection
-    re-checks the store (lost notifications, lapsed leases).
+    re-checks the store (lost notifications, lapsed leases); ``store_timeout``
+    how long a request waits for an unresponsive store before it is answered
+    503 with ``Retry-After``.
     """
 
     _replay_store: ReplayEventStore
@@ -139,17 +141,32 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         observer: ResumptionObserver | None = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         check_interval: float = DEFAULT_CHECK_INTERVAL,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         store = as_event_store(event_store, observer)
         # An MCPServer wraps the low-level Server the SDK's manager drives.
         lowlevel = getattr(app, "_lowlevel_server", app)
         super().__init__(lowlevel, event_store=store, **kwargs)
-        self._setup(store, lease_ttl=lease_ttl, check_interval=check_interval)
+        self._setup(
+            store, lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+        )
 
-    def _setup(self, store: ReplayEventStore, *, lease_ttl: float, check_interval: float) -> None:
+    def _setup(
+        self,
+        store: ReplayEventStore,
+        *,
+        lease_ttl: float,
+        check_interval: float,
+        store_timeout: float,
+    ) -> None:
         self._replay_store = store
-        self._replica = Replica(store.buffer, lease_ttl=lease_ttl, check_interval=check_interval)
+        self._replica = Replica(
+            store.buffer,
+            lease_ttl=lease_ttl,
+            check_interval=check_interval,
+            store_timeout=store_timeout,
+        )
         self._replica.on_end = self._ended_elsewhere
         self._replica.on_forward = self._forwarded
         self._replica.on_takeover = self._taken_over
@@ -164,6 +181,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         *,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         check_interval: float = DEFAULT_CHECK_INTERVAL,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
     ) -> ReplaySessionManager:
         """Make an existing manager (SDK's or a subclass, e.g. FastMCP's) serve ``store``.
 
@@ -179,7 +197,9 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             store = found
         manager.__class__ = _combine(cls, type(manager))
         adopted = cast(ReplaySessionManager, manager)
-        adopted._setup(store, lease_ttl=lease_ttl, check_interval=check_interval)
+        adopted._setup(
+            store, lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+        )
         return adopted
 
     @property
@@ -229,7 +249,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         if session_id is not None and session_id not in self._server_instances:
             try:
                 refused = await self._adopt_session(session_id, _requestor(scope))
-            except StorageError as exc:
+            except (StorageError, TimeoutError) as exc:
                 logger.warning(
                     "session %s cannot be looked up: the replay store cannot be reached (%s)",
                     session_id[:64],
@@ -251,7 +271,8 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             async with lock:
                 if session_id in self._server_instances:
                     return None
-                record = await self._replica.registry.get_session(session_id)
+                with anyio.fail_after(self._replica.store_timeout):
+                    record = await self._replica.registry.get_session(session_id)
                 if record is None:
                     return None
                 if record.get("owner", "") != _fingerprint(requestor):
@@ -479,6 +500,7 @@ def streamable_http_app(
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     check_interval: float = DEFAULT_CHECK_INTERVAL,
+    store_timeout: float = DEFAULT_STORE_TIMEOUT,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -495,6 +517,10 @@ def streamable_http_app(
     typed = cast(_ServesStreamableHTTP, server)
     app = typed.streamable_http_app(event_store=store, **kwargs)
     ReplaySessionManager.adopt(
-        typed.session_manager, store, lease_ttl=lease_ttl, check_interval=check_interval
+        typed.session_manager,
+        store,
+        lease_ttl=lease_ttl,
+        check_interval=check_interval,
+        store_timeout=store_timeout,
     )
     return app

@@ -38,7 +38,7 @@ from .registry import FINISHED, Registry, registry_for
 if TYPE_CHECKING:
     from .store import SessionEventStore
 
-__all__ = ["DEFAULT_CHECK_INTERVAL", "DEFAULT_LEASE_TTL", "Replica"]
+__all__ = ["DEFAULT_CHECK_INTERVAL", "DEFAULT_LEASE_TTL", "DEFAULT_STORE_TIMEOUT", "Replica"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -48,6 +48,10 @@ DEFAULT_LEASE_TTL = 5.0
 
 #: Seconds between two store checks of a live connection (lost wake-ups, lapsed leases).
 DEFAULT_CHECK_INTERVAL = 1.0
+
+#: Seconds a request waits for the store before it is answered 503 (with
+#: ``Retry-After``): a store outage must not hold requests for long.
+DEFAULT_STORE_TIMEOUT = 1.0
 
 #: Seconds an end claim is remembered (long after any client gave up on the stream).
 _END_MEMORY = 3600.0
@@ -64,9 +68,11 @@ class Replica:
         *,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         check_interval: float = DEFAULT_CHECK_INTERVAL,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
     ) -> None:
-        if lease_ttl <= 0 or check_interval <= 0:
-            raise ValueError("lease_ttl and check_interval must be positive")
+        if lease_ttl <= 0 or check_interval <= 0 or store_timeout <= 0:
+            raise ValueError("lease_ttl, check_interval and store_timeout must be positive")
+        self.store_timeout = store_timeout
         self.id = uuid.uuid4().hex[:12]
         self.buffer = buffer
         self.lease_ttl = lease_ttl

@@ -152,6 +152,7 @@ class SessionEventStore(EventStore):
         self._dead = False  # ended (failed verdict, DELETE) or no longer served here
         self._tails: dict[str, Tail] = {}
         self._answered: dict[str, None] = {}  # request streams answered here (bounded)
+        self._said_dead = False
         self._incarnation = uuid.uuid4().hex[:12]
         self._appends = 0
         self._get_mark: str | None = None
@@ -181,8 +182,9 @@ class SessionEventStore(EventStore):
         """Append one event; ``message=None`` is a priming event (a position, never replayed)."""
         sequence = sequence_name(str(stream_id))
         if self._dead:
-            # The session ended or is no longer served here while a tool still
-            # runs: nothing more of it is stored (see _append for the log line).
+            # The session ended (or is no longer served here) while a tool
+            # still runs: expected, not an error; said once.
+            self._say_ended()
             return ""
         payload = None if message is None else encode_message(message)
         if payload is not None and len(payload) > self.buffer.retention.max_payload:
@@ -488,11 +490,7 @@ class SessionEventStore(EventStore):
                 self.session_id, sequence, payload, idempotency_key=self._key()
             )
         except UnknownSessionError:
-            logger.info(
-                "session %s ended in the store; an event of stream %r was not stored",
-                self.session_id,
-                sequence[:64],
-            )
+            self._say_ended()
             self._failed(UnknownSessionError(self.session_id))
             raise
         except Exception as exc:
@@ -528,16 +526,24 @@ class SessionEventStore(EventStore):
         if not is_response(message):
             return None
         assert isinstance(message, JSONRPCResponse | JSONRPCError)
-        error = JSONRPCError(
-            jsonrpc="2.0",
-            id=message.id,
-            error=ErrorData(
-                code=INTERNAL_ERROR,
-                message=f"the result ({size} bytes) is above the server's message size limit "
-                f"({limit} bytes)",
-            ),
+        error = ErrorData(
+            code=INTERNAL_ERROR,
+            message=f"the result ({size} bytes) is above the server's message size limit "
+            f"({limit} bytes)",
         )
-        return encode_message(error)
+        payload = encode_message(JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
+        if len(payload) > limit:  # the request id alone is too large to echo
+            payload = encode_message(JSONRPCError(jsonrpc="2.0", id=None, error=error))
+        return payload
+
+    def _say_ended(self) -> None:
+        """Once per session: a request still ran when its session ended (expected, not an error)."""
+        if not self._said_dead:
+            self._said_dead = True
+            logger.info(
+                "session %s ended while a request still ran; its later events are not stored",
+                self.session_id,
+            )
 
     def _key(self) -> str:
         """A key unique to this append: the store retries a lost reply without storing twice."""

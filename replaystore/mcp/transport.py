@@ -38,6 +38,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -113,9 +115,8 @@ class ReplayTransport(StreamableHTTPServerTransport):
             await super()._replay_events(last_event_id, request, send)
             return
         prime = _primes(request)
-        await self._attach(
-            lambda: view.attach_resume(last_event_id, prime=prime), request, send, prime
-        )
+        cursor = _header_text(last_event_id)
+        await self._attach(lambda: view.attach_resume(cursor, prime=prime), request, send, prime)
 
     async def _handle_post_request(
         self, scope: Scope, request: Request, receive: Receive, send: Send
@@ -128,20 +129,18 @@ class ReplayTransport(StreamableHTTPServerTransport):
             return
         body = await request.body()  # cached: the SDK reads it again from this request
         message = _peek(body)
+        request_id = _request_id(message)
+        leased = request_id is not None and message and message.get("method") != "initialize"
         try:
-            destination = await self._destination(view, message)
+            with _bounded(replica.store_timeout):
+                destination = await self._destination(view, message)
+                if destination is None and leased and request_id is not None:
+                    await replica.acquire(view.session_id, sequence_name(request_id))
             if destination is not None:
                 if await self._validate_request_headers(request, send):
                     await replica.forward(destination, view.session_id, body)
                     await self._json(request, send, HTTPStatus.ACCEPTED, None)
                 return
-            request_id = _request_id(message)
-            if (
-                request_id is not None
-                and message is not None
-                and message.get("method") != "initialize"
-            ):
-                await replica.acquire(view.session_id, sequence_name(request_id))
         except StorageError as exc:
             logger.warning(
                 "request of session %s refused: the replay store cannot be reached (%s)",
@@ -412,6 +411,28 @@ class ReplayTransport(StreamableHTTPServerTransport):
 def _primes(request: Request) -> bool:
     version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
     return is_version_at_least(version, PRIMING_SINCE)
+
+
+@contextmanager
+def _bounded(seconds: float) -> Iterator[None]:
+    """Give up on the store after ``seconds``: a :class:`StorageError`, answered 503."""
+    try:
+        with anyio.fail_after(seconds):
+            yield
+    except TimeoutError as exc:
+        raise StorageError(f"the replay store did not answer within {seconds:g} s") from exc
+
+
+def _header_text(value: str) -> str:
+    """A header as the client wrote it: UTF-8 where it is (the server decoded it as Latin-1).
+
+    Event ids issued here are ASCII; a client that sends anything else gets
+    its own text back in the verdict's evidence, not mojibake.
+    """
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 def _peek(body: bytes) -> dict[str, Any] | None:

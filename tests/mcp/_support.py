@@ -77,7 +77,8 @@ def _popen(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            # Wide log lines: one record per line (rich wraps at 80 columns otherwise).
+            env={**os.environ, "PYTHONWARNINGS": "ignore", "COLUMNS": "400"},
         )
 
 
