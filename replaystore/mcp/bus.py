@@ -190,6 +190,7 @@ class RedisBus(Bus):
             except Exception as exc:
                 logger.warning("replica notifications interrupted (%s); reconnecting", exc)
                 await anyio.sleep(0.5)
+                self._handler({"t": "gap"})  # what was published meanwhile is lost
                 continue
             if raw is None:
                 continue

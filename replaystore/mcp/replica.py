@@ -53,6 +53,16 @@ DEFAULT_CHECK_INTERVAL = 1.0
 #: ``Retry-After``): a store outage must not hold requests for long.
 DEFAULT_STORE_TIMEOUT = 1.0
 
+#: Live connections of the standalone GET stream re-check the store this many
+#: times less often than request streams: they have no lease to watch, and a
+#: lost notification (rare: the bus also wakes every connection after it
+#: reconnects) costs them latency only.
+GET_CHECK_FACTOR = 10
+
+#: Store reads of live connections in flight at once, per replica: however many
+#: clients are attached, the replica's connection pool does not grow for them.
+LIVE_READS = 16
+
 #: Seconds an end claim is remembered (long after any client gave up on the stream).
 _END_MEMORY = 3600.0
 
@@ -77,6 +87,7 @@ class Replica:
         self.buffer = buffer
         self.lease_ttl = lease_ttl
         self.check_interval = check_interval
+        self.reads = anyio.CapacityLimiter(LIVE_READS)
         self.registry: Registry = registry_for(buffer)
         self.bus: Bus = bus_for(buffer, self.id, self._on_message)
         self.views: dict[str, SessionEventStore] = {}
@@ -215,13 +226,17 @@ class Replica:
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
         session = message.get("s")
-        if not isinstance(session, str):
+        if not isinstance(session, str) and kind != "gap":
             return
+        session = str(session)
         if kind == "wake":
             view = self.views.get(session)
             stream = message.get("q")
             if view is not None and isinstance(stream, str):
                 view.wake_local(stream)
+        elif kind == "gap":  # notifications may have been lost: every live connection re-reads
+            for view in list(self.views.values()):
+                view.wake_all()
         elif kind == "end":
             if self.on_end is not None:
                 self.on_end(session)

@@ -44,6 +44,7 @@ from ..errors import ResumptionDesyncError, StorageError, UnknownSessionError
 from ..verdicts import Event, Evidence, Resumption, Verdict
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 from .metrics import STORAGE_ERROR, ResumptionObserver
+from .replica import GET_CHECK_FACTOR
 from .tail import Tail
 
 if TYPE_CHECKING:
@@ -172,9 +173,10 @@ class SessionEventStore(EventStore):
         self._opened = self._recorded = True
         self._get_mark = record.get("get") or None
 
-    @property
-    def check_interval(self) -> float:
-        return self.replica.check_interval if self.replica is not None else _STANDALONE_CHECK
+    def check_interval(self, sequence: str) -> float:
+        """Seconds between two store checks of a live connection following ``sequence``."""
+        base = self.replica.check_interval if self.replica is not None else _STANDALONE_CHECK
+        return base * GET_CHECK_FACTOR if sequence == GET_STREAM else base
 
     # ------------------------------------------------------------------ SDK API
 
@@ -294,7 +296,14 @@ class SessionEventStore(EventStore):
         A failed verdict here means events the connection never got are gone
         (evicted while it was slow): the store tore the session down.
         """
-        return await self.buffer.resolve_and_replay(self.session_id, tail.last_id, tail.sequence)
+        if self.replica is None:
+            return await self.buffer.resolve_and_replay(
+                self.session_id, tail.last_id, tail.sequence
+            )
+        async with self.replica.reads:
+            return await self.buffer.resolve_and_replay(
+                self.session_id, tail.last_id, tail.sequence
+            )
 
     def delivered(self, tail: Tail, event_id: str) -> None:
         """A connection handed ``event_id`` to its client (tracks the GET stream's mark)."""
@@ -356,6 +365,10 @@ class SessionEventStore(EventStore):
             logger.debug("lease check of %r in session %s: %s", sequence[:64], session, exc)
             return
         replica.wake(session, sequence)
+
+    def wake_all(self) -> None:
+        for tail in list(self._tails.values()):
+            tail.wake()
 
     def wake_local(self, sequence: str) -> None:
         tail = self._tails.get(sequence)

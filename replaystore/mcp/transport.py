@@ -362,8 +362,9 @@ class ReplayTransport(StreamableHTTPServerTransport):
     ) -> None:
         """Live delivery: after each wake-up (or check interval), read the rest from the store."""
         last_check = time.monotonic()
+        interval = view.check_interval(tail.sequence)
         while not tail.closed:
-            await tail.wait(view.check_interval)
+            await tail.wait(interval)
             if tail.closed:
                 return
             try:
@@ -403,7 +404,7 @@ class ReplayTransport(StreamableHTTPServerTransport):
                 if ends_with_response and is_response(message):
                     return
             now = time.monotonic()
-            if ends_with_response and not caught.events and now - last_check >= view.check_interval:
+            if ends_with_response and not caught.events and now - last_check >= interval:
                 last_check = now
                 await view.end_if_lost(tail)
 

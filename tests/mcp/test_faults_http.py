@@ -158,7 +158,8 @@ async def test_a_tool_still_running_after_a_failed_resume_logs_one_info_line(
     await anyio.sleep(1.5)  # the tool keeps running (and producing) meanwhile
     added = _log_lines(server)[before:]
     assert not any("Traceback" in line or " ERROR " in line for line in added)
-    assert sum("ended while a request still ran" in line for line in added) == 1
+    # Whatever the tool still tried to store is said once at most, at INFO.
+    assert sum("ended while a request still ran" in line for line in added) <= 1
 
 
 async def test_a_utf8_last_event_id_is_shown_as_written(
