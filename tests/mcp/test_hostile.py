@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +30,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import PV, ServerProcess, spawn, wait_ready
+from replaystore.testing.servers import ServerHandle, find_free_port
+from tests.mcp._support import PV, ROOT, ServerProcess, wait_ready
 
 #: Bytes one request may add to the server log (one WARNING record with evidence is ~1.5 KB,
 #: wrapped over several lines by the SDK's console handler), and log records.
@@ -209,8 +212,29 @@ def _dechunk(data: bytes) -> bytes:
     return out
 
 
-#: The example server on the official SDK, and its twin on FastMCP 4 (``fastmcp_http_app``).
-SERVERS = {"sdk": "replaystore.mcp.example", "fastmcp": "tests.mcp.fastmcp_app"}
+#: How each server is started: the example server on the official SDK as users run it
+#: (``replaystore example-server``) and as a module, and its twin on FastMCP 4.
+SERVERS = {
+    "cli": ["-m", "replaystore", "example-server"],
+    "module": ["-m", "replaystore.mcp.example"],
+    "fastmcp": ["-m", "tests.mcp.fastmcp_app"],
+}
+
+
+def _spawn(kind: str, store_url: str, log_dir: Path) -> ServerProcess:
+    port = find_free_port()
+    log_path = log_dir / f"{kind}.log"
+    args = [*SERVERS[kind], "--port", str(port), "--url", store_url, "--log-level", "warning"]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+    return ServerProcess(f"hostile-{kind}", port, proc, log_path, store_url)
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))
@@ -220,9 +244,8 @@ def target(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Target]:
     kind = request.param
-    logs = tmp_path_factory.mktemp(f"hostile-{kind}")
     url = f"{mcp_redis.url}?prefix=hostile-{kind}:"
-    server = spawn(f"hostile-{kind}", SERVERS[kind], url, 10_000, logs)
+    server = _spawn(kind, url, tmp_path_factory.mktemp(f"hostile-{kind}"))
     try:
         wait_ready([server])
         yield Target(server)
@@ -502,6 +525,22 @@ def test_odd_methods_and_headers_are_refused_cleanly(
     assert reply.status < 500 or reply.status == 0, (reply.status, reply.body[:300])
     if method not in ("DELETE",):
         assert target.ping(session) == 200, f"{method} {headers} ended the session"
+
+
+def test_an_unknown_tool_with_a_two_megabyte_name_is_an_error_and_the_session_kept(
+    target: Target,
+) -> None:
+    """The "Unknown tool" error echoes the name: an answer larger than ``max_payload``."""
+    session = target.new_session()
+    params = {"name": "n" * (2 << 20), "arguments": {}}
+    body = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}
+    reply = target.request("POST", base_headers(session), json.dumps(body).encode())
+    assert reply.status in (200, 400, 413), reply.body[:300]
+    if reply.status == 200:
+        answers = [json.loads(data) for _, data in sse_events(reply.body) if data]
+        assert answers and answers[-1]["id"] == 3
+        assert "error" in answers[-1] or answers[-1]["result"].get("isError"), answers[-1]
+    assert target.ping(session) == 200, "a large answer must not end the session"
 
 
 # ------------------------------------------------------------------ bodies
