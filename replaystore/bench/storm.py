@@ -154,6 +154,7 @@ def _run_one(
         evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
         fill_cost: dict[str, Any] = {}
         total = sum(len(s.streams) * s.events_per_stream for s in sessions)
+        _per_replica(pool, "open_sessions", sessions, replicas, options, lambda n: None)
         with bar.task(f"{spec.name}: fill", total) as advance:
             with measure.phase(fill_cost):
                 fills = _per_replica(pool, "fill", normal, replicas, options, advance)
@@ -231,12 +232,12 @@ def _per_replica(
     replicas: int,
     options: Options,
     advance: Callable[[int], None],
-) -> list[dict[str, Any]]:
+) -> list[Any]:
     shares: list[list[SessionPlan]] = [[] for _ in range(replicas)]
     for s in sessions:
         shares[s.owner].append(s)
     commands = [(command, {"sessions": sh, "concurrency": options.concurrency}) for sh in shares]
-    results: list[dict[str, Any]] = pool.call_all(commands, on_progress=advance)
+    results: list[Any] = pool.call_all(commands, on_progress=advance)
     return results
 
 

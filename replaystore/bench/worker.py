@@ -60,6 +60,9 @@ async def _serve(conn: Connection) -> None:
                 result = None
             elif store is None:
                 raise RuntimeError(f"{name!r} before 'open'")
+            elif name == "open_sessions":
+                await open_sessions(store, arg["sessions"], arg["concurrency"])
+                result = None
             elif name == "fill":
                 result = await fill(store, arg["sessions"], arg["concurrency"], reporter)
             elif name == "storm":
@@ -109,16 +112,24 @@ async def _bounded(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) 
     await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
 
 
+async def open_sessions(store: Store, sessions: list[SessionPlan], concurrency: int) -> None:
+    """Open the sessions (before the fill, so that its cost is the appends' alone)."""
+
+    def job(plan: SessionPlan) -> Callable[[], Awaitable[None]]:
+        return lambda: store.open(plan.session)
+
+    await _bounded([job(p) for p in sessions], concurrency)
+
+
 async def fill(
     store: Store, sessions: list[SessionPlan], concurrency: int, progress: Progress
 ) -> dict[str, Any]:
-    """Open the sessions and append their events, streams interleaved; return the ids."""
+    """Append the sessions' events, streams interleaved; return the ids."""
     truth: dict[StreamKey, list[str]] = {}
     latencies: list[float] = []
 
     def job(plan: SessionPlan) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
-            await store.open(plan.session)
             for s in plan.streams:
                 truth[(plan.session, s)] = []
             for k in range(plan.events_per_stream):
