@@ -191,6 +191,9 @@ class ResumingSession:
                 # mcp.session is already a fresh, initialized session
 
     Keyword arguments go to the SDK's ``ClientSession`` (callbacks, timeouts).
+    Like the SDK's session, it belongs to the task that entered it: replacing
+    a session closes the SDK's transport, whose task group must be left by the
+    task that entered it.
     """
 
     def __init__(self, url: str, **session_options: Any) -> None:
