@@ -24,6 +24,7 @@ _URL_HELP = "store URL: memory://, redis://host:port/db[?prefix=...], redis+clus
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 _TRACE = 5  # uvicorn's level below DEBUG
 _MAX_LOG_RECORD = 2000
+_MAX_ERROR = 300
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -208,6 +209,12 @@ def _run(args: argparse.Namespace) -> int:
     return anyio.run(_probe, args.url, args.session, args.last_event_id, args.sequence)
 
 
+def _one_line(text: str, limit: int = _MAX_ERROR) -> str:
+    """An error as one line a person reads: no newlines, and the gist of a driver's repr."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -224,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return bench_main(argv[1:])
         return _run(_parser().parse_args(argv))
     except ReplayStoreError as exc:
-        print(f"replaystore: {exc}", file=sys.stderr)
+        print(f"replaystore: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (``replaystore demo | head``): stop quietly,

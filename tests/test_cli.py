@@ -180,6 +180,24 @@ def test_unreachable_redis_is_one_line_and_a_non_zero_exit(command: list[str]) -
     assert "Traceback" not in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://127.0.0.1:{port}",
+        "redis+sentinel://127.0.0.1:{port}/mymaster",
+        "rediss://127.0.0.1:{port}/0",
+        "redis+unix:///nonexistent/redis.sock",
+    ],
+    ids=["cluster", "sentinel", "tls", "unix"],
+)
+def test_every_kind_of_unreachable_store_is_one_short_line(url: str) -> None:
+    out = run_cli("inspect", "S", "--url", url.format(port=find_free_port()), timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("replaystore: "), out.stderr
+    assert len(lines[0]) <= 320, lines[0]
+
+
 def test_probe_and_inspect_on_an_unknown_session(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "nobody", "--url", "memory://"]) == 1
     assert json.loads(capsys.readouterr().out) == {"session": "nobody", "exists": False}
