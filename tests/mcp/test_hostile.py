@@ -434,6 +434,33 @@ def test_a_genuine_cursor_replays_the_rest_of_its_stream(target: Target) -> None
     assert len(replayed) == 4  # three progress notifications and the result
 
 
+@pytest.mark.parametrize("order", ["victim-first", "presenter-first"])
+def test_two_session_ids_in_one_request_act_on_at_most_one_session(
+    target: Target, order: str
+) -> None:
+    """A request with two Mcp-Session-Id headers is refused, or judged against one
+    session only: never checked against one session and applied to the other."""
+    victim, presenter = target.new_session(), target.new_session()
+    target.first_event_id(victim)
+    target.first_event_id(presenter)
+    ids = [victim, presenter] if order == "victim-first" else [presenter, victim]
+    headers = [
+        (b"accept", b"text/event-stream"),
+        (b"mcp-protocol-version", PV.encode()),
+        *((b"mcp-session-id", sid.encode()) for sid in ids),
+        (b"last-event-id", b"garbage"),
+    ]
+    reply = target.request("GET", headers, stream_ok=True)
+    data = expect_verdict_or_refusal(reply)
+    alive = {sid: target.ping(sid) == 200 for sid in (victim, presenter)}
+    if data is None:
+        assert all(alive.values()), f"refused, yet a session ended: {alive}"
+        return
+    judged = data["evidence"]["session"]
+    assert judged in ids
+    assert alive == {sid: sid != judged for sid in (victim, presenter)}, (judged, alive)
+
+
 # ------------------------------------------------------------ JSON-RPC ids
 
 _JSON_LEAF = st.one_of(
