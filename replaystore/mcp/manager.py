@@ -52,7 +52,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
-from . import sdk as _sdk  # noqa: F401  (checks the SDK's private names at import)
+from . import sdk as _sdk  # checks the SDK's private names at import
 from .forwarding import ReplicaDispatcher
 from .metrics import ResumptionObserver
 from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Replica
@@ -146,8 +146,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
     ) -> None:
         store = as_event_store(event_store, observer)
         # An MCPServer wraps the low-level Server the SDK's manager drives.
-        lowlevel = getattr(app, "_lowlevel_server", app)
-        super().__init__(lowlevel, event_store=store, **kwargs)
+        super().__init__(_sdk.lowlevel_server(app), event_store=store, **kwargs)
         self._setup(
             store, lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
         )

@@ -61,7 +61,7 @@ GET_CHECK_FACTOR = 10
 
 #: Store reads of live connections in flight at once, per replica: however many
 #: clients are attached, the replica's connection pool does not grow for them.
-LIVE_READS = 16
+LIVE_READS = 8
 
 #: Seconds an end claim is remembered (long after any client gave up on the stream).
 _END_MEMORY = 3600.0

@@ -32,6 +32,7 @@ __all__ = [
     "Requirement",
     "SDKCompatibilityError",
     "check",
+    "lowlevel_server",
     "requirements",
 ]
 
@@ -211,6 +212,13 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(
         "serve_connection", "lifespan_state", "parameter", "drives an adopted session's loop"
     ),
+    # MCPServer (checked on the server object given, when it is not a low-level Server).
+    Requirement(
+        "MCPServer()",
+        "_lowlevel_server",
+        "attribute",
+        "the low-level Server an MCPServer wraps, which the session manager drives",
+    ),
     # FastMCP (checked only when it is installed).
     Requirement(
         "FastMCPStreamableHTTPSessionManager()",
@@ -260,7 +268,11 @@ def check(
     """
     lookup = _OWNERS if owners is None else {**_OWNERS, **owners}
     if reqs is None:
-        reqs = [r for r in _REQUIREMENTS if fastmcp or not r.owner.startswith("FastMCP")]
+        reqs = [
+            r
+            for r in _REQUIREMENTS
+            if (fastmcp or not r.owner.startswith("FastMCP")) and r.owner != "MCPServer()"
+        ]
     gone = [r for r in reqs if _missing(r, lookup)]
     if not gone:
         return
@@ -270,6 +282,17 @@ def check(
         f"fastmcp {_version('fastmcp')}; tested: mcp {TESTED_MCP}, fastmcp {TESTED_FASTMCP}): "
         f"missing {listing}"
     )
+
+
+def lowlevel_server(app: Any) -> Any:
+    """The low-level ``Server`` behind ``app`` (itself, or what an ``MCPServer`` wraps)."""
+    from mcp.server.lowlevel.server import Server
+
+    if isinstance(app, Server):
+        return app
+    requirement = next(r for r in _REQUIREMENTS if r.owner == "MCPServer()")
+    check([requirement], owners={"MCPServer()": lambda: app})
+    return app._lowlevel_server
 
 
 check()

@@ -47,6 +47,14 @@ def test_a_renamed_private_name_fails_at_import_with_the_versions() -> None:
     assert "mcp 2." in message and sdk.TESTED_MCP in message
 
 
+def test_an_mcpserver_without_its_lowlevel_server_is_refused() -> None:
+    class NotQuiteMCPServer:
+        pass
+
+    with pytest.raises(sdk.SDKCompatibilityError, match="_lowlevel_server"):
+        sdk.lowlevel_server(NotQuiteMCPServer())
+
+
 def test_a_missing_parameter_is_reported() -> None:
     def serve(*, other: int) -> None: ...
 
