@@ -14,6 +14,7 @@ session moved in between.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,12 +22,25 @@ from .cursor import Cursor
 from .info import SequenceInfo
 from .verdicts import REASONS, Evidence, Tombstone, Verdict, reason_text
 
-__all__ = ["Facts", "Judgement", "Record", "SequenceState", "evidence_for", "judge"]
+__all__ = [
+    "Chain",
+    "Facts",
+    "Judgement",
+    "Record",
+    "SequenceState",
+    "Stored",
+    "evidence_for",
+    "judge",
+]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """One stored event: its position, its sequence and its ordinal within that sequence."""
+    """One stored event: its position, its sequence and its ordinal within that sequence.
+
+    Not frozen: a replay builds one per event, and frozen construction costs
+    three times as much; nothing mutates one after it is read.
+    """
 
     position: int
     sequence: str
@@ -57,6 +71,34 @@ class SequenceState:
         return SequenceInfo(self.floor, self.high_water, self.retained)
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """Events of one sequence as stored, from one ordinal on, as two parallel lists.
+
+    ``positions[i]`` is ``None`` where an event was lost. Arrays rather than one
+    object per event: a replay reads many, and this is the hot path.
+    """
+
+    positions: list[int | None]
+    payloads: list[bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The events a resume returns: ordinals ``first_ordinal`` onwards, in order."""
+
+    sequence: str
+    first_ordinal: int
+    positions: list[int]
+    payloads: list[bytes | None]
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+_EMPTY = Chain("", 0, [], [])
+
+
 class Facts(Protocol):
     """What the rules read of one live session, all from one consistent snapshot."""
 
@@ -79,8 +121,8 @@ class Facts(Protocol):
         """The stored event at ``position`` (asked only for floor <= position <= top)."""
         ...
 
-    def events_from(self, sequence: str, ordinal: int) -> list[Record | None]:
-        """The stored events of ``sequence`` from ``ordinal`` on, as stored (``None``: lost)."""
+    def events_from(self, sequence: str, ordinal: int) -> Stored:
+        """The stored events of ``sequence`` from ``ordinal`` on (asked for a known sequence)."""
         ...
 
 
@@ -89,7 +131,7 @@ class Judgement:
     verdict: Verdict
     code: str
     sequence: str | None
-    chain: list[Record]
+    chain: Chain = _EMPTY
     cursor_sequence: str | None = None
 
     def __post_init__(self) -> None:
@@ -109,7 +151,7 @@ def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
     """
 
     def fail(verdict: Verdict, code: str, cursor_sequence: str | None = None) -> Judgement:
-        return Judgement(verdict, code, named, [], cursor_sequence)
+        return Judgement(verdict, code, named, _EMPTY, cursor_sequence)
 
     if cursor is None:
         return fail(Verdict.MALFORMED_CURSOR, "malformed")
@@ -127,7 +169,7 @@ def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
             if facts.sequence_count > 1:
                 return fail(Verdict.AMBIGUOUS_SEQUENCE, "origin_ambiguous")
             if facts.sequence_count == 0:
-                return Judgement(Verdict.RESUMED, "origin_empty", None, [])
+                return Judgement(Verdict.RESUMED, "origin_empty", None)
             named = facts.only_sequence()
             if named is None:
                 return fail(Verdict.NOT_RETAINED, "missing_event")
@@ -144,29 +186,26 @@ def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
         return fail(Verdict.SEQUENCE_MISMATCH, "mismatch", record.sequence)
     state = facts.sequence(record.sequence)
     if state is None:
-        return Judgement(Verdict.NOT_RETAINED, "no_sequence_state", record.sequence, [])
+        return Judgement(Verdict.NOT_RETAINED, "no_sequence_state", record.sequence)
     return _chain(facts, state, record.ordinal + 1, p)
 
 
 def _chain(facts: Facts, state: SequenceState, start: int, after: int) -> Judgement:
     """The sequence's events from ordinal ``start``: all there, in order, up to its high-water."""
+    want = state.next_ordinal - start
     stored = facts.events_from(state.name, start)
-    chain: list[Record] = []
-    expected = start
+    positions = stored.positions[:want]
     last = after
-    for record in stored[: state.next_ordinal - start]:
-        if (
-            record is None
-            or record.ordinal != expected
-            or record.sequence != state.name
-            or record.position <= last
-        ):
-            return Judgement(Verdict.NOT_RETAINED, "chain_broken", state.name, [])
-        chain.append(record)
-        expected += 1
-        last = record.position
-    if expected != state.next_ordinal or last != state.high_water:
-        return Judgement(Verdict.NOT_RETAINED, "chain_short", state.name, [])
+    if positions:
+        if None in positions:
+            return Judgement(Verdict.NOT_RETAINED, "chain_broken", state.name)
+        ordered: list[int] = positions  # type: ignore[assignment]  # no None: checked
+        if ordered[0] <= after or any(a >= b for a, b in itertools.pairwise(ordered)):
+            return Judgement(Verdict.NOT_RETAINED, "chain_broken", state.name)
+        last = ordered[-1]
+    if len(positions) != want or last != state.high_water:
+        return Judgement(Verdict.NOT_RETAINED, "chain_short", state.name)
+    chain = Chain(state.name, start, ordered if positions else [], stored.payloads[:want])
     return Judgement(Verdict.RESUMED, "resumed", state.name, chain)
 
 

@@ -74,6 +74,7 @@ def new_epoch() -> str:
     return secrets.token_hex(EPOCH_LENGTH // 2)
 
 
+@functools.lru_cache(maxsize=4096)
 def sequence_tag(sequence: str) -> str:
     """The tag of a sequence name: fixed-length, so it fits in keys and cursors.
 

@@ -114,6 +114,26 @@ class Event:
         return Cursor.parse(self.event_id)
 
 
+def fast_event(event_id: str, sequence: str, position: int, payload: bytes | None) -> Event:
+    """``Event(...)`` without the frozen-dataclass ``__init__`` (a replay builds many).
+
+    Sets the slots through their descriptors; the result is an ordinary Event.
+    """
+    event = _new(Event)
+    _set_id(event, event_id)
+    _set_sequence(event, sequence)
+    _set_position(event, position)
+    _set_payload(event, payload)
+    return event
+
+
+_new = object.__new__
+_set_id = Event.__dict__["event_id"].__set__
+_set_sequence = Event.__dict__["sequence"].__set__
+_set_position = Event.__dict__["position"].__set__
+_set_payload = Event.__dict__["payload"].__set__
+
+
 @dataclass(frozen=True, slots=True)
 class Tombstone:
     """Why a session stopped existing, kept for a while after it did.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._rules import Record, SequenceState, evidence_for, judge, unknown_session
+from .._rules import Chain, Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
@@ -106,11 +106,13 @@ class _Session:
         got = self._at(seq, ordinal)
         return got if got is not None and got.position == position else None
 
-    def events_from(self, sequence: str, ordinal: int) -> list[Record | None]:
+    def events_from(self, sequence: str, ordinal: int) -> Stored:
         seq = self.seqs.get(sequence_tag(sequence))
-        if seq is None:
-            return []
-        return seq.events[max(0, ordinal - seq.first) :]
+        events = seq.events[max(0, ordinal - seq.first) :] if seq is not None else []
+        return Stored(
+            [None if r is None else r.position for r in events],
+            [None if r is None else r.payload for r in events],
+        )
 
     @staticmethod
     def _at(seq: _Seq, ordinal: int) -> Record | None:
@@ -348,18 +350,7 @@ class MemoryBackend(Backend):
                 self._bury(session, Tombstone(judgement.reason, now, judgement.verdict))
             elif replay:
                 state.touched = now
-            events = []
-            if replay and not failed:
-                tag = sequence_tag(judgement.sequence) if judgement.sequence else ""
-                events = [
-                    Event(
-                        _event_id(state.epoch, r.position, tag, r.ordinal),
-                        r.sequence,
-                        r.position,
-                        r.payload,
-                    )
-                    for r in judgement.chain
-                ]
+            events = _events(state.epoch, judgement.chain) if replay and not failed else []
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
 
     async def session_info(self, session: str) -> SessionInfo | None:
@@ -374,6 +365,19 @@ class MemoryBackend(Backend):
             if existed:
                 self._bury(session, Tombstone(reason_text("closed"), now))
             return existed
+
+
+def _events(epoch: str, chain: Chain) -> list[Event]:
+    tag = sequence_tag(chain.sequence) if chain.positions else ""
+    return [
+        Event(
+            _event_id(epoch, position, tag, chain.first_ordinal + i),
+            chain.sequence,
+            position,
+            payload,
+        )
+        for i, (position, payload) in enumerate(zip(chain.positions, chain.payloads, strict=True))
+    ]
 
 
 def _ms(seconds: float) -> int:

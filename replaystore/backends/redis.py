@@ -49,18 +49,19 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._rules import Record, SequenceState, evidence_for, judge, unknown_session
+from .._rules import Chain, Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, StorageError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
 from ..retention import Retention, run_split_ms
-from ..verdicts import Event, Resumption, Tombstone, Verdict, reason_text
+from ..verdicts import Event, Resumption, Tombstone, Verdict, fast_event, reason_text
 from . import register_backend
 from ._redis_client import build_client
 from .base import Backend
@@ -174,6 +175,15 @@ class RedisBackend(Backend):
         self._owns_client = owns_client
         # Sequence list offsets seen last (they change only when a list is compacted).
         self._bases: dict[tuple[str, str], int] = {}
+        # A plain redis-py client over real connections: transactions are sent
+        # by hand (one packet, replies unparsed), which costs a fraction of a
+        # redis-py Pipeline. Cluster clients and fakes go through Pipeline.
+        pool = getattr(client, "connection_pool", None)
+        self._raw_transactions = (
+            isinstance(client, Redis)
+            and isinstance(pool, ConnectionPool)
+            and getattr(pool, "connection_class", type).__module__.startswith("redis.")
+        )
 
     @classmethod
     def from_url(
@@ -228,10 +238,30 @@ class RedisBackend(Backend):
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
         script = _SCRIPTS[name]
         try:
-            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+            return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
             # The script cache is volatile; EVAL runs and re-caches it.
-            return await self.client.eval(script.source, len(keys), *keys, *args)
+            return await self._command("EVAL", script.source, len(keys), *keys, *args)
+
+    async def _command(self, *command: Any) -> Any:
+        """One command; sent by hand on a plain client (see ``_raw_transactions``)."""
+        if not self._raw_transactions:
+            return await self.client.execute_command(*command)
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(_pack_one(command), check_health=False)
+            return await conn.read_response()
+        except RedisError as exc:
+            if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
+                raise  # an error reply: the connection is in step
+            await conn.disconnect()
+            raise
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
 
     async def _run(
         self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
@@ -262,6 +292,32 @@ class RedisBackend(Backend):
                 )
             return out
         raise StorageError("the append script could not be loaded")
+
+    async def _transaction(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """``MULTI``, the commands, ``EXEC``: one packet, one consistent snapshot.
+
+        Replies come back as Redis sent them (no redis-py response callbacks).
+        """
+        if not self._raw_transactions:
+            pipe = self.client.pipeline(transaction=True)
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute())
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(_pack(commands), check_health=False)
+            for _ in range(len(commands) + 1):  # OK, then QUEUED per command
+                await conn.read_response()
+            out = await conn.read_response()
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
+        if out is None:
+            raise StorageError("the snapshot transaction was aborted")
+        return list(out)
 
     async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
         """Sweeps and TTL refreshes a script asked for, with the lists declared."""
@@ -483,14 +539,14 @@ class RedisBackend(Backend):
         for _ in range(2):
             if cursor.ordinal < base:
                 return None
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(meta, fields)
-            pipe.lrange(queue, cursor.ordinal - base, -1)
-            pipe.pttl(meta)
+            commands: list[tuple[Any, ...]] = [
+                ("HMGET", meta, *fields),
+                ("LRANGE", queue, cursor.ordinal - base, -1),
+                ("PTTL", meta),
+            ]
             if r.max_age_ms:
-                pipe.lindex(index, 0)
-                pipe.time()
-            got = await pipe.execute()
+                commands += [("LINDEX", index, 0), ("TIME",)]
+            got = await self._transaction(commands)
             values = got[0]
             if values[0] is None or values[5] is None:
                 return None
@@ -525,6 +581,7 @@ class RedisBackend(Backend):
         if record is None or record.position != cursor.position:
             return None
         facts = _Facts(
+            record_at=record,
             epoch=cursor.epoch,
             top=int(values[1]),
             floor=int(values[2]),
@@ -532,8 +589,8 @@ class RedisBackend(Backend):
             sequence_count=int(values[4]),
             states=states,
             chain_tag=cursor.tag,
-            chain_ordinal=cursor.ordinal,
-            elements=list(elements),
+            chain_ordinal=cursor.ordinal + 1,
+            elements=elements[1:],
         )
         judgement = judge(facts, cursor, named)
         if judgement.verdict is not Verdict.RESUMED:
@@ -547,6 +604,21 @@ class RedisBackend(Backend):
 
 
 # -- replies ------------------------------------------------------------------
+
+
+def _pack_one(command: tuple[Any, ...]) -> bytes:
+    """One command in the Redis protocol (RESP)."""
+    out = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+def _pack(commands: list[tuple[Any, ...]]) -> bytes:
+    """``MULTI``, ``commands``, ``EXEC`` in the Redis protocol (RESP), as one buffer."""
+    body = b"".join(_pack_one(command) for command in commands)
+    return b"*1\r\n$5\r\nMULTI\r\n" + body + b"*1\r\n$4\r\nEXEC\r\n"
 
 
 def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
@@ -605,12 +677,20 @@ def _state(raw: bytes) -> _StoredState:
 
 def _record(element: bytes, sequence: str, ordinal: int) -> Record | None:
     """``<position>:<payload>``, ``<position>`` (priming), or empty (lost)."""
-    if not element:
-        return None
     head, colon, payload = element.partition(b":")
     if not head.isdigit():
         return None
     return Record(int(head), sequence, ordinal, payload if colon else None)
+
+
+def _stored(elements: list[bytes]) -> Stored:
+    """Decode list elements into parallel arrays (the replay's hot loop)."""
+    parts = [element.partition(b":") for element in elements]
+    try:
+        positions: list[int | None] = [int(head) for head, _, _ in parts]
+    except ValueError:  # a lost element: mark it, the rules see a hole
+        positions = [int(head) if head.isdigit() else None for head, _, _ in parts]
+    return Stored(positions, [payload if colon else None for _, colon, payload in parts])
 
 
 @dataclass(slots=True)
@@ -637,26 +717,15 @@ class _Facts:
         return state.name if state is not None and self.sequence_count == 1 else None
 
     def record(self, position: int) -> Record | None:
-        if self.record_at is not None:
-            return self.record_at if self.record_at.position == position else None
-        first = self._chain_records()[:1]
-        if first and first[0] is not None and first[0].position == position:
-            return first[0]
-        return None
+        at = self.record_at
+        return at if at is not None and at.position == position else None
 
-    def events_from(self, sequence: str, ordinal: int) -> list[Record | None]:
+    def events_from(self, sequence: str, ordinal: int) -> Stored:
         state = self.sequence(sequence)
         if state is None or state.tag != self.chain_tag or ordinal < self.chain_ordinal:
-            return []
-        return self._chain_records()[ordinal - self.chain_ordinal :]
-
-    def _chain_records(self) -> list[Record | None]:
-        state = self.states.get(self.chain_tag or "")
-        name = state.name if state is not None else ""
-        return [
-            _record(element, name, self.chain_ordinal + i)
-            for i, element in enumerate(self.elements)
-        ]
+            return Stored([], [])
+        skip = ordinal - self.chain_ordinal
+        return _stored(self.elements[skip:] if skip else self.elements)
 
 
 def _script_facts(out: list[Any]) -> _Facts:
@@ -671,11 +740,9 @@ def _script_facts(out: list[Any]) -> _Facts:
             stored = _state(raw).public
             states[stored.tag] = stored
     chain_tag = slot("chain_tag").decode() if slot("chain_tag") else None
-    chain_ordinal = int(slot("chain_ordinal") or 0)
     record_at = None
     if slot("record_tag"):
-        tag = slot("record_tag").decode()
-        owner = states.get(tag)
+        owner = states.get(slot("record_tag").decode())
         record_at = _record(
             slot("record_element"), owner.name if owner else "", int(slot("record_ordinal"))
         )
@@ -687,21 +754,26 @@ def _script_facts(out: list[Any]) -> _Facts:
         sequence_count=int(slot("nseq")),
         states=states,
         chain_tag=chain_tag,
-        chain_ordinal=chain_ordinal,
+        chain_ordinal=int(slot("chain_ordinal") or 0),
         elements=list(out[len(FACT_SLOTS) :]),
         record_at=record_at,
     )
 
 
-def _events(epoch: str, chain: list[Record]) -> list[Event]:
+def _events(epoch: str, chain: Chain) -> list[Event]:
+    if not chain.positions:
+        return []
+    name = chain.sequence
+    head = f"{epoch}-"
+    tail = f".{sequence_tag(name)}."
     return [
-        Event(
-            f"{epoch}-{r.position}.{sequence_tag(r.sequence)}.{r.ordinal}",
-            r.sequence,
-            r.position,
-            r.payload,
+        fast_event(f"{head}{position}{tail}{ordinal}", name, position, payload)
+        for position, ordinal, payload in zip(
+            chain.positions,
+            range(chain.first_ordinal, chain.first_ordinal + len(chain.positions)),
+            chain.payloads,
+            strict=True,
         )
-        for r in chain
     ]
 
 

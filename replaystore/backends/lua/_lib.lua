@@ -23,14 +23,15 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function load(tag)
-  local raw = redis.call('HGET', M, 's:' .. tag)
+local function parse_state(raw)
   if not raw then return nil end
   local hw, fl, first, nxt, base, prim, name =
     string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d),(.*)$')
   return {hw = tonumber(hw), floor = tonumber(fl), first = tonumber(first),
           next = tonumber(nxt), base = tonumber(base), priming = tonumber(prim), name = name}
 end
+
+local function load(tag) return parse_state(redis.call('HGET', M, 's:' .. tag)) end
 
 local function state_text(s)
   return s.hw .. ',' .. s.floor .. ',' .. s.first .. ',' .. s.next .. ',' .. s.base .. ','
@@ -63,11 +64,11 @@ end
 -- event is as old as its run). Only bookkeeping changes here: the evicted
 -- elements stay in their (possibly undeclared) lists and their tags go to G,
 -- until a sweep with those lists declared removes them.
-local function trim(max_events, max_age_ms, now)
-  local meta = redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq')
+local function trim(max_events, max_age_ms, now, loaded)
+  local meta = loaded or redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq')
   local top, floor, count, nseq =
     tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[4])
-  if count <= max_events and max_age_ms == 0 then return end -- the common case
+  if count <= max_events and max_age_ms == 0 then return 0 end -- the common case
   local evicted = 0
   while count > 0 do
     local run = run_of(redis.call('LINDEX', I, 0))
@@ -115,6 +116,7 @@ local function trim(max_events, max_age_ms, now)
     redis.call('HINCRBY', M, 'gc', evicted)
     adopt(G)
   end
+  return evicted
 end
 
 -- Tags of every sequence of the session (for a refresh or a teardown).
@@ -140,8 +142,8 @@ local function refresh(ttl_ms)
 end
 
 -- The dirty tags, when enough evicted elements wait in lists for a sweep.
-local function sweep_due(threshold)
-  local gc = tonumber(redis.call('HGET', M, 'gc') or '0')
+local function sweep_due(threshold, gc)
+  gc = gc or tonumber(redis.call('HGET', M, 'gc') or '0')
   if gc < threshold then return {} end
   return redis.call('SMEMBERS', G)
 end

@@ -4,8 +4,10 @@
 -- A payload is 'd' .. bytes, or 'p' for a priming event.
 -- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids}, or
 -- {epoch, 'ok', ids, sweep_tags, touch_tags}; ids = "pos.ordinal,pos.ordinal,..."
+-- The common case runs four commands: HMGET, RPUSH, HSET, PTTL.
 local tag, name = arg(1), arg(2)
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'nseq', 's:' .. tag)
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'gc', 'lr',
+                        's:' .. tag)
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 local key = arg(7)
@@ -13,27 +15,19 @@ if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
 end
-local now = now_ms()
-local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[4])
-local s = load(tag)
+local top, count, nseq = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
+local s = parse_state(meta[8])
 if s and s.name ~= name then return {epoch, 'collision'} end
 local q = Q[tag]
-local split = tonumber(arg(6))
-local run = run_of(redis.call('LINDEX', I, -1))
-local new_index, new_list = not run, not s
+local max_age, split = tonumber(arg(4)), tonumber(arg(6))
+local run = run_of(meta[7])
+local now = 0
+if max_age > 0 or not run or run.tag ~= tag then now = now_ms() end
+local new_list = not s
+local want = 0 -- the list's length once this batch is in
+if s then want = s.next - s.base end
 local ids, batch = {}, {}
-if s then
-  -- a list lost under live bookkeeping: hold the lost events' places, so that
-  -- the new events land at their ordinals (the lost ones read as missing)
-  local lost = s.next - s.base - redis.call('LLEN', q)
-  while lost > 0 do
-    local n = math.min(lost, 1000)
-    local blanks = {}
-    for j = 1, n do blanks[j] = '' end
-    redis.call('RPUSH', q, unpack(blanks))
-    lost = lost - n
-  end
-end
+local pushed = nil
 for j = A + 9, #ARGV do
   local a = ARGV[j]
   local priming = string.byte(a, 1) == 112 -- 'p'
@@ -49,8 +43,10 @@ for j = A + 9, #ARGV do
     end
     if not run or run.tag ~= tag or run.ord + (top - run.pos) ~= s.next
         or (split > 0 and now - run.at >= split) then
+      if now == 0 then now = now_ms() end
       run = {pos = top, tag = tag, ord = s.next, at = now}
-      redis.call('RPUSH', I, top .. ',' .. tag .. ',' .. s.next .. ',' .. now)
+      pushed = top .. ',' .. tag .. ',' .. s.next .. ',' .. now
+      if redis.call('RPUSH', I, pushed) == 1 then adopt(I) end
     end
     if priming then
       table.insert(batch, tostring(top))
@@ -60,21 +56,46 @@ for j = A + 9, #ARGV do
     if #batch == 1000 then redis.call('RPUSH', q, unpack(batch)) batch = {} end
     table.insert(ids, top .. '.' .. s.next)
     s.next = s.next + 1
+    want = want + 1
     s.hw = top
     if priming then s.priming = 1 else s.priming = 0 end
     count = count + 1
   end
 end
-if #batch > 0 then redis.call('RPUSH', q, unpack(batch)) end
-redis.call('HSET', M, 'top', top, 'count', count, 'nseq', nseq, 's:' .. tag, state_text(s))
-trim(tonumber(arg(3)), tonumber(arg(4)), now)
--- this sequence's own list is declared: drop its evicted head right here
-s = load(tag)
-if s and s.first - s.base >= 64 then
-  redis.call('LTRIM', q, s.first - s.base, -1)
-  redis.call('HINCRBY', M, 'gc', s.base - s.first)
-  s.base = s.first
-  save(tag, s)
+if #batch > 0 then
+  local len = redis.call('RPUSH', q, unpack(batch))
+  if len < want then
+    -- the list was lost under live bookkeeping: hold the lost events' places,
+    -- so that the new events sit at their ordinals (the lost ones read as missing)
+    local lost = want - len
+    while lost > 0 do
+      local blanks = {}
+      for j = 1, math.min(lost, 1000) do blanks[j] = '' end
+      redis.call('LPUSH', q, unpack(blanks))
+      lost = lost - #blanks
+    end
+  end
+end
+if pushed then
+  redis.call('HSET', M, 'top', top, 'count', count, 'nseq', nseq, 's:' .. tag, state_text(s),
+             'lr', pushed)
+else
+  redis.call('HSET', M, 'top', top, 'count', count, 'nseq', nseq, 's:' .. tag, state_text(s))
+end
+local gc = tonumber(meta[6] or '0')
+local evicted = trim(tonumber(arg(3)), max_age, now,
+                     {top, meta[3], count, nseq})
+if evicted > 0 then
+  gc = gc + evicted
+  -- this sequence's own list is declared: drop its evicted head right here
+  s = load(tag)
+  if s and s.first - s.base >= 64 then
+    redis.call('LTRIM', q, s.first - s.base, -1)
+    redis.call('HINCRBY', M, 'gc', s.base - s.first)
+    gc = gc - (s.first - s.base)
+    s.base = s.first
+    save(tag, s)
+  end
 end
 ids = table.concat(ids, ',')
 if key ~= '' then
@@ -83,6 +104,5 @@ if key ~= '' then
   adopt(K)
 end
 if new_list then adopt(q) end
-if new_index then adopt(I) end
 local touch = refresh(tonumber(arg(5)))
-return {epoch, 'ok', ids, sweep_due(tonumber(arg(8))), touch}
+return {epoch, 'ok', ids, sweep_due(tonumber(arg(8)), gc), touch}

@@ -1,0 +1,436 @@
+"""The Redis cost targets: each figure a ratio to a raw-command baseline measured in the same run.
+
+    python -m benchmarks.targets [--quick]
+
+Every subject goes through the public ``ReplayBuffer`` on a real Redis started
+for the run (never the machine's 6379) and is paired with the raw command it
+is built on, over the same client and connection style:
+
+* wall clock: median time per awaited call over alternating rounds
+  (``common.paired``);
+* Redis CPU: the server's own ``used_cpu_user + used_cpu_sys`` (``INFO cpu``),
+  delta over many calls per round, alternating subject and baseline rounds, on
+  a server with no other client; the figure that sets how many resumes one
+  Redis core serves. ``INFO commandstats`` server time is recorded beside it
+  (``commandstats_us``: where the time goes).
+
+Figures missed are reported with their value; the table marks them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from replaystore import ReplayBuffer
+
+from .common import FULL, QUICK, Sizes, client, commandstats, paired, payload, redis_server
+
+Op = Callable[[int], Awaitable[object]]
+
+#: (id, what, limit) of every target; ``limit`` is the largest ratio allowed.
+TARGETS: list[tuple[str, str, float]] = [
+    ("replay100.wall", "resolve_and_replay of 100 / raw XRANGE COUNT 100, wall", 1.0),
+    ("replay100.cpu", "resolve_and_replay of 100 / raw XRANGE COUNT 100, Redis CPU", 1.0),
+    ("replay10.wall", "resolve_and_replay of 10 / raw XRANGE COUNT 10, wall", 1.3),
+    ("replay10.cpu", "resolve_and_replay of 10 / raw XRANGE COUNT 10, Redis CPU", 1.5),
+    ("append.wall", "append of one event / raw XADD, wall", 1.3),
+    ("append.cpu", "append of one event / raw XADD, Redis CPU", 2.0),
+    ("append_at_cap.wall", "append at the retention cap / raw XADD MAXLEN, wall", 1.5),
+    ("history.wall", "replay of 10 after 100,000 other events / fresh session, wall", 1.05),
+    ("memory.long", "bytes per event, long sequences / bare stream", 1.1),
+    ("memory.short", "bytes per event, many 5-event sequences / bare stream", 1.7),
+    ("concurrent32.cpu", "Redis CPU per resume of 10, 32 concurrent callers / raw read", 1.3),
+]
+
+
+async def _cpu(r: aioredis.Redis) -> float:
+    info: dict[str, Any] = await r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def cpu_pair(
+    admin: aioredis.Redis, subject: Op, baseline: Op, *, calls: int, rounds: int
+) -> dict[str, float]:
+    """Redis CPU per call of each, alternating rounds; medians, their ratio, commandstats time."""
+    s_cpu: list[float] = []
+    b_cpu: list[float] = []
+    s_stat: list[float] = []
+    b_stat: list[float] = []
+    for r in range(rounds):
+        order = [(subject, s_cpu, s_stat), (baseline, b_cpu, b_stat)]
+        if r % 2:
+            order.reverse()
+        for op, sink, stat_sink in order:
+            await admin.config_resetstat()
+            before = await _cpu(admin)
+            for i in range(calls):
+                await op(i)
+            after = await _cpu(admin)
+            stats = await commandstats(admin)
+            usec = sum(
+                u for name, (_, u) in stats.items() if name not in ("info", "config|resetstat")
+            )
+            sink.append((after - before) / calls * 1e6)
+            stat_sink.append(usec / calls)
+    s, b = statistics.median(s_cpu), statistics.median(b_cpu)
+    return {
+        "subject_cpu_us": round(s, 2),
+        "baseline_cpu_us": round(b, 2),
+        "ratio": round(s / b, 3),
+        "subject_commandstats_us": round(statistics.median(s_stat), 2),
+        "baseline_commandstats_us": round(statistics.median(b_stat), 2),
+    }
+
+
+async def _concurrent_cpu(
+    url: str,
+    admin: aioredis.Redis,
+    subject: Op,
+    baseline: Op,
+    *,
+    tasks: int,
+    calls: int,
+    rounds: int,
+) -> dict[str, float]:
+    async def many(op: Op) -> None:
+        async def worker(w: int) -> None:
+            for i in range(calls):
+                await op(w * calls + i)
+
+        await asyncio.gather(*(worker(w) for w in range(tasks)))
+
+    async def subject_all(_: int) -> object:
+        await many(subject)
+        return None
+
+    async def baseline_all(_: int) -> object:
+        await many(baseline)
+        return None
+
+    out = await cpu_pair(admin, subject_all, baseline_all, calls=1, rounds=rounds)
+    per = tasks * calls
+    for key in (
+        "subject_cpu_us",
+        "baseline_cpu_us",
+        "subject_commandstats_us",
+        "baseline_commandstats_us",
+    ):
+        out[key] = round(out[key] / per, 2)
+    out["callers"] = tasks
+    return out
+
+
+async def _memory(r: aioredis.Redis, sizes: Sizes) -> dict[str, Any]:
+    """Bytes per retained event (``MEMORY USAGE ... SAMPLES 0`` over a session's keys)."""
+    n = sizes.memory_events
+    p = payload(0)
+    out: dict[str, Any] = {}
+    await r.delete("bare")
+    for start in range(0, n, 1000):
+        pipe = r.pipeline(transaction=False)
+        for _ in range(min(1000, n - start)):
+            pipe.xadd("bare", {"d": p})
+        await pipe.execute()
+    bare = int(await r.memory_usage("bare", samples=0) or 0) / n
+    out["bare_stream_bytes_per_event"] = round(bare, 1)
+    await r.delete("bare")
+
+    async def session_bytes(prefix: str) -> int:
+        total = 0
+        async for key in r.scan_iter(match=f"{prefix}*", count=1000):
+            total += int(await r.memory_usage(key, samples=0) or 0)
+        return total
+
+    cases: dict[str, Callable[[ReplayBuffer], Awaitable[int]]] = {}
+
+    async def long_one(buf: ReplayBuffer) -> int:
+        for start in range(0, n, 500):
+            await buf.append_many("S", "_GET_stream", [p] * min(500, n - start))
+        return n
+
+    async def long_five(buf: ReplayBuffer) -> int:
+        for k, start in enumerate(range(0, n, 500)):
+            await buf.append_many("S", f"seq{k % 5}", [p] * min(500, n - start))
+        return n
+
+    async def short_seqs(buf: ReplayBuffer) -> int:
+        count = n // 5
+        for s in range(count):
+            await buf.append_many("S", str(s), [p] * 5)
+        return count * 5
+
+    async def short_interleaved(buf: ReplayBuffer) -> int:
+        count = n // 5
+        for group in range(0, count, 4):  # 4 calls in flight: their events interleave
+            for j in range(5):
+                for s in range(group, min(count, group + 4)):
+                    await buf.append("S", str(s), p)
+        return count * 5
+
+    cases["long: one sequence"] = long_one
+    cases["long: 5 sequences, bursts of 500"] = long_five
+    cases["short: 5-event sequences, one after another"] = short_seqs
+    cases["short: 5-event sequences, 4 interleaved"] = short_interleaved
+    for name, fill in cases.items():
+        prefix = f"mem{len(out)}:"
+        async with ReplayBuffer.from_url(
+            "redis://", client=r, prefix=prefix, max_events=10 * n
+        ) as buf:
+            await buf.open_session("S")
+            events = await fill(buf)
+        used = await session_bytes(prefix)
+        out[name] = {
+            "events": events,
+            "bytes_per_event": round(used / events, 1),
+            "ratio_to_bare_stream": round(used / events / bare, 3),
+        }
+        async for key in r.scan_iter(match=f"{prefix}*", count=1000):
+            await r.delete(key)
+    return out
+
+
+async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
+    r = client(url)
+    admin = client(url)
+    results: dict[str, Any] = {}
+    cpu_calls = 300 if sizes.quick else 3000
+    rounds = 3 if sizes.quick else 5
+    payloads = [payload(i) for i in range(256)]
+    try:
+        async with ReplayBuffer.from_url(
+            "redis://", client=r, prefix="t:", max_events=10**7
+        ) as buf:
+            # -- replay of 10 and 100 --------------------------------------------
+            for n in (10, 100):
+                session = f"replay{n}"
+                await buf.open_session(session)
+                ids = await buf.append_many(session, "s1", payloads[: n + 1])
+                check = await buf.resolve_and_replay(session, ids[0])
+                assert check.ok and len(check.events) == n, check
+                raw_key = f"raw:replay{n}"
+                pipe = r.pipeline(transaction=False)
+                for p in payloads[: n + 1]:
+                    pipe.xadd(raw_key, {"d": p})
+                raw_ids = await pipe.execute()
+                after = b"(" + raw_ids[0]
+
+                async def rs(i: int, s: str = session, c: str = ids[0]) -> object:
+                    return await buf.resolve_and_replay(s, c)
+
+                async def raw(i: int, k: str = raw_key, a: bytes = after, n: int = n) -> object:
+                    return await r.xrange(k, min=a, count=n)
+
+                row = await paired(
+                    f"replay{n}",
+                    "targets",
+                    ("replay", rs),
+                    ("raw", raw),
+                    ops=sizes.replay_ops * (4 if n == 10 else 2),
+                    sizes=sizes,
+                )
+                results[f"replay{n}.wall"] = row.as_dict()
+                results[f"replay{n}.cpu"] = await cpu_pair(
+                    admin, rs, raw, calls=cpu_calls // (4 if n == 100 else 1), rounds=rounds
+                )
+                if n == 10:
+                    rs10, raw10 = rs, raw
+
+            # -- append ----------------------------------------------------------
+            await buf.open_session("append")
+
+            async def rs_append(i: int) -> object:
+                return await buf.append("append", "s1", payloads[i % 256])
+
+            async def raw_xadd(i: int) -> object:
+                return await r.xadd("raw:xadd", {"d": payloads[i % 256]})
+
+            results["append.wall"] = (
+                await paired(
+                    "append",
+                    "targets",
+                    ("append", rs_append),
+                    ("raw", raw_xadd),
+                    ops=sizes.append_ops,
+                    sizes=sizes,
+                )
+            ).as_dict()
+            results["append.cpu"] = await cpu_pair(
+                admin, rs_append, raw_xadd, calls=cpu_calls, rounds=rounds
+            )
+
+        cap = sizes.capped_retention
+        async with ReplayBuffer.from_url(
+            "redis://", client=r, prefix="c:", max_events=cap
+        ) as capped:
+            await capped.open_session("capped")
+            for start in range(0, cap, 100):
+                await capped.append_many("capped", "s1", payloads[: min(100, cap - start)])
+            pipe = r.pipeline(transaction=False)
+            for _ in range(cap):
+                pipe.xadd("raw:capped", {"d": payloads[0]}, maxlen=cap, approximate=False)
+            await pipe.execute()
+
+            async def rs_capped(i: int) -> object:
+                return await capped.append("capped", "s1", payloads[i % 256])
+
+            async def raw_capped(i: int) -> object:
+                return await r.xadd(
+                    "raw:capped", {"d": payloads[i % 256]}, maxlen=cap, approximate=False
+                )
+
+            results["append_at_cap.wall"] = (
+                await paired(
+                    "append_at_cap",
+                    "targets",
+                    ("capped", rs_capped),
+                    ("raw", raw_capped),
+                    ops=sizes.append_ops,
+                    sizes=sizes,
+                )
+            ).as_dict()
+            results["append_at_cap.cpu"] = await cpu_pair(
+                admin, rs_capped, raw_capped, calls=cpu_calls, rounds=rounds
+            )
+
+        # -- history independence ------------------------------------------------
+        others = 2000 if sizes.quick else 100_000
+        async with ReplayBuffer.from_url(
+            "redis://", client=r, prefix="h:", max_events=others + 1000
+        ) as hist:
+            for session in ("fresh", "old"):
+                await hist.open_session(session)
+            for k, start in enumerate(range(0, others, 500)):
+                await hist.append_many(
+                    "old", f"other{k % 5}", payloads[:1] * min(500, others - start)
+                )
+            cursors = {}
+            for session in ("fresh", "old"):
+                ids = await hist.append_many(session, "mine", payloads[:11])
+                cursors[session] = ids[0]
+
+            async def fresh(i: int) -> object:
+                return await hist.resolve_and_replay("fresh", cursors["fresh"])
+
+            async def old(i: int) -> object:
+                return await hist.resolve_and_replay("old", cursors["old"])
+
+            results["history.wall"] = (
+                await paired(
+                    "history",
+                    "targets",
+                    ("after 100,000 others", old),
+                    ("fresh", fresh),
+                    ops=sizes.replay_ops * 4,
+                    sizes=sizes,
+                )
+            ).as_dict()
+            results["history.cpu"] = await cpu_pair(
+                admin, old, fresh, calls=cpu_calls, rounds=rounds
+            )
+
+        # -- 32 concurrent callers -----------------------------------------------
+        wide = aioredis.Redis.from_url(url, max_connections=64)
+        try:
+            async with ReplayBuffer.from_url(url, prefix="w:", max_events=10**7) as many:
+                await many.open_session("wide")
+                ids = await many.append_many("wide", "s1", payloads[:11])
+                raw_key = "raw:replay10"
+                first = (await wide.xrange(raw_key, count=1))[0][0]
+
+                async def rs_wide(i: int) -> object:
+                    return await many.resolve_and_replay("wide", ids[0])
+
+                async def raw_wide(i: int) -> object:
+                    return await wide.xrange(raw_key, min=b"(" + first, count=10)
+
+                results["concurrent32.cpu"] = await _concurrent_cpu(
+                    url,
+                    admin,
+                    rs_wide,
+                    raw_wide,
+                    tasks=32,
+                    calls=10 if sizes.quick else 100,
+                    rounds=rounds,
+                )
+        finally:
+            await wide.aclose()
+
+        # -- memory ----------------------------------------------------------------
+        memory = await _memory(admin, sizes)
+        results["memory"] = memory
+    finally:
+        await r.aclose()
+        await admin.aclose()
+    return results
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target: measured ratio, limit, met or not."""
+    memory = results["memory"]
+    measured = {
+        "memory.long": memory["long: one sequence"]["ratio_to_bare_stream"],
+        "memory.short": memory["short: 5-event sequences, one after another"][
+            "ratio_to_bare_stream"
+        ],
+    }
+    rows = []
+    for target, what, limit in TARGETS:
+        value = measured.get(target)
+        if value is None:
+            value = results[target]["ratio"]
+        rows.append(
+            {
+                "id": target,
+                "what": what,
+                "limit": limit,
+                "ratio": round(value, 3),
+                "met": value <= limit,
+            }
+        )
+    return rows
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [f"{'target':<70} {'limit':>6} {'measured':>9}  ", "-" * 92]
+    for row in summary(results):
+        mark = "ok" if row["met"] else "MISSED"
+        lines.append(f"{row['what']:<70} {row['limit']:>5.2f}x {row['ratio']:>8.3f}x  {mark}")
+    lines.append("")
+    lines.append("Redis CPU per call (us), subject / baseline, and INFO commandstats time (us):")
+    for key, value in results.items():
+        if key.endswith(".cpu"):
+            lines.append(
+                f"  {key:<20} cpu {value['subject_cpu_us']:>8.2f} / {value['baseline_cpu_us']:>8.2f}"
+                f"   commandstats {value['subject_commandstats_us']:>8.2f} / "
+                f"{value['baseline_commandstats_us']:>8.2f}"
+            )
+    lines.append(
+        "Memory, bytes per event (x bare stream "
+        f"{results['memory']['bare_stream_bytes_per_event']} B):"
+    )
+    for key, value in results["memory"].items():
+        if isinstance(value, dict):
+            lines.append(
+                f"  {key:<50} {value['bytes_per_event']:>7.1f}  {value['ratio_to_bare_stream']:.3f}x"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.targets", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    with redis_server() as handle:
+        results = asyncio.run(measure(handle.url, QUICK if args.quick else FULL))
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
