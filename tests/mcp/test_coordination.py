@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import anyio
@@ -15,6 +16,12 @@ from replaystore.mcp.bus import MemoryBus
 from replaystore.mcp.forwarding import ReplicaDispatcher, Route, replica_of, route
 from replaystore.mcp.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
 from replaystore.mcp.replica import Replica
+from replaystore.testing.servers import (
+    ServerHandle,
+    redis_server_binary,
+    start_cluster,
+    start_standalone,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -174,3 +181,56 @@ async def test_replicas_on_one_memory_store_hear_each_other() -> None:
         await one.announce_end("S")
         await one.forward(two.id, "S", b'{"jsonrpc":"2.0","id":"1@x","result":{}}')
     assert heard == [("end", "S"), ("fwd", '{"jsonrpc":"2.0","id":"1@x","result":{}}')]
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+async def test_replicas_on_real_redis_and_cluster_hear_each_other(
+    kind: str, real_servers: dict[str, ServerHandle]
+) -> None:
+    """Registry, leases and notifications of two replicas on one real Redis or Cluster."""
+    if kind not in real_servers:
+        real_servers[kind] = (
+            start_standalone(redis_server_binary(), "redis")
+            if kind == "redis"
+            else start_cluster(redis_server_binary(), masters=3)
+        )
+    url = real_servers[kind].url
+    prefix = f"coord{uuid.uuid4().hex[:6]}:"
+    async with (
+        ReplayBuffer.from_url(url, prefix=prefix) as first,
+        ReplayBuffer.from_url(url, prefix=prefix) as second,
+    ):
+        one, two = Replica(first), Replica(second)
+        heard: list[tuple[str, str]] = []
+        first, three = anyio.Event(), anyio.Event()
+
+        def hear(what: str, detail: str) -> None:
+            heard.append((what, detail))
+            first.set()
+            if len(heard) == 3:
+                three.set()
+
+        two.on_end = lambda session: hear("end", session)
+        two.on_forward = lambda session, body: hear("fwd", body)
+
+        class _View:
+            def wake_local(self, sequence: str) -> None:
+                hear("wake", sequence)
+
+        async with one.run(), two.run():
+            for session in ("S{1}", "T"):  # a brace in the id must not split the slot
+                await one.registry.put_session(session, {"version": "v"}, 60)
+                assert await two.registry.get_session(session) == {"version": "v"}
+                await one.acquire(session, "7")
+                assert await two.registry.owner(session, "7") == one.id
+                assert not await two.lease_lapsed(session, "7")
+            two.views["T"] = _View()  # type: ignore[assignment]
+            await two.bus.watch("T")
+            with anyio.fail_after(10):
+                one.wake("T", "7")
+                await first.wait()  # the wake-up first, then the rest, in order
+                await one.announce_end("S{1}")
+                await one.forward(two.id, "T", b"{}")
+                await three.wait()
+            await two.bus.unwatch("T")
+    assert heard == [("wake", "7"), ("end", "S{1}"), ("fwd", "{}")]
