@@ -327,6 +327,8 @@ def _figures(
             "cpu_us_per_resume": round(cpu_resume * 1e6, 2),
             "resumes_per_redis_cpu_s": round(1 / cpu_resume, 1) if cpu_resume > 0 else None,
             "bytes_per_event": round(fill_cost["memory_bytes"] / appends, 1) if appends else None,
+            # Redis CPU seconds per wall second of the storm: near 1, Redis is the limit.
+            "storm_busy": round(storm_cost["cpu_s"] / resumes_wall, 3) if resumes_wall else None,
             "fill": fill_cost,
             "storm": storm_cost,
         }
