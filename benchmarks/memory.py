@@ -23,7 +23,7 @@ from replaystore import ReplayBuffer
 
 from .common import PAYLOAD_BYTES, Sizes, client, message, payload, text
 
-_KEY_ROLES = {"m": "meta hash", "e": "events stream", "n": "links hash", "t": "tombstone"}
+_KEY_ROLES = {"m": "meta hash", "i": "run index", "g": "evicted-element tags"}
 
 
 def _db_url(url: str, db: int) -> str:
@@ -70,8 +70,15 @@ async def run_memory(url: str, sizes: Sizes) -> dict[str, Any]:
         keys: dict[str, dict[str, Any]] = {}
         for raw_key in sorted(await r.keys(f"{prefix}*")):
             key = text(raw_key)
-            role = _KEY_ROLES.get(key.rsplit(":", 1)[1], key)
-            keys[role] = {"key": key, **await _usage(r, key)}
+            suffix = key.split("}:", 1)[1]
+            role = "sequence lists" if suffix.startswith("q:") else _KEY_ROLES.get(suffix, key)
+            usage = {"key": key, **await _usage(r, key)}
+            if role in keys:  # one list per sequence: summed
+                keys[role]["bytes"] += usage["bytes"]
+                keys[role]["key"] = f"{prefix}{{big}}:q:* ({keys[role].get('count', 1) + 1} lists)"
+                keys[role]["count"] = keys[role].get("count", 1) + 1
+            else:
+                keys[role] = usage
         total = sum(k["bytes"] for k in keys.values())
         bare_key = "bare:stream"
         bare = await _bare_stream(r, bare_key, n)

@@ -26,6 +26,9 @@ from .common import FULL, QUICK, Sizes, client, redis_server, settled_heap
 from .memory import run_memory
 from .micro import fastmcp_rows, replaystore_rows
 from .storm import run_storm
+from .targets import measure as measure_targets
+from .targets import render as render_targets
+from .targets import summary as target_summary
 
 DEFAULT_JSON = Path(__file__).with_name("results.json")
 
@@ -61,6 +64,10 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
     memory = await run_memory(url, sizes)
     timings["memory"] = time.perf_counter() - began
 
+    began = time.perf_counter()
+    measured = await measure_targets(url, sizes)
+    timings["targets"] = time.perf_counter() - began
+
     return {
         "meta": {
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -91,6 +98,7 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
         "fastmcp_setup": f_info,
         "storm": storm,
         "memory": memory,
+        "targets": {"summary": target_summary(measured), "measured": measured},
     }
 
 
@@ -227,6 +235,9 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Memory: MEMORY USAGE ... SAMPLES 0 summed over the keys / events",
         *_memory_table(results["memory"]),
+        "",
+        "Cost targets (ratios to raw commands in this run; Redis CPU from INFO cpu)",
+        render_targets(results["targets"]["measured"]),
     ]
     return "\n".join(out)
 

@@ -50,7 +50,7 @@ from fastmcp.server.session_scoped_event_store import SessionScopedEventStore
 from key_value.aio.stores.redis import RedisStore
 from mcp.server.streamable_http import EventMessage
 
-from replaystore import ReplayBuffer
+from replaystore import Cursor, ReplayBuffer
 
 from .common import Sizes, client, message, payload, text
 
@@ -336,10 +336,11 @@ async def run_storm(url: str, sizes: Sizes) -> dict[str, Any]:
             setup = time.perf_counter() - began
 
             async def raw_resume(session: str, cursor: str) -> Reply:
-                position = cursor.rsplit("-", 1)[1]
-                key = f"storm:{{{session}}}:e"
-                entries = await r.xrange(key, min=f"({position}-0", max="+") or []
-                return Reply([text(e[0]) for e in entries], False, "raw", None)
+                # the sequence's own list, read natively from the cursor's ordinal on
+                hint = Cursor.parse(cursor)
+                key = f"storm:{{{session}}}:q:{hint.tag}"
+                entries = await r.lrange(key, (hint.ordinal or 0) + 1, -1) or []
+                return Reply([text(e.split(b":", 1)[0]) for e in entries], False, "raw", None)
 
             # Alternate replaystore and raw runs; the throughput is the median run.
             runs: list[Run] = []

@@ -168,7 +168,7 @@ async def _memory(r: aioredis.Redis, sizes: Sizes) -> dict[str, Any]:
     async def short_interleaved(buf: ReplayBuffer) -> int:
         count = n // 5
         for group in range(0, count, 4):  # 4 calls in flight: their events interleave
-            for j in range(5):
+            for _ in range(5):
                 for s in range(group, min(count, group + 4)):
                     await buf.append("S", str(s), p)
         return count * 5
@@ -238,8 +238,6 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
                 results[f"replay{n}.cpu"] = await cpu_pair(
                     admin, rs, raw, calls=cpu_calls // (4 if n == 100 else 1), rounds=rounds
                 )
-                if n == 10:
-                    rs10, raw10 = rs, raw
 
             # -- append ----------------------------------------------------------
             await buf.open_session("append")
@@ -405,20 +403,20 @@ def render(results: dict[str, Any]) -> str:
     lines.append("Redis CPU per call (us), subject / baseline, and INFO commandstats time (us):")
     for key, value in results.items():
         if key.endswith(".cpu"):
-            lines.append(
-                f"  {key:<20} cpu {value['subject_cpu_us']:>8.2f} / {value['baseline_cpu_us']:>8.2f}"
-                f"   commandstats {value['subject_commandstats_us']:>8.2f} / "
+            cpu = f"{value['subject_cpu_us']:>8.2f} / {value['baseline_cpu_us']:>8.2f}"
+            stats = (
+                f"{value['subject_commandstats_us']:>8.2f} / "
                 f"{value['baseline_commandstats_us']:>8.2f}"
             )
+            lines.append(f"  {key:<20} cpu {cpu}   commandstats {stats}")
     lines.append(
         "Memory, bytes per event (x bare stream "
         f"{results['memory']['bare_stream_bytes_per_event']} B):"
     )
     for key, value in results["memory"].items():
         if isinstance(value, dict):
-            lines.append(
-                f"  {key:<50} {value['bytes_per_event']:>7.1f}  {value['ratio_to_bare_stream']:.3f}x"
-            )
+            per, ratio = value["bytes_per_event"], value["ratio_to_bare_stream"]
+            lines.append(f"  {key:<50} {per:>7.1f}  {ratio:.3f}x")
     return "\n".join(lines)
 
 

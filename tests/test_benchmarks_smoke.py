@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks.common import QUICK
 from benchmarks.run import render, run_all
+from benchmarks.targets import TARGETS
 
 pytestmark = pytest.mark.realserver
 
@@ -71,6 +72,7 @@ def test_report_sections(report: dict[str, Any]) -> None:
         "fastmcp_setup",
         "storm",
         "memory",
+        "targets",
     }
     assert report["meta"]["quick"] is True
     assert report["meta"]["redis_server"]
@@ -89,9 +91,9 @@ def test_speed_rows_are_paired_measurements(report: dict[str, Any]) -> None:
 def test_inner_command_profile(report: dict[str, Any]) -> None:
     profile = report["inner_commands_per_call"]
     append = profile["replaystore append (below cap)"]["calls"]
-    assert append["xadd"] == 1  # one event, one XADD, inside one script call
+    assert append["rpush"] == 1  # one event, one RPUSH, inside one script call
     assert append["evalsha"] == 1
-    assert profile["replaystore append_many(16)"]["calls"]["xadd"] == 16
+    assert profile["replaystore append_many(16)"]["calls"]["rpush"] == 1  # the whole burst
     assert profile["FastMCP replay_events_after (100 events)"]["calls"]["get"] >= 100
     for p in profile.values():
         assert p["server_us_per_call"] >= 0 and p["inner_commands"] > 0
@@ -140,15 +142,27 @@ def test_memory_breakdown(report: dict[str, Any]) -> None:
     memory = report["memory"]
     assert memory["events"] == QUICK.memory_events
     rs = memory["replaystore"]
-    assert set(rs["keys"]) == {"meta hash", "events stream", "links hash"}
+    assert set(rs["keys"]) == {"meta hash", "run index", "sequence lists"}
     assert rs["total_bytes"] == sum(k["bytes"] for k in rs["keys"].values())
     assert rs["bytes_per_event"] > 0 and rs["ratio_to_bare_stream"] > 0
     assert memory["bare_stream"]["bytes_per_event"] > 0
     assert memory["fastmcp"]["bytes_per_event"] > 0
 
 
+def test_every_cost_target_is_reported(report: dict[str, Any]) -> None:
+    """Each target has a measured ratio and says whether it was met (never hidden)."""
+    rows = report["targets"]["summary"]
+    assert {row["id"] for row in rows} == {target for target, _, _ in TARGETS}
+    for row in rows:
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+        assert row["met"] is (row["ratio"] <= row["limit"])
+    for key, value in report["targets"]["measured"].items():
+        if key.endswith(".cpu"):
+            assert value["subject_cpu_us"] >= 0 and value["baseline_cpu_us"] > 0, key
+
+
 def test_render_prints_every_section(report: dict[str, Any]) -> None:
     text = render(report)
-    for heading in ("Speed:", "Redis server time", "Reconnect storm", "Memory:"):
+    for heading in ("Speed:", "Redis server time", "Reconnect storm", "Memory:", "Cost targets"):
         assert heading in text
     assert "evicted: fastmcp" in text
