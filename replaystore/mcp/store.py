@@ -195,8 +195,10 @@ class SessionEventStore(EventStore):
             if message is not None and is_response(message) and not self._recorded:
                 await self._record()
             event_id = await self._append(sequence, payload)
-        except (StorageError, UnknownSessionError):
-            return ""  # logged once; the manager drops the session here
+        except Exception:
+            # Logged once by _append; the manager drops the session here. Not
+            # raised: the SDK's message router would die with a traceback.
+            return ""
         if sequence != GET_STREAM and is_response(message):
             self._answered[sequence] = None
             if len(self._answered) > _ANSWERED_MEMORY:
@@ -591,6 +593,11 @@ class SessionEventStore(EventStore):
                 self.session_id, fields, self.buffer.retention.session_ttl
             )
         except StorageError as exc:
+            logger.error(
+                "could not record session %s in the store (%s); it is dropped here",
+                self.session_id,
+                str(exc)[:512],
+            )
             self._failed(exc)
             raise
 
