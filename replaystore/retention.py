@@ -44,7 +44,7 @@ class Retention:
     """How much of a session's history is kept.
 
     - ``max_events``: events kept per session; the oldest is evicted first,
-      whatever its sequence (the seed's count-based ring buffer).
+      whatever its sequence (a count-based ring buffer over the session).
     - ``max_age``: seconds an event is kept (``None``: no age limit).
     - ``session_ttl``: seconds a session lives without an append or a resolve.
     - ``tombstone_ttl``: seconds the reason for a teardown stays readable.
