@@ -62,14 +62,15 @@ end
 
 -- Evict the oldest events while over max_events, or older than max_age_ms (an
 -- event is as old as its run). Only bookkeeping changes here: the evicted
--- elements stay in their (possibly undeclared) lists and their tags go to G,
--- until a sweep with those lists declared removes them.
-local function trim(max_events, max_age_ms, now, loaded)
-  local meta = loaded or redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq')
-  local top, floor, count, nseq =
-    tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[4])
-  if count <= max_events and max_age_ms == 0 then return 0 end -- the common case
-  local evicted = 0
+-- elements stay in their lists (a list not declared in KEYS must not be
+-- touched) and their tags go to G, until a sweep with those lists declared
+-- removes them. The sequence `own` (tag `own_tag`, state in hand, list
+-- declared) is updated in place and not marked: its caller saves it.
+-- Returns evicted, floor, count, nseq, and how many evicted events went to G.
+local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_tag, own)
+  top, floor, count, nseq = tonumber(top), tonumber(floor), tonumber(count), tonumber(nseq)
+  if count <= max_events and max_age_ms == 0 then return 0, floor, count, nseq, 0 end
+  local evicted, dirtied = 0, 0
   while count > 0 do
     local run = run_of(redis.call('LINDEX', I, 0))
     if not run then break end -- index lost under live metadata: resolves report it
@@ -84,7 +85,9 @@ local function trim(max_events, max_age_ms, now, loaded)
       if count > max_events then k = math.min(count - max_events, avail) end
       if max_age_ms > 0 and run.at <= now - max_age_ms then k = avail end
       if k == 0 then break end
-      local s = load(run.tag)
+      local mine = run.tag == own_tag
+      local s = own
+      if not mine then s = load(run.tag) end
       floor = floor + k
       count = count - k
       evicted = evicted + k
@@ -104,19 +107,35 @@ local function trim(max_events, max_age_ms, now, loaded)
               if later.tag == run.tag then s.floor = later.pos break end
             end
           end
-          save(run.tag, s)
+          if not mine then save(run.tag, s) end
         end
-        redis.call('SADD', G, run.tag)
+        if not mine then
+          redis.call('SADD', G, run.tag)
+          dirtied = dirtied + k
+        end
       end
       if floor >= stop then redis.call('LPOP', I) end
     end
   end
-  if evicted > 0 then
-    redis.call('HSET', M, 'floor', floor, 'count', count, 'nseq', nseq)
-    redis.call('HINCRBY', M, 'gc', evicted)
+  return evicted, floor, count, nseq, dirtied
+end
+
+local function mark_dirty(dirtied)
+  if dirtied > 0 then
+    redis.call('HINCRBY', M, 'gc', dirtied)
     adopt(G)
   end
-  return evicted
+end
+
+-- evict() for a caller with no sequence of its own, bookkeeping saved.
+local function trim(max_events, max_age_ms, now)
+  local meta = redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq')
+  local evicted, floor, count, nseq, dirtied =
+    evict(max_events, max_age_ms, now, meta[1], meta[2], meta[3], meta[4])
+  if evicted > 0 then
+    redis.call('HSET', M, 'floor', floor, 'count', count, 'nseq', nseq)
+    mark_dirty(dirtied)
+  end
 end
 
 -- Tags of every sequence of the session (for a refresh or a teardown).

@@ -76,27 +76,25 @@ if #batch > 0 then
     end
   end
 end
-if pushed then
-  redis.call('HSET', M, 'top', top, 'count', count, 'nseq', nseq, 's:' .. tag, state_text(s),
-             'lr', pushed)
-else
-  redis.call('HSET', M, 'top', top, 'count', count, 'nseq', nseq, 's:' .. tag, state_text(s))
-end
-local gc = tonumber(meta[6] or '0')
-local evicted = trim(tonumber(arg(3)), max_age, now,
-                     {top, meta[3], count, nseq})
-if evicted > 0 then
-  gc = gc + evicted
-  -- this sequence's own list is declared: drop its evicted head right here
-  s = load(tag)
-  if s and s.first - s.base >= 64 then
+local evicted, floor, count2, nseq2, dirtied =
+  evict(tonumber(arg(3)), max_age, now, top, meta[3], count, nseq, tag, s)
+local fields = {'top', top, 'floor', floor, 'count', count2, 'nseq', nseq2}
+if s.first < s.next then
+  if s.first - s.base >= 64 then
+    -- this sequence's own evicted head, dropped in place now and then
     redis.call('LTRIM', q, s.first - s.base, -1)
-    redis.call('HINCRBY', M, 'gc', s.base - s.first)
-    gc = gc - (s.first - s.base)
     s.base = s.first
-    save(tag, s)
   end
+  table.insert(fields, 's:' .. tag)
+  table.insert(fields, state_text(s))
 end
+if pushed then
+  table.insert(fields, 'lr')
+  table.insert(fields, pushed)
+end
+redis.call('HSET', M, unpack(fields))
+mark_dirty(dirtied)
+local gc = tonumber(meta[6] or '0') + dirtied
 ids = table.concat(ids, ',')
 if key ~= '' then
   if redis.call('HLEN', K) >= 1000 then redis.call('RENAME', K, K2) end
