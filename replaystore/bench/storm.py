@@ -8,7 +8,9 @@ For each store in turn:
 2. **storm**: the reconnects hit at once, ``concurrency`` in flight per
    replica, while writers keep appending to the live streams at a steady rate
    (resumes/s, latency, Redis CPU per resume);
-3. every answer is judged against the ground truth (:mod:`.truth`), and the
+3. **history**: one caller resumes sessions holding 10, 100 and 1,000 other
+   events (the cost of a resume against history size, without queueing);
+4. every answer is judged against the ground truth (:mod:`.truth`), and the
    store's keys are deleted.
 
 The stores run one after another on the same Redis, so each has the server to
@@ -31,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..testing.replicas import ReplicaPool
-from .catalog import CATALOG, available
+from .catalog import CATALOG, available, default_names
 from .progress import Bar
 from .redis_cost import RedisProbe, Sample
 from .stores import EVICTED_PREFIX, StoreSpec, is_redis_url
@@ -51,7 +53,7 @@ class Options:
     stores: list[str] = field(default_factory=list)  # empty: every store that runs on the URL
     events: int = 4  # mean events per stream before the storm
     share: float = 0.8  # of the sessions reconnect
-    pathology_rate: float = 0.1  # of the reconnects are pathological
+    pathology_rate: float = 0.1  # of the sessions reconnect with a pathology
     concurrency: int = 32  # resumes (and fill callers) in flight per replica
     append_rate: float = 400.0  # appends/s (all replicas) during the storm
     writers: int = 4  # writer tasks per replica during the storm
@@ -66,13 +68,12 @@ def run_storm(options: Options) -> dict[str, Any]:
     """Run the storm against every selected store; return the report (``docs/benchmarks.md``)."""
     redis = is_redis_url(options.url)
     replicas = options.replicas if redis else 1
-    names = options.stores or [n for n in CATALOG if available(n, redis) is None]
+    names = options.stores or default_names(redis)
     unavailable = {n: why for n in names if (why := available(n, redis)) is not None}
-    for name in CATALOG:
-        if name not in names and not options.stores:
-            why = available(name, redis)
-            if why is not None and not why.startswith(("needs", "memory://")):
-                unavailable[name] = why
+    if not options.stores:  # say why a peer is missing (a floor has its twin instead)
+        for name in CATALOG:
+            if name not in names and not name.startswith("raw"):
+                unavailable[name] = available(name, redis) or ""
     runnable = [n for n in names if n not in unavailable]
     sessions = plan_sessions(
         options.sessions,
