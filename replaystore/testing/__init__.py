@@ -1,5 +1,5 @@
-"""Real servers on loopback for tests and benchmarks: Redis, Valkey, Redis Cluster,
-and a TCP proxy that breaks connections on purpose.
+"""Real servers on loopback for tests and benchmarks: Redis, Valkey, Redis Cluster, a
+primary with a replica whose link can lag, and a TCP proxy that breaks connections on purpose.
 
 Shipped with the package so that ``replaystore bench`` and the test suite start
 servers the same way; it needs nothing beyond the standard library and the
