@@ -43,8 +43,8 @@ from .workload import Reconnect
 
 __all__ = ["ROUTING", "run_http_storm"]
 
-ROUTING = "sticky"
-"""``"sticky"`` or ``"round-robin"`` (the latter needs replicas that serve any session)."""
+ROUTING = "round-robin"
+"""``"round-robin"`` (any replica serves any session) or ``"sticky"`` (session-affine)."""
 
 PROTOCOL = "2025-11-25"
 NOTIFICATIONS = 8  # progress notifications per tool call
