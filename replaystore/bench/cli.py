@@ -55,7 +55,12 @@ def _parser() -> argparse.ArgumentParser:
         dest="stores",
         help="a store to run (repeat; default: every store that runs on the URL)",
     )
-    storm.add_argument("--events", type=int, default=4, help="mean events per stream (default: 4)")
+    storm.add_argument(
+        "--events",
+        type=int,
+        default=4,
+        help="events per stream before the storm: half to twice this (default: 4)",
+    )
     storm.add_argument(
         "--share", type=float, default=0.8, help="share of the sessions that reconnect (0.8)"
     )

@@ -51,7 +51,7 @@ class Options:
     sessions: int = 1000
     replicas: int = 2
     stores: list[str] = field(default_factory=list)  # empty: every store that runs on the URL
-    events: int = 4  # mean events per stream before the storm
+    events: int = 4  # events per stream before the storm: half to twice this
     share: float = 0.8  # of the sessions reconnect
     pathology_rate: float = 0.1  # of the sessions reconnect with a pathology
     concurrency: int = 32  # resumes (and fill callers) in flight per replica
