@@ -22,6 +22,7 @@ Any number of these servers on one Redis URL are replicas of each other.
 from __future__ import annotations
 
 import argparse
+import logging
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -52,6 +53,27 @@ DEFAULT_MAX_PAYLOAD = 8 << 20
 
 #: Seconds the server waits for open connections (SSE streams) at shutdown.
 SHUTDOWN_GRACE = 3
+
+#: Longest log message written, in characters: a client can send megabytes of
+#: text (a tool name, an id) that libraries echo into their log records.
+LOG_MESSAGE_LIMIT = 500
+
+
+class _BoundedLogMessages(logging.Filter):
+    """Cut overlong log messages, so one request cannot flood the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > LOG_MESSAGE_LIMIT:
+            record.msg = f"{message[:LOG_MESSAGE_LIMIT]}… ({len(message)} characters)"
+            record.args = None
+        return True
+
+
+def _bound_log_messages() -> None:
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _BoundedLogMessages) for f in handler.filters):
+            handler.addFilter(_BoundedLogMessages())
 
 
 def build_server() -> MCPServer:
@@ -107,6 +129,8 @@ def build_app(
     to :meth:`ReplayBuffer.from_url`.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
+    server = build_server()  # the SDK sets up its log handlers here
+    _bound_log_messages()
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     registry: Any = None
     if observer is None:
@@ -118,7 +142,7 @@ def build_app(
         except ImportError:  # pragma: no cover - optional extra
             observer = None
     app = streamable_http_app(
-        build_server(),
+        server,
         buffer,
         observer=observer,
         retry_interval=RETRY_INTERVAL_MS,

@@ -228,6 +228,40 @@ async def test_get_stream_on_one_replica_tails_appends_of_another(
     assert received == [f"broadcast {i}/6" for i in range(1, 7)]
 
 
+async def test_get_stream_dropped_and_resumed_through_the_proxy_exactly_once(
+    replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient
+) -> None:
+    """The standalone stream, read in pieces on whatever replica the proxy picks."""
+    session = await RawSession(fresh, replica_sets["sdk"].url).initialize()
+    received: list[str] = []
+    last: str | None = None
+    with anyio.fail_after(30):
+        async with session.get() as response:
+            assert response.status_code == 200
+            events = sse_events(response)
+            first = await anext(events)
+            last = first.id
+            assert await session.run_tool("broadcast", {"n": 12}) == "sent 12"
+            async for event in events:
+                last = event.id or last
+                if event.message is not None:
+                    received.append(str(event.message["params"]["data"]))
+                if len(received) == 3:
+                    break  # the client drops the connection
+        while len(received) < 12:
+            async with session.get(last) as response:
+                assert response.status_code == 200, await response.aread()
+                got = 0
+                async for event in sse_events(response):
+                    last = event.id or last
+                    if event.message is not None:
+                        received.append(str(event.message["params"]["data"]))
+                        got += 1
+                    if got == 4 or len(received) == 12:
+                        break
+    assert received == [f"broadcast {i}/12" for i in range(1, 13)]
+
+
 async def test_elicitation_answer_is_forwarded_to_the_replica_running_the_call(
     replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient
 ) -> None:
