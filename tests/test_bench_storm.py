@@ -181,3 +181,41 @@ def test_unreachable_redis_is_one_line_and_exit_2() -> None:
     assert done.stderr.startswith(f"replaystore bench: cannot reach {url}: ")
     assert len(done.stderr.strip().splitlines()) == 1
     assert done.stdout == ""
+
+
+def test_the_plan_mixes_each_pathology_at_the_stated_rate_and_routes_by_store() -> None:
+    from replaystore.bench.workload import plan_reconnects, plan_sessions
+
+    sessions = plan_sessions(
+        500, replicas=3, events=4, pathology_rate=0.1, small_retention=20, seed=7
+    )
+    truth = {
+        (s.session, name): [f"{s.session}/{name}/{k}" for k in range(s.events_per_stream)]
+        for s in sessions
+        for name in s.streams
+    }
+    owner = {s.session: s.owner for s in sessions}
+
+    def plan(sticky: bool) -> list[Reconnect]:
+        return plan_reconnects(
+            sessions, truth, replicas=3, share=0.8, pathology_rate=0.1, sticky=sticky, seed=7
+        )
+
+    roaming, sticky = plan(False), plan(True)
+    kinds = [r.kind for r in roaming]
+    for kind in ("conflated", "evicted", "ahead", "foreign"):
+        assert kinds.count(kind) == 10, kind  # 500 * 0.1 / 5
+    assert kinds.count("second") == 20  # two connections each
+    assert len(roaming) == 400 + 10 + 10  # 80 %, plus the evicted sessions and second connections
+    assert all(r.replica != owner[r.session] for r in roaming)
+    assert all(r.replica == owner[r.session] for r in sticky)
+    # Every store gets the same reconnects (ids differ, picks do not).
+    assert [(r.kind, r.session, r.stream, r.held) for r in roaming] == [
+        (r.kind, r.session, r.stream, r.held) for r in sticky
+    ]
+    for r in roaming:
+        own = truth[(r.session, r.stream)]
+        if r.kind in ("normal", "second", "ahead", "evicted"):
+            assert r.cursor == own[r.held]
+        else:  # conflated and foreign present a cursor of another stream
+            assert r.cursor not in own

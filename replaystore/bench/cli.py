@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -133,6 +134,7 @@ def _run_http(options: Options) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     from .plots import write_plots
     from .report import markdown
@@ -172,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["meta"]["redis_started_by_command"] = True
     else:
         report = run(options)
+    report["meta"]["command"] = shlex.join(["replaystore", "bench", *argv])
     written = []
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -408,9 +408,6 @@ def storm_meta(options: Options, replicas: int, *, redis: bool) -> dict[str, Any
     opts.pop("progress")
     return {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["replaystore", *sys.argv[1:]])
-        if sys.argv and sys.argv[0].endswith("replaystore")
-        else None,
         "options": opts,
         "backend": "redis" if redis else "memory",
         "machine": {
