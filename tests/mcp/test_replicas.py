@@ -262,6 +262,45 @@ async def test_get_stream_dropped_and_resumed_through_the_proxy_exactly_once(
     assert received == [f"broadcast {i}/12" for i in range(1, 13)]
 
 
+async def test_a_resume_on_another_replica_takes_the_stream_over(
+    replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient
+) -> None:
+    """The original POST connection on A ends once B carries its stream; B gets the rest once."""
+    a, b = replica_sets["sdk"].replicas[:2]
+    session = await RawSession(fresh, a.url).initialize()
+    on_b = RawSession(fresh, b.url, session_id=session.session_id)
+    request_id, body = session.call("countdown", {"n": 40, "interval_ms": 25}, token="k")
+    on_a: list[float] = []
+    rest: list[float] = []
+    text = None
+    with anyio.fail_after(30):
+        async with session.post(body) as original:
+            events = sse_events(original)
+            last = ""
+            async for event in events:
+                last = event.id or last
+                if (value := progress_of(event)) is not None:
+                    on_a.append(value)
+                if len(on_a) == 3:
+                    break
+            async with on_b.get(last) as resumed:
+                assert resumed.status_code == 200
+                # The old connection is closed by A: its stream ends without the result.
+                async for event in events:
+                    if (value := progress_of(event)) is not None:
+                        on_a.append(value)
+                    assert result_text(event, request_id) is None
+                async for event in sse_events(resumed):
+                    if (value := progress_of(event)) is not None:
+                        rest.append(value)
+                    if (text := result_text(event, request_id)) is not None:
+                        break
+    assert text == "done 40"
+    # Everything after the resumed cursor, exactly once, on the new connection.
+    assert rest == [float(i) for i in range(4, 41)]
+    assert on_a[:3] == [1.0, 2.0, 3.0]
+
+
 async def test_elicitation_answer_is_forwarded_to_the_replica_running_the_call(
     replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient
 ) -> None:
