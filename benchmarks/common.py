@@ -267,8 +267,9 @@ async def count_inner_commands(
     """Redis commands per call of ``run``, and the server time one call costs.
 
     ``CONFIG RESETSTAT`` first, so only meaningful on a server nobody else uses:
-    ours. ``server_us_per_call`` is the time Redis spent executing: the script's
-    (EVALSHA includes its inner commands) or the sum of the plain commands'.
+    ours. ``server_us_per_call`` is the time Redis spent executing: the
+    function's or script's (FCALL/EVALSHA include their inner commands) or the
+    sum of the plain commands'.
     """
     await r.config_resetstat()
     for _ in range(times):
@@ -276,13 +277,16 @@ async def count_inner_commands(
     stats = await commandstats(r)
     for noise in ("config|resetstat", "info"):
         stats.pop(noise, None)
-    if "evalsha" in stats:
-        server_usec = stats["evalsha"][1]
+    outer = [name for name in ("fcall", "evalsha") if name in stats]
+    if outer:  # a function or script: its time includes the commands it ran
+        server_usec = sum(stats[name][1] for name in outer)
     else:
         server_usec = sum(usec for _, usec in stats.values())
     calls = {k: round(v[0] / times, 2) for k, v in sorted(stats.items(), key=lambda kv: -kv[1][0])}
     return {
         "calls": calls,
-        "inner_commands": round(sum(v for k, v in calls.items() if k != "evalsha"), 2),
+        "inner_commands": round(
+            sum(v for k, v in calls.items() if k not in ("evalsha", "fcall")), 2
+        ),
         "server_us_per_call": round(server_usec / times, 1),
     }

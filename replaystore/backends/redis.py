@@ -53,7 +53,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._rules import Chain, Record, SequenceState, Stored, evidence_for, judge, unknown_session
@@ -109,9 +109,22 @@ T = TypeVar("T")
 _RETRYABLE = (RedisConnectionError, RedisTimeoutError)
 
 
+_OPERATIONS = ("open", "append", "facts", "info", "close", "sweep", "touch")
+
+
+def _lua(name: str) -> str:
+    return (resources.files("replaystore.backends") / "lua" / name).read_text()
+
+
+_LIB = _PRELUDE + _lua("_lib.lua") + "\n"
+_BODIES = {
+    name: f"local function op_{name}()\n{_lua(f'{name}.lua')}\nend\n" for name in _OPERATIONS
+}
+
+
 @dataclass(frozen=True, slots=True)
 class _Script:
-    """One Lua script: the slot table, the shared helpers, then the operation's own file."""
+    """One operation as an EVAL script: the slot table, the helpers, the operation, a call."""
 
     name: str
     source: str
@@ -119,20 +132,27 @@ class _Script:
 
     @classmethod
     def load(cls, name: str) -> _Script:
-        folder = resources.files("replaystore.backends") / "lua"
-        source = (
-            _PRELUDE
-            + (folder / "_lib.lua").read_text()
-            + "\n"
-            + (folder / f"{name}.lua").read_text()
-        )
+        source = _LIB + _BODIES[name] + f"return run(op_{name}, KEYS, ARGV)\n"
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
-_SCRIPTS = {
-    name: _Script.load(name)
-    for name in ("open", "append", "facts", "info", "close", "sweep", "touch")
-}
+_SCRIPTS = {name: _Script.load(name) for name in _OPERATIONS}
+
+#: The same operations as one function library (Redis 7+, Valkey): the helpers
+#: are defined once when it is loaded, not on every call as in a script. The
+#: name carries a hash of the code, so a server never runs another version's.
+_LIBRARY_ID = hashlib.sha1("".join(s.source for s in _SCRIPTS.values()).encode()).hexdigest()[:12]
+_FUNCTIONS = {name: f"replaystore_{_LIBRARY_ID}_{name}" for name in _OPERATIONS}
+_LIBRARY = (
+    f"#!lua name=replaystore_{_LIBRARY_ID}\n"
+    + _LIB
+    + "".join(_BODIES.values())
+    + "".join(
+        f"redis.register_function('{_FUNCTIONS[name]}', "
+        f"function(keys, argv) return run(op_{name}, keys, argv) end)\n"
+        for name in _OPERATIONS
+    )
+)
 
 
 @register_backend
@@ -184,6 +204,9 @@ class RedisBackend(Backend):
             and isinstance(pool, ConnectionPool)
             and getattr(pool, "connection_class", type).__module__.startswith("redis.")
         )
+        # Operations run as a function library where the client talks to one
+        # real server directly; elsewhere (a cluster, fakes) as scripts.
+        self._functions = self._raw_transactions
 
     @classmethod
     def from_url(
@@ -236,6 +259,34 @@ class RedisBackend(Backend):
             raise StorageError(f"{what} failed on redis: {exc}") from exc
 
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if self._functions:
+            try:
+                return await self._command("FCALL", _FUNCTIONS[name], len(keys), *keys, *args)
+            except ResponseError as exc:
+                text = str(exc).lower()
+                if "read only replica" in text:
+                    # a function may write, so a replica refuses any; a read
+                    # that writes nothing still runs there as a script
+                    return await self._script(name, keys, args)
+                if "function not found" not in text:
+                    raise
+            # Functions are lost with a restart without persistence, or never
+            # loaded: load the library (once) and call again; a server that
+            # refuses it (no permission, no functions) gets scripts instead.
+            try:
+                await self._command("FUNCTION", "LOAD", "REPLACE", _LIBRARY)
+            except ResponseError:
+                self._functions = False
+            else:
+                try:
+                    return await self._command("FCALL", _FUNCTIONS[name], len(keys), *keys, *args)
+                except ResponseError as exc:
+                    if "function not found" not in str(exc).lower():
+                        raise
+                    # flushed again in between: this call runs as a script
+        return await self._script(name, keys, args)
+
+    async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         script = _SCRIPTS[name]
         try:
             return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)

@@ -21,43 +21,49 @@ from ._support import bare, client_of, command_calls
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
 
-def _sha(name: str) -> str:
-    from replaystore.backends.redis import _SCRIPTS
+async def _library_loaded(client: Any) -> bool:
+    from replaystore.backends.redis import _LIBRARY_ID
 
-    return _SCRIPTS[name].sha
+    names = [
+        dict(zip(e[::2], e[1::2], strict=True))[b"library_name"]
+        for e in await client.function_list()
+    ]
+    return f"replaystore_{_LIBRARY_ID}".encode() in names
 
 
 async def test_script_flush_between_operations(scratch_server: ServerHandle, prefix: str) -> None:
-    """Every operation re-sends its script (EVAL) when the cache was emptied."""
+    """Every operation loads the function library again when it was flushed
+    (a restart without persistence, FUNCTION FLUSH, a failover to a server
+    without it)."""
     async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
         client = client_of(buf)
-        await client.script_flush()
+        await client.function_flush()
         info = await buf.open_session("s")
-        assert await client.script_exists(_sha("open")) == [True]
+        assert await _library_loaded(client)
         ids = []
         for i in range(3):
-            await client.script_flush()
+            await client.function_flush()
             ids.append(await buf.append("s", "q", b"%d" % i))
-            assert await client.script_exists(_sha("append")) == [True]
-        await client.script_flush()
+            assert await _library_loaded(client)
+        await client.function_flush()
         ids += await buf.append_many("s", "q", [b"3", b"4"])
         assert [bare(i) for i in ids] == [f"{info.epoch}-{p}" for p in range(1, 6)]
-        await client.script_flush()
+        await client.function_flush()
         probe = await buf.resolve("s", ids[1])
         assert probe.verdict is Verdict.RESUMED
-        await client.script_flush()
+        await client.function_flush()
         replay = await buf.resolve_and_replay("s", ids[1])
         assert [e.payload for e in replay.events] == [b"2", b"3", b"4"]
-        await client.script_flush()
+        await client.function_flush()
         snapshot = await buf.session_info("s")
         assert snapshot is not None
         assert snapshot.high_water == 5
-        await client.script_flush()
+        await client.function_flush()
         assert await buf.close_session("s") is True
 
 
 async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, prefix: str) -> None:
-    """SCRIPT FLUSH from another connection, in a loop, while two replicas append.
+    """FUNCTION FLUSH from another connection, in a loop, while two replicas append.
 
     Nothing may fail and nothing may be lost: the positions of both writers'
     events together are exactly 1..N, each writer's events in its own order.
@@ -85,7 +91,7 @@ async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, p
             async def flusher() -> None:
                 nonlocal flushes
                 while not done.is_set():
-                    await admin.script_flush()
+                    await admin.function_flush()
                     flushes += 1
                     await anyio.sleep(0.001)
 
@@ -98,8 +104,8 @@ async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, p
 
             stats = await command_calls(admin)
             assert flushes > 10
-            # The fallback really ran: some calls hit NOSCRIPT and were re-sent with EVAL.
-            assert stats.get("eval", 0) > 0, stats
+            # The reload really ran: some calls found no function and loaded the library.
+            assert stats.get("function|load", 0) > 0, stats
 
             total = len(written["w1"]) + len(written["w2"])
             assert total == 2 * (rounds + rounds // 10 * 2)
@@ -125,7 +131,7 @@ class _CountingClient:
 
     The backend sends everything through two methods: ``_command`` (one
     command: a script call) and ``_transaction`` (one ``MULTI``/``EXEC``
-    packet). Wrapping both sees every round trip, as ``["EVALSHA", ...]`` and
+    packet). Wrapping both sees every round trip, as ``["FCALL", ...]`` and
     ``"MULTI"`` entries.
     """
 
@@ -153,7 +159,7 @@ class _CountingClient:
 async def test_one_round_trip_per_operation(
     kind: str, request: pytest.FixtureRequest, prefix: str
 ) -> None:
-    """Each append and append_many is exactly one EVALSHA; each resume of a
+    """Each append and append_many is exactly one FCALL; each resume of a
     hinted cursor is exactly one MULTI/EXEC and runs no script.
 
     How it is counted, and why this way: Redis 7.0 (the redis-server used
@@ -168,9 +174,9 @@ async def test_one_round_trip_per_operation(
       command, or one ``MULTI``/``EXEC`` packet), so the list is exactly the
       round trips;
     * server side, on a server of this module alone, ``CONFIG RESETSTAT`` and
-      then ``cmdstat_evalsha`` / ``cmdstat_exec`` must equal the number of
-      operations and ``cmdstat_eval`` must be absent (no NOSCRIPT fallback: the
-      scripts are cached by the warm-up).
+      then ``cmdstat_fcall`` / ``cmdstat_exec`` must equal the number of
+      operations, and no library load or script may have run (the warm-up
+      loaded the library).
     """
     server: ServerHandle = request.getfixturevalue(
         "scratch_server" if kind == "redis" else "scratch_valkey"
@@ -192,6 +198,8 @@ async def test_one_round_trip_per_operation(
                 sent = counter.take()
                 stats = await command_calls(admin)
                 assert "eval" not in stats, stats
+                assert "evalsha" not in stats, stats
+                assert "function|load" not in stats, stats
                 return sent, stats
 
             ids: list[str] = []
@@ -209,16 +217,16 @@ async def test_one_round_trip_per_operation(
                 ids.extend(await buf.append_many("s", "q", [b"b"] * 100))
 
             sent, stats = await measure(appends)
-            assert sent == ["EVALSHA"] * n
-            assert stats["evalsha"] == n
+            assert sent == ["FCALL"] * n
+            assert stats["fcall"] == n
             sent, stats = await measure(replays)
             assert sent == ["MULTI"] * n
             assert stats["exec"] == stats["multi"] == n
-            assert "evalsha" not in stats, stats
+            assert "fcall" not in stats, stats
             assert stats["lrange"] == n
             sent, stats = await measure(burst)
-            assert sent == ["EVALSHA"]
-            assert stats["evalsha"] == 1
+            assert sent == ["FCALL"]
+            assert stats["fcall"] == 1
             # All 100 events were written by that single script run, in one RPUSH.
             assert stats["rpush"] == 1
             assert bare(ids[-1]) == f"{info.epoch}-{1 + n + 100}"
@@ -292,8 +300,8 @@ async def test_replay_cost_independent_of_history(
     finally:
         await admin.aclose()
     for resolve_calls, replay_calls in (small, big, deep):
-        assert resolve_calls.pop("evalsha") == 1
-        assert "evalsha" not in replay_calls
+        assert resolve_calls.pop("fcall") == 1
+        assert "fcall" not in replay_calls
     assert small == big == deep
     # A replay is one snapshot: the bookkeeping and one native range read.
     resolve_calls, replay_calls = small

@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script by replaystore/backends/redis.py
+-- Shared helpers, loaded before the operations by replaystore/backends/redis.py
 -- (after a generated `local SLOT = {...}` table naming the reply slots).
 -- Every key a script touches is declared in KEYS, all with the session's hash tag:
 --   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, gc, and per sequence
@@ -8,15 +8,31 @@
 --   KEYS[3] g  set of sequence tags whose list holds evicted elements
 --   KEYS[4] t  tombstone string (JSON) left by a teardown or a close
 --   KEYS[5] k, KEYS[6] k2  idempotency keys: this generation, the previous one
---   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]:
+--   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]
+--              (the operation's own arguments follow, read with arg(n)):
 --              element "<position>:<payload>", or "<position>" for a priming event
-local M, I, G, T, K, K2 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local NQ = tonumber(ARGV[1])
+-- The same code runs as a function library (FCALL: defined once, called by
+-- name) or as one EVAL script per operation; `run` sets these per call.
+local KS, AV
+local M, I, G, T, K, K2
 local Q = {}
-for j = 1, NQ do Q[ARGV[1 + j]] = KEYS[6 + j] end
-local A = 1 + NQ -- script arguments start at ARGV[A + 1]
+local A = 1 -- script arguments start at AV[A + 1]
 
-local function arg(n) return ARGV[A + n] end
+local function setup(keys, argv)
+  KS, AV = keys, argv
+  M, I, G, T, K, K2 = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  local nq = tonumber(argv[1])
+  Q = {}
+  for j = 1, nq do Q[argv[1 + j]] = keys[6 + j] end
+  A = 1 + nq
+end
+
+local function run(op, keys, argv)
+  setup(keys, argv)
+  return op()
+end
+
+local function arg(n) return AV[A + n] end
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -28,8 +28,8 @@ local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
 local ids, batch = {}, {}
 local pushed = nil
-for j = A + 9, #ARGV do
-  local a = ARGV[j]
+for j = A + 9, #AV do
+  local a = AV[j]
   local priming = string.byte(a, 1) == 112 -- 'p'
   if s and priming and s.priming == 1 then
     -- only the newest of consecutive priming events is kept: hand out its id again
