@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 from mcp import ClientSession
@@ -454,4 +455,45 @@ async def test_replica_killed_mid_call(mcp_redis: ServerHandle, tmp_path: Path) 
         assert other_progress == [float(i) for i in range(1, 61)]
     finally:
         doomed.stop()
+        survivor.stop()
+
+
+async def test_a_replica_stopped_gracefully_hands_its_requests_over_at_once(
+    mcp_redis: ServerHandle, tmp_path: Path
+) -> None:
+    """SIGTERM mid-call: the lease is dropped at shutdown; another replica answers at once."""
+    store = f"{mcp_redis.url}?prefix=rg:"
+    long_lease = ("--lease-seconds", "120")  # far longer than the hang guard below
+    stopping, survivor = (
+        spawn_replica(f"stop-{i}", store, tmp_path, *long_lease) for i in range(2)
+    )
+    try:
+        wait_ready([stopping, survivor])
+        async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
+            session = await RawSession(http, stopping.url).initialize()
+            request_id, body = session.call("countdown", {"n": 10_000, "interval_ms": 20}, "g")
+            last = ""
+            with anyio.fail_after(30):
+                async with session.post(body) as response:
+                    async for event in sse_events(response):
+                        last = event.id or last
+                        if progress_of(event) == 3.0:
+                            break
+                stopping.proc.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(stopping.proc.wait)
+            on_survivor = RawSession(http, survivor.url, session_id=session.session_id)
+            final: dict[str, Any] | None = None
+            with anyio.fail_after(30):  # well inside the 120 s lease
+                while final is None:
+                    async with on_survivor.get(last) as response:
+                        assert response.status_code == 200, await response.aread()
+                        async for event in sse_events(response):
+                            last = event.id or last
+                            message = event.message
+                            if message and message.get("id") == request_id:
+                                final = message
+                                break
+            assert final["error"]["message"] == "request lost: its server replica stopped"
+    finally:
+        stopping.stop()
         survivor.stop()
