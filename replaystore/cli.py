@@ -69,6 +69,20 @@ def _parser() -> argparse.ArgumentParser:
         choices=_LOG_LEVELS,
         help="server log level (default: %(default)s)",
     )
+    server.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=5.0,
+        help="how long a request's lease lasts unrenewed: a client whose request's replica "
+        "stopped gets an error after about this long (default: %(default)s)",
+    )
+    server.add_argument(
+        "--max-payload",
+        type=int,
+        default=8 << 20,
+        help="largest message stored, in bytes; a larger result is answered with an error "
+        "(default: %(default)s)",
+    )
 
     inspect = sub.add_parser(
         "inspect",
@@ -201,7 +215,13 @@ def _run(args: argparse.Namespace) -> int:
         _configure_logging(args.log_level)
         anyio.run(_check_store, args.url)
         serve(
-            args.host, args.port, url=args.url, max_events=args.max_events, log_level=args.log_level
+            args.host,
+            args.port,
+            url=args.url,
+            max_events=args.max_events,
+            log_level=args.log_level,
+            lease_ttl=args.lease_seconds,
+            max_payload=args.max_payload,
         )
         return 0
     if args.command == "inspect":
