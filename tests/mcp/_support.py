@@ -207,12 +207,13 @@ class RawSession:
     session_id: str = ""
     next_id: int = 1
     seen_ids: list[str] = field(default_factory=list)
+    version: str = PV
 
     def headers(self, **extra: str) -> dict[str, str]:
         headers = {
             "accept": "application/json, text/event-stream",
             "content-type": "application/json",
-            "mcp-protocol-version": PV,
+            "mcp-protocol-version": self.version,
         }
         if self.session_id:
             headers["mcp-session-id"] = self.session_id
@@ -225,7 +226,7 @@ class RawSession:
             "id": 0,
             "method": "initialize",
             "params": {
-                "protocolVersion": PV,
+                "protocolVersion": self.version,
                 "capabilities": {},
                 "clientInfo": {"name": "raw", "version": "0"},
             },

@@ -207,6 +207,39 @@ async def test_client_dropped_streams_resume_exactly_once_on_other_replicas(
     assert ids == sorted(ids) and len(ids) == len(set(ids))
 
 
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-06-18"])
+async def test_older_protocol_revisions_resume_on_other_replicas(
+    replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient, version: str
+) -> None:
+    """Before 2025-11-25 there are no priming events; messages still resume anywhere."""
+    session = await RawSession(fresh, replica_sets["sdk"].url, version=version).initialize()
+    request_id, body = session.call("countdown", {"n": 12, "interval_ms": 20}, token="o")
+    progress: list[float] = []
+    last = ""
+    text = None
+    with anyio.fail_after(30):
+        async with session.post(body) as response:
+            async for event in sse_events(response):
+                assert not event.priming
+                last = event.id or last
+                if (value := progress_of(event)) is not None:
+                    progress.append(value)
+                if len(progress) == 4:
+                    break
+        while text is None:
+            async with session.get(last) as response:
+                assert response.status_code == 200, await response.aread()
+                async for event in sse_events(response):
+                    assert not event.priming
+                    last = event.id or last
+                    if (value := progress_of(event)) is not None:
+                        progress.append(value)
+                    if (text := result_text(event, request_id)) is not None:
+                        break
+    assert text == "done 12"
+    assert progress == [float(i) for i in range(1, 13)]
+
+
 async def test_get_stream_on_one_replica_tails_appends_of_another(
     replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient
 ) -> None:
