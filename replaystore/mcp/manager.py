@@ -272,7 +272,15 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
                     return None
                 with anyio.fail_after(self._replica.store_timeout):
                     record = await self._replica.registry.get_session(session_id)
+                    # The record and the events end together; if the events
+                    # are gone (expired, torn down) the record is stale.
+                    live = record is not None and (
+                        await self._replay_store.buffer.session_info(session_id) is not None
+                    )
                 if record is None:
+                    return None
+                if not live:
+                    await self._replica.registry.drop_session(session_id)
                     return None
                 if record.get("owner", "") != _fingerprint(requestor):
                     logger.warning(

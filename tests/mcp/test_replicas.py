@@ -24,6 +24,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitRequestParams, ElicitResult
 
+from replaystore import ReplayBuffer
 from replaystore.mcp.forwarding import replica_of
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
@@ -424,6 +425,17 @@ async def test_a_session_the_store_does_not_know_is_404_everywhere(
         assert await forged.ping_status() == 404
         async with forged.get("0123456789ab-1") as response:
             assert response.status_code == 404
+
+
+async def test_a_record_whose_events_are_gone_is_not_adopted(
+    replica_sets: dict[str, ReplicaSet], mcp_redis: ServerHandle, fresh: httpx.AsyncClient
+) -> None:
+    """Only a session the store knows to be live is adopted, whatever record is left over."""
+    a, b, _ = replica_sets["sdk"].replicas
+    session = await RawSession(fresh, a.url).initialize()
+    async with ReplayBuffer.from_url(mcp_redis.url, prefix="rr:") as buffer:
+        assert await buffer.close_session(session.session_id)  # the events end, not the record
+    assert await RawSession(fresh, b.url, session_id=session.session_id).ping_status() == 404
 
 
 # ---------------------------------------------------------------- a replica dies
