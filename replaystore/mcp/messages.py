@@ -9,6 +9,7 @@ replica.
 from __future__ import annotations
 
 import hashlib
+from typing import TypeGuard
 
 from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse, jsonrpc_message_adapter
@@ -40,7 +41,7 @@ def decode_message(payload: bytes) -> JSONRPCMessage:
     return jsonrpc_message_adapter.validate_json(payload, by_name=False)
 
 
-def is_response(message: object) -> bool:
+def is_response(message: object) -> TypeGuard[JSONRPCResponse | JSONRPCError]:
     """True for a JSON-RPC response or error: the message that ends a request's stream."""
     return isinstance(message, JSONRPCResponse | JSONRPCError)
 

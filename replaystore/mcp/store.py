@@ -36,7 +36,7 @@ from mcp.server.streamable_http import (
     EventStore,
     StreamId,
 )
-from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage, JSONRPCResponse
+from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 
 from ..buffer import ReplayBuffer
 from ..cursor import Cursor
@@ -540,7 +540,6 @@ class SessionEventStore(EventStore):
         )
         if not is_response(message):
             return None
-        assert isinstance(message, JSONRPCResponse | JSONRPCError)
         error = ErrorData(
             code=INTERNAL_ERROR,
             message=f"the result ({size} bytes) is above the server's message size limit "
