@@ -16,6 +16,7 @@ from replaystore.mcp.bus import MemoryBus
 from replaystore.mcp.forwarding import ReplicaDispatcher, Route, replica_of, route
 from replaystore.mcp.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
 from replaystore.mcp.replica import Replica
+from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import (
     ServerHandle,
     redis_server_binary,
@@ -234,3 +235,40 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
                 await three.wait()
             await two.bus.unwatch("T")
     assert heard == [("wake", "7"), ("end", "S{1}"), ("fwd", "{}")]
+
+
+async def test_notifications_resume_after_the_connection_is_cut(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    """The subscription connection is cut: the replica re-reads, resubscribes, hears again."""
+    if "redis" not in real_servers:
+        real_servers["redis"] = start_standalone(redis_server_binary(), "redis")
+    handle = real_servers["redis"]
+    prefix = f"cut{uuid.uuid4().hex[:6]}:"
+    with TcpProxy([("127.0.0.1", handle.ports[0])]) as proxy:
+        async with (
+            ReplayBuffer.from_url(handle.url, prefix=prefix) as first,
+            ReplayBuffer.from_url(proxy.url(), prefix=prefix) as second,
+        ):
+            one, two = Replica(first), Replica(second)
+            heard: list[str] = []
+            again = anyio.Event()
+
+            class _View:
+                def wake_local(self, sequence: str) -> None:
+                    heard.append(sequence)
+                    if sequence == "after":
+                        again.set()
+
+                def wake_all(self) -> None:
+                    heard.append("*")  # every live connection re-reads the store
+
+            async with one.run(), two.run():
+                two.views["T"] = _View()  # type: ignore[assignment]
+                await two.bus.watch("T")
+                assert proxy.sever_all() >= 1
+                with anyio.fail_after(20):
+                    while not again.is_set():
+                        one.wake("T", "after")
+                        await anyio.sleep(0.2)
+    assert "*" in heard and "after" in heard
