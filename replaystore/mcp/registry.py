@@ -95,6 +95,20 @@ class _MemoryState:
         self.records: dict[str, tuple[dict[str, str], float]] = {}
         self.leases: dict[tuple[str, str], tuple[str, float]] = {}
         self.ends: dict[tuple[str, str], float] = {}
+        self.writes = 0
+
+    def sweep(self) -> None:
+        """Forget what expired (every so many writes, so memory does not grow forever)."""
+        self.writes += 1
+        if self.writes % 1000:
+            return
+        now = _now()
+        for key in [k for k, (_, until) in self.records.items() if until <= now]:
+            del self.records[key]
+        for lease in [k for k, (_, until) in self.leases.items() if until <= now]:
+            del self.leases[lease]
+        for end in [k for k, until in self.ends.items() if until <= now]:
+            del self.ends[end]
 
 
 _MEMORY: weakref.WeakKeyDictionary[Any, _MemoryState] = weakref.WeakKeyDictionary()
@@ -114,6 +128,7 @@ class MemoryRegistry(Registry):
         self._state = state
 
     async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
+        self._state.sweep()
         self._state.records[session] = (dict(fields), _deadline(ttl))
 
     async def get_session(self, session: str) -> dict[str, str] | None:
@@ -138,6 +153,7 @@ class MemoryRegistry(Registry):
         self._state.records.pop(session, None)
 
     async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
+        self._state.sweep()
         self._state.leases[(session, stream)] = (owner, _deadline(ttl))
 
     async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
