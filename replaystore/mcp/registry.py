@@ -221,12 +221,8 @@ class RedisRegistry(Registry):
         self._client = backend.client
 
     def _base(self, session: str) -> str:
-        key_base = getattr(self._backend, "key_base", None)
-        if callable(key_base):
-            return str(key_base(session))
-        # The same hash-tagged base as the backend's own keys of the session.
-        tag = session if "{" not in session and "}" not in session else " " + session.encode().hex()
-        return f"{self._backend.prefix}{{{tag}}}"
+        """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
+        return str(self._backend.key_base(session))
 
     def _record(self, session: str) -> str:
         return f"{self._base(session)}:mcp"
