@@ -46,6 +46,7 @@ class Record:
     sequence: str
     ordinal: int
     payload: bytes | None
+    stamp: int = 0  # when it was stored (ms): tells apart two events at one position
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,7 @@ class Stored:
 
     positions: list[int | None]
     payloads: list[bytes | None]
+    stamps: list[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +93,13 @@ class Chain:
     first_ordinal: int
     positions: list[int]
     payloads: list[bytes | None]
+    stamps: list[int]
 
     def __len__(self) -> int:
         return len(self.positions)
 
 
-_EMPTY = Chain("", 0, [], [])
+_EMPTY = Chain("", 0, [], [], [])
 
 
 class Facts(Protocol):
@@ -182,6 +185,8 @@ def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
     record = facts.record(p)
     if record is None:
         return fail(Verdict.NOT_RETAINED, "missing_event")
+    if cursor.stamp is not None and cursor.stamp != record.stamp:
+        return fail(Verdict.NOT_RETAINED, "other_event")
     if named is not None and record.sequence != named:
         return fail(Verdict.SEQUENCE_MISMATCH, "mismatch", record.sequence)
     state = facts.sequence(record.sequence)
@@ -205,7 +210,13 @@ def _chain(facts: Facts, state: SequenceState, start: int, after: int) -> Judgem
         last = ordered[-1]
     if len(positions) != want or last != state.high_water:
         return Judgement(Verdict.NOT_RETAINED, "chain_short", state.name)
-    chain = Chain(state.name, start, ordered if positions else [], stored.payloads[:want])
+    chain = Chain(
+        state.name,
+        start,
+        ordered if positions else [],
+        stored.payloads[:want],
+        stored.stamps[:want],
+    )
     return Judgement(Verdict.RESUMED, "resumed", state.name, chain)
 
 

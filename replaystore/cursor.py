@@ -8,18 +8,20 @@ teardown or behind a proxy that mixes sessions it could silently point at a
 different event.
 
 Event ids also carry a *hint*: the event's sequence tag (a hash of the
-sequence name) and its ordinal within that sequence. The hint lets a backend
-read the missed events of the sequence directly, in one range read, instead of
-looking the position up first. It is never trusted: a backend uses it only
-after checking that the stored event at that ordinal has the cursor's
-position, and judges by the position alone otherwise. A forged hint can
-therefore only slow a resume down, never change its verdict or its events.
+sequence name), its ordinal within that sequence, and its stamp (the
+server's clock, in milliseconds, when it was stored). The tag and the
+ordinal let a backend read the missed events of the sequence directly, in one
+range read, instead of looking the position up first; they are never
+trusted, only checked against the stored event. The stamp tells two events
+apart that got the same position: after a failover to a replica that had not
+received the newest events, the new primary issues those positions again,
+and a cursor naming a lost event must not resume after the new one.
 
 Spellings: ``<epoch>-<position>`` (the origin, and ids issued by earlier
-versions) and ``<epoch>-<position>.<tag>.<ordinal>``, for example
-``3f9a1c0b7d2e-4471.9c1f0e2a7b3d4c5e.1088``: ASCII, never containing CR, LF or
-NUL, so always a valid SSE ``id:`` field. Both spellings of one event resolve
-the same way.
+versions: judged by position alone) and
+``<epoch>-<position>.<tag>.<ordinal>.<stamp>``, for example
+``3f9a1c0b7d2e-4471.9c1f0e2a7b3d4c5e.1088.1764694800123``: ASCII, never
+containing CR, LF or NUL, so always a valid SSE ``id:`` field.
 
 Position ``0`` is the *origin*: "before the first event of this incarnation".
 It is never handed out as an event id; :meth:`SessionInfo.origin` gives it to a
@@ -55,11 +57,12 @@ TAG_LENGTH = 16
 #: significant digits, so they stay below 10**14.
 MAX_POSITION = 10**14 - 1
 #: Anything longer is rejected before any regular expression runs on it.
-MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 14 + 1 + TAG_LENGTH + 1 + 14
+MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 14 + 1 + TAG_LENGTH + 1 + 14 + 1 + 14
 
 _NUMBER = "(0|[1-9][0-9]{0,13})"
 _CURSOR_RE = re.compile(
-    rf"([0-9a-f]{{{EPOCH_LENGTH}}})-{_NUMBER}(?:\.([0-9a-f]{{{TAG_LENGTH}}})\.{_NUMBER})?"
+    rf"([0-9a-f]{{{EPOCH_LENGTH}}})-{_NUMBER}"
+    rf"(?:\.([0-9a-f]{{{TAG_LENGTH}}})\.{_NUMBER}\.{_NUMBER})?"
 )
 _EPOCH_RE = re.compile(rf"[0-9a-f]{{{EPOCH_LENGTH}}}")
 _TAG_RE = re.compile(rf"[0-9a-f]{{{TAG_LENGTH}}}")
@@ -97,19 +100,20 @@ class Cursor:
     position: int
     tag: str | None = None
     ordinal: int | None = None
+    stamp: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.epoch, str) or not _EPOCH_RE.fullmatch(self.epoch):
             raise CursorError(f"epoch must be {EPOCH_LENGTH} lowercase hex digits")
         if not _is_number(self.position):
             raise CursorError(f"position must be an integer in [0, {MAX_POSITION}]")
-        if (self.tag is None) != (self.ordinal is None):
-            raise CursorError("a hint needs both the sequence tag and the ordinal")
+        if not (self.tag is None) == (self.ordinal is None) == (self.stamp is None):
+            raise CursorError("a hint needs the sequence tag, the ordinal and the stamp")
         if self.tag is not None:
             if not isinstance(self.tag, str) or not _TAG_RE.fullmatch(self.tag):
                 raise CursorError(f"tag must be {TAG_LENGTH} lowercase hex digits")
-            if not _is_number(self.ordinal):
-                raise CursorError(f"ordinal must be an integer in [0, {MAX_POSITION}]")
+            if not _is_number(self.ordinal) or not _is_number(self.stamp):
+                raise CursorError(f"ordinal and stamp must be integers in [0, {MAX_POSITION}]")
             if self.position == 0:
                 raise CursorError("the origin carries no hint")
 
@@ -132,9 +136,13 @@ class Cursor:
             raise CursorError(f"cursor longer than {MAX_CURSOR_LENGTH} characters")
         match = _CURSOR_RE.fullmatch(value)
         if match is None:
-            raise CursorError("cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>]")
-        epoch, position, tag, ordinal = match.groups()
-        return cls(epoch, int(position), tag, None if ordinal is None else int(ordinal))
+            raise CursorError(
+                "cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>.<stamp>]"
+            )
+        epoch, position, tag, ordinal, stamp = match.groups()
+        if tag is None:
+            return cls(epoch, int(position))
+        return cls(epoch, int(position), tag, int(ordinal), int(stamp))
 
     @classmethod
     def try_parse(cls, value: object) -> Cursor | None:
@@ -144,12 +152,13 @@ class Cursor:
         except CursorError:
             return None
 
-    def _key(self) -> tuple[str, int, str, int]:
+    def _key(self) -> tuple[str, int, str, int, int]:
         return (
             self.epoch,
             self.position,
             self.tag or "",
             -1 if self.ordinal is None else self.ordinal,
+            -1 if self.stamp is None else self.stamp,
         )
 
     def __lt__(self, other: object) -> bool:
@@ -165,4 +174,4 @@ class Cursor:
     def __str__(self) -> str:
         if self.tag is None:
             return f"{self.epoch}-{self.position}"
-        return f"{self.epoch}-{self.position}.{self.tag}.{self.ordinal}"
+        return f"{self.epoch}-{self.position}.{self.tag}.{self.ordinal}.{self.stamp}"

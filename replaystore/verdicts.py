@@ -78,6 +78,10 @@ REASONS: dict[str, tuple[Verdict, str]] = {
         "the cursor's event has been evicted (never clamp to the floor)",
     ),
     "missing_event": (Verdict.NOT_RETAINED, "no event is retained at the cursor position"),
+    "other_event": (
+        Verdict.NOT_RETAINED,
+        "the event stored at the cursor's position is not the cursor's (lost in a failover?)",
+    ),
     "mismatch": (
         Verdict.SEQUENCE_MISMATCH,
         "the cursor's event belongs to another sequence than the one named",

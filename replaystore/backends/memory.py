@@ -112,6 +112,7 @@ class _Session:
         return Stored(
             [None if r is None else r.position for r in events],
             [None if r is None else r.payload for r in events],
+            [0 if r is None else r.stamp for r in events],
         )
 
     @staticmethod
@@ -301,7 +302,9 @@ class MemoryBackend(Backend):
             if seq is not None and payload is None and seq.priming:
                 # Only the newest of consecutive priming events is kept: the
                 # client already holds its id, and nothing real came after it.
-                ids.append(_event_id(state.epoch, seq.high_water, tag, seq.next - 1))
+                newest = seq.events[-1] if seq.events else None
+                stamp = newest.stamp if newest is not None else 0
+                ids.append(_event_id(state.epoch, seq.high_water, tag, seq.next - 1, stamp))
                 continue
             state.top += 1
             position = state.top
@@ -315,8 +318,8 @@ class MemoryBackend(Backend):
                 or (split_ms and now_ms - last.at_ms >= split_ms)
             ):
                 state.runs.append(_Run(position, tag, seq.next, now_ms))
-            seq.events.append(Record(position, sequence, seq.next, payload))
-            ids.append(_event_id(state.epoch, position, tag, seq.next))
+            seq.events.append(Record(position, sequence, seq.next, payload, now_ms))
+            ids.append(_event_id(state.epoch, position, tag, seq.next, now_ms))
             seq.next += 1
             seq.high_water = position
             seq.priming = payload is None
@@ -369,14 +372,15 @@ class MemoryBackend(Backend):
 
 def _events(epoch: str, chain: Chain) -> list[Event]:
     tag = sequence_tag(chain.sequence) if chain.positions else ""
+    rows = zip(chain.positions, chain.payloads, chain.stamps, strict=True)
     return [
         Event(
-            _event_id(epoch, position, tag, chain.first_ordinal + i),
+            _event_id(epoch, position, tag, chain.first_ordinal + i, stamp),
             chain.sequence,
             position,
             payload,
         )
-        for i, (position, payload) in enumerate(zip(chain.positions, chain.payloads, strict=True))
+        for i, (position, payload, stamp) in enumerate(rows)
     ]
 
 
@@ -384,8 +388,8 @@ def _ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-def _event_id(epoch: str, position: int, tag: str, ordinal: int) -> str:
-    return f"{epoch}-{position}.{tag}.{ordinal}"
+def _event_id(epoch: str, position: int, tag: str, ordinal: int, stamp: int) -> str:
+    return f"{epoch}-{position}.{tag}.{ordinal}.{stamp}"
 
 
 def _info(session: str, state: _Session) -> SessionInfo:

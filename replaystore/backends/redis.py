@@ -459,9 +459,10 @@ class RedisBackend(Backend):
         epoch, status = out[0].decode(), out[1]
         if status == b"collision":
             raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
+        hint = f".{tag}.".encode()
         ids = [
-            f"{epoch}-{item.replace(b'.', f'.{tag}.'.encode()).decode()}"
-            for item in out[2].split(b",")
+            f"{epoch}-{pos.decode()}{hint.decode()}{rest.decode()}"
+            for pos, _, rest in (item.partition(b".") for item in out[2].split(b","))
         ]
         if status == b"dup":
             if len(ids) != len(payloads):
@@ -629,7 +630,7 @@ class RedisBackend(Backend):
         if not elements:
             return None
         record = _record(elements[0], state.public.name, cursor.ordinal)
-        if record is None or record.position != cursor.position:
+        if record is None or record.position != cursor.position or record.stamp != cursor.stamp:
             return None
         facts = _Facts(
             record_at=record,
@@ -717,8 +718,8 @@ class _StoredState:
 
 
 def _state(raw: bytes) -> _StoredState:
-    """``high_water,floor,first,next,base,priming,name`` (the name may hold commas)."""
-    hw, floor, first, nxt, base, _priming, name = raw.split(b",", 6)
+    """``high_water,stamp,floor,first,next,base,priming,name`` (the name may hold commas)."""
+    hw, _stamp, floor, first, nxt, base, _priming, name = raw.split(b",", 7)
     text = name.decode("utf-8")
     return _StoredState(
         SequenceState(text, sequence_tag(text), int(hw), int(floor), int(first), int(nxt)),
@@ -727,21 +728,25 @@ def _state(raw: bytes) -> _StoredState:
 
 
 def _record(element: bytes, sequence: str, ordinal: int) -> Record | None:
-    """``<position>:<payload>``, ``<position>`` (priming), or empty (lost)."""
+    """``<position>,<stamp>:<payload>``, ``<position>,<stamp>`` (priming), or empty (lost)."""
     head, colon, payload = element.partition(b":")
-    if not head.isdigit():
+    position, _, stamp = head.partition(b",")
+    if not position.isdigit() or not stamp.isdigit():
         return None
-    return Record(int(head), sequence, ordinal, payload if colon else None)
+    return Record(int(position), sequence, ordinal, payload if colon else None, int(stamp))
 
 
 def _stored(elements: list[bytes]) -> Stored:
     """Decode list elements into parallel arrays (the replay's hot loop)."""
     parts = [element.partition(b":") for element in elements]
+    heads = [head.partition(b",") for head, _, _ in parts]
     try:
-        positions: list[int | None] = [int(head) for head, _, _ in parts]
+        positions: list[int | None] = [int(position) for position, _, _ in heads]
+        stamps = [int(stamp) for _, _, stamp in heads]
     except ValueError:  # a lost element: mark it, the rules see a hole
-        positions = [int(head) if head.isdigit() else None for head, _, _ in parts]
-    return Stored(positions, [payload if colon else None for _, colon, payload in parts])
+        positions = [int(p) if p.isdigit() else None for p, _, _ in heads]
+        stamps = [int(s) if s.isdigit() else 0 for _, _, s in heads]
+    return Stored(positions, [payload if colon else None for _, colon, payload in parts], stamps)
 
 
 @dataclass(slots=True)
@@ -774,7 +779,7 @@ class _Facts:
     def events_from(self, sequence: str, ordinal: int) -> Stored:
         state = self.sequence(sequence)
         if state is None or state.tag != self.chain_tag or ordinal < self.chain_ordinal:
-            return Stored([], [])
+            return Stored([], [], [])
         skip = ordinal - self.chain_ordinal
         return _stored(self.elements[skip:] if skip else self.elements)
 
@@ -816,15 +821,12 @@ def _events(epoch: str, chain: Chain) -> list[Event]:
         return []
     name = chain.sequence
     head = f"{epoch}-"
-    tail = f".{sequence_tag(name)}."
+    tag = f".{sequence_tag(name)}."
+    first = chain.first_ordinal
+    rows = zip(chain.positions, chain.payloads, chain.stamps, strict=True)
     return [
-        fast_event(f"{head}{position}{tail}{ordinal}", name, position, payload)
-        for position, ordinal, payload in zip(
-            chain.positions,
-            range(chain.first_ordinal, chain.first_ordinal + len(chain.positions)),
-            chain.payloads,
-            strict=True,
-        )
+        fast_event(f"{head}{position}{tag}{first + i}.{stamp}", name, position, payload)
+        for i, (position, payload, stamp) in enumerate(rows)
     ]
 
 

@@ -31,7 +31,7 @@ async def damage_redis(buffer: ReplayBuffer, session: str, position: int) -> Non
             continue
         key = f"{base}:q:{field[2:].decode()}"
         for index, element in enumerate(await client.lrange(key, 0, -1)):
-            if element.split(b":", 1)[0] == str(position).encode():
+            if element.split(b":", 1)[0].split(b",")[0] == str(position).encode():
                 await client.lset(key, index, b"")
                 return
     raise AssertionError(f"no event at {position}")

@@ -9,6 +9,7 @@ with only the epochs (random per incarnation) and times normalised.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -139,6 +140,9 @@ async def test_many_idempotency_keys_stay_bounded_but_recent_ones_hold(make_buff
 # -- the whole answer, compared with a memory reference ---------------------------
 
 
+_STAMP = re.compile(r"(\.[0-9a-f]{16}\.[0-9]+)\.[0-9]+")
+
+
 def _normal(value: Any, epochs: dict[str, str]) -> Any:
     """Evidence/info as plain data with epochs renamed in order of appearance, times dropped."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -150,6 +154,7 @@ def _normal(value: Any, epochs: dict[str, str]) -> Any:
     if isinstance(value, str):
         for epoch in sorted(epochs, key=len, reverse=True):
             value = value.replace(epoch, epochs[epoch])
+        value = _STAMP.sub(r"\1.<stamp>", value)  # when it was stored: a clock reading
     return value
 
 

@@ -146,7 +146,9 @@ def test_rejects(text):
 
 
 def test_max_lengths():
-    longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION, "f" * TAG_LENGTH, MAX_POSITION)
+    longest = Cursor(
+        "f" * EPOCH_LENGTH, MAX_POSITION, "f" * TAG_LENGTH, MAX_POSITION, MAX_POSITION
+    )
     assert len(str(longest)) == MAX_CURSOR_LENGTH
     assert Cursor.parse(str(longest)) == longest
     longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION)
@@ -157,7 +159,7 @@ def test_max_lengths():
     with pytest.raises(CursorError):
         Cursor.parse(str(longest) + "0")
     with pytest.raises(CursorError):
-        Cursor.parse(f"{E}-1.{'f' * TAG_LENGTH}.{MAX_POSITION + 1}")
+        Cursor.parse(f"{E}-1.{'f' * TAG_LENGTH}.{MAX_POSITION + 1}.1")
     assert Cursor.parse(f"{E}-0") == Cursor(E, 0)  # the origin
 
 
@@ -207,14 +209,16 @@ def test_order_and_equality_follow_the_fields(a, b):
 
 TAGS = st.text(alphabet=HEX, min_size=TAG_LENGTH, max_size=TAG_LENGTH)
 hinted = st.builds(
-    Cursor, epochs, st.integers(min_value=1, max_value=MAX_POSITION), TAGS, positions
+    Cursor, epochs, st.integers(min_value=1, max_value=MAX_POSITION), TAGS, positions, positions
 )
 
 
 @given(hinted)
 def test_hinted_round_trip(cursor):
     text = str(cursor)
-    assert text == f"{cursor.epoch}-{cursor.position}.{cursor.tag}.{cursor.ordinal}"
+    assert text == (
+        f"{cursor.epoch}-{cursor.position}.{cursor.tag}.{cursor.ordinal}.{cursor.stamp}"
+    )
     assert Cursor.parse(text) == cursor
     assert Cursor.parse(text).bare == Cursor(cursor.epoch, cursor.position)
     assert Cursor.parse(text).position == cursor.position  # what the MCP layer compares
@@ -225,8 +229,10 @@ def test_hinted_round_trip(cursor):
 @pytest.mark.parametrize(
     "text",
     [
-        f"{E}-0.{'a' * TAG_LENGTH}.0",  # the origin carries no hint
-        f"{E}-1.{'a' * TAG_LENGTH}",  # half a hint
+        f"{E}-0.{'a' * TAG_LENGTH}.0.5",  # the origin carries no hint
+        f"{E}-1.{'a' * TAG_LENGTH}",  # part of a hint
+        f"{E}-1.{'a' * TAG_LENGTH}.0",
+        f"{E}-1.{'a' * TAG_LENGTH}.0.01",
         f"{E}-1.{'a' * TAG_LENGTH}.",
         f"{E}-1.{'a' * (TAG_LENGTH - 1)}.0",
         f"{E}-1.{'A' * TAG_LENGTH}.0",

@@ -2,7 +2,7 @@
 -- (after a generated `local SLOT = {...}` table naming the reply slots).
 -- Every key a script touches is declared in KEYS, all with the session's hash tag:
 --   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, gc, and per sequence
---              s:<tag> = "high_water,floor,first,next,base,priming,name"
+--              s:<tag> = "high_water,stamp,floor,first,next,base,priming,name"
 --   KEYS[2] i  run index list: "<position>,<tag>,<ordinal>,<ms>" per stretch of
 --              consecutive positions of one sequence, oldest first
 --   KEYS[3] g  set of sequence tags whose list holds evicted elements
@@ -10,7 +10,8 @@
 --   KEYS[5] k, KEYS[6] k2  idempotency keys: this generation, the previous one
 --   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]
 --              (the operation's own arguments follow, read with arg(n)):
---              element "<position>:<payload>", or "<position>" for a priming event
+--              element "<position>,<stamp>:<payload>", or "<position>,<stamp>" for a
+--              priming event; <stamp> is the server clock (ms) when it was stored
 -- The same code runs as a function library (FCALL: defined once, called by
 -- name) or as one EVAL script per operation; `run` sets these per call.
 local KS, AV
@@ -41,17 +42,17 @@ end
 
 local function parse_state(raw)
   if not raw then return nil end
-  local hw, fl, first, nxt, base, prim, name =
-    string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d),(.*)$')
-  return {hw = tonumber(hw), floor = tonumber(fl), first = tonumber(first),
+  local hw, hs, fl, first, nxt, base, prim, name =
+    string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d),(.*)$')
+  return {hw = tonumber(hw), stamp = hs, floor = tonumber(fl), first = tonumber(first),
           next = tonumber(nxt), base = tonumber(base), priming = tonumber(prim), name = name}
 end
 
 local function load(tag) return parse_state(redis.call('HGET', M, 's:' .. tag)) end
 
 local function state_text(s)
-  return s.hw .. ',' .. s.floor .. ',' .. s.first .. ',' .. s.next .. ',' .. s.base .. ','
-    .. s.priming .. ',' .. s.name
+  return s.hw .. ',' .. s.stamp .. ',' .. s.floor .. ',' .. s.first .. ',' .. s.next .. ','
+    .. s.base .. ',' .. s.priming .. ',' .. s.name
 end
 
 local function save(tag, s) redis.call('HSET', M, 's:' .. tag, state_text(s)) end

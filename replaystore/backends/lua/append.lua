@@ -3,8 +3,8 @@
 --       idempotency_key ('' for none), sweep_threshold, payload...
 -- A payload is 'd' .. bytes, or 'p' for a priming event.
 -- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids}, or
--- {epoch, 'ok', ids, sweep_tags, touch_tags}; ids = "pos.ordinal,pos.ordinal,..."
--- The common case runs four commands: HMGET, RPUSH, HSET, PTTL.
+-- {epoch, 'ok', ids, sweep_tags, touch_tags}; ids = "pos.ordinal.stamp,..."
+-- The common case runs five commands: HMGET, TIME, RPUSH, HSET, PTTL.
 local tag, name = arg(1), arg(2)
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'gc', 'lr',
                         's:' .. tag)
@@ -21,8 +21,7 @@ if s and s.name ~= name then return {epoch, 'collision'} end
 local q = Q[tag]
 local max_age, split = tonumber(arg(4)), tonumber(arg(6))
 local run = run_of(meta[7])
-local now = 0
-if max_age > 0 or not run or run.tag ~= tag then now = now_ms() end
+local now = now_ms() -- every event's stamp
 local new_list = not s
 local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
@@ -33,31 +32,32 @@ for j = A + 9, #AV do
   local priming = string.byte(a, 1) == 112 -- 'p'
   if s and priming and s.priming == 1 then
     -- only the newest of consecutive priming events is kept: hand out its id again
-    table.insert(ids, s.hw .. '.' .. (s.next - 1))
+    table.insert(ids, s.hw .. '.' .. (s.next - 1) .. '.' .. s.stamp)
   else
     top = top + 1
     if not s then
       redis.call('DEL', q) -- leftovers of an earlier sequence of this name
-      s = {hw = top, floor = top, first = 0, next = 0, base = 0, priming = 0, name = name}
+      s = {hw = top, stamp = now, floor = top, first = 0, next = 0, base = 0, priming = 0,
+           name = name}
       nseq = nseq + 1
     end
     if not run or run.tag ~= tag or run.ord + (top - run.pos) ~= s.next
         or (split > 0 and now - run.at >= split) then
-      if now == 0 then now = now_ms() end
       run = {pos = top, tag = tag, ord = s.next, at = now}
       pushed = top .. ',' .. tag .. ',' .. s.next .. ',' .. now
       if redis.call('RPUSH', I, pushed) == 1 then adopt(I) end
     end
     if priming then
-      table.insert(batch, tostring(top))
+      table.insert(batch, top .. ',' .. now)
     else
-      table.insert(batch, top .. ':' .. string.sub(a, 2))
+      table.insert(batch, top .. ',' .. now .. ':' .. string.sub(a, 2))
     end
     if #batch == 1000 then redis.call('RPUSH', q, unpack(batch)) batch = {} end
-    table.insert(ids, top .. '.' .. s.next)
+    table.insert(ids, top .. '.' .. s.next .. '.' .. now)
     s.next = s.next + 1
     want = want + 1
     s.hw = top
+    s.stamp = now
     if priming then s.priming = 1 else s.priming = 0 end
     count = count + 1
   end

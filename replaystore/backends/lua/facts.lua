@@ -83,7 +83,7 @@ if chain_tag then
         table.insert(out, el)
       else
         -- a probe needs the positions only
-        table.insert(out, string.match(el, '^%d*:?'))
+        table.insert(out, string.match(el, '^[%d,]*:?'))
       end
     end
   end
