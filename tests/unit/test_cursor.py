@@ -146,9 +146,7 @@ def test_rejects(text):
 
 
 def test_max_lengths():
-    longest = Cursor(
-        "f" * EPOCH_LENGTH, MAX_POSITION, "f" * TAG_LENGTH, MAX_POSITION, MAX_POSITION
-    )
+    longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION, "f" * TAG_LENGTH, MAX_POSITION, MAX_POSITION)
     assert len(str(longest)) == MAX_CURSOR_LENGTH
     assert Cursor.parse(str(longest)) == longest
     longest = Cursor("f" * EPOCH_LENGTH, MAX_POSITION)
