@@ -147,8 +147,8 @@ def _normal(value: Any, epochs: dict[str, str]) -> Any:
     """Evidence/info as plain data with epochs renamed in order of appearance, times dropped."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    if isinstance(value, dict):
-        return {k: _normal(v, epochs) for k, v in value.items() if k != "at"}
+    if isinstance(value, dict):  # as pairs: the order is part of the answer
+        return [(k, _normal(v, epochs)) for k, v in value.items() if k != "at"]
     if isinstance(value, list | tuple):
         return [_normal(v, epochs) for v in value]
     if isinstance(value, str):
