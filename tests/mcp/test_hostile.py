@@ -15,6 +15,7 @@ Examples are bounded (hypothesis ``max_examples``) to keep the suite fast.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replaystore.cursor import Cursor
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import PV, ROOT, ServerProcess, wait_ready
 
@@ -268,7 +270,7 @@ def expect_verdict_or_refusal(reply: Reply) -> dict[str, Any] | None:
 _HEADER_BYTES = st.binary(max_size=200).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
 _CURSORISH = st.one_of(
     st.from_regex(r"\A[0-9a-f]{12}-[0-9]{1,40}\Z"),
-    st.from_regex(r"\A[0-9a-f]{12}-[0-9]{1,20}\.[0-9a-f]{0,20}\.[0-9]{0,20}\Z"),
+    st.from_regex(r"\A[0-9a-f]{12}-[0-9]{1,20}\.[0-9a-f]{0,20}\.[0-9]{0,20}(\.[0-9]{0,20})?\Z"),
     st.from_regex(r"\A[0-9a-f]{0,14}-?-?[0-9]{0,25}\Z"),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
 )
@@ -375,21 +377,21 @@ def sse_events(body: bytes) -> list[tuple[str | None, str]]:
     return events
 
 
-def _hinted(cursor: str) -> tuple[str, int, str, int]:
-    match = re.fullmatch(r"([0-9a-f]{12})-(\d+)\.([0-9a-f]+)\.(\d+)", cursor)
-    assert match, f"event ids carry a stream hint: {cursor}"
-    epoch, position, tag, ordinal = match.groups()
-    return epoch, int(position), tag, int(ordinal)
+def _hinted(event_id: str) -> Cursor:
+    cursor = Cursor.parse(event_id)
+    assert cursor.tag is not None, f"event ids carry a stream hint: {event_id}"
+    return cursor
 
 
 @EXAMPLES
 @given(
     tag=st.from_regex(r"\A[0-9a-f]{16}\Z"),
     ordinal=st.integers(min_value=0, max_value=40),
+    stamp=st.one_of(st.none(), st.integers(min_value=0, max_value=10**13)),
     borrow=st.booleans(),
 )
 def test_a_forged_cursor_hint_never_resumes_other_data(
-    target: Target, tag: str, ordinal: int, borrow: bool
+    target: Target, tag: str, ordinal: int, stamp: int | None, borrow: bool
 ) -> None:
     """A cursor's position with another hint (random, or another stream's) resumes the
     position's own stream exactly, or fails closed; it never replays another stream."""
@@ -400,17 +402,20 @@ def test_a_forged_cursor_hint_never_resumes_other_data(
     two = sse_events(
         target.request("POST", base_headers(session), tool_call(2, 3, progress=True)).body
     )
-    genuine = one[0][0]
-    assert genuine is not None
+    assert one[0][0] is not None and two[0][0] is not None
+    genuine = _hinted(one[0][0])
     expected = [data for _, data in one[1:] if data]  # what a resume from it must replay
-    epoch, position, real_tag, real_ordinal = _hinted(genuine)
-    if borrow:
-        assert two[0][0] is not None
-        _, _, tag, ordinal = _hinted(two[0][0])
-    if (tag, ordinal) == (real_tag, real_ordinal):
+    if borrow:  # the whole hint of the other stream's first event
+        other = _hinted(two[0][0])
+        forged = dataclasses.replace(
+            genuine, tag=other.tag, ordinal=other.ordinal, stamp=other.stamp
+        )
+    else:  # a random hint, with the genuine stamp or a random one
+        keep = genuine.stamp if stamp is None else stamp
+        forged = dataclasses.replace(genuine, tag=tag, ordinal=ordinal, stamp=keep)
+    if forged == genuine:
         return
-    forged = f"{epoch}-{position}.{tag}.{ordinal}"
-    reply = target.request("GET", get_headers(session, forged.encode()))
+    reply = target.request("GET", get_headers(session, str(forged).encode()))
     if reply.status == 200:
         replayed = [data for _, data in sse_events(reply.body) if data]
         assert replayed == expected, f"{forged} replayed {replayed[:3]}"
