@@ -7,6 +7,7 @@ a valid 404 body, so the fuzzer starts from the interesting shapes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,9 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from replaystore.cursor import Cursor
+
 pytest.importorskip("atheris", reason="atheris has no wheel for this platform")
 
 HARNESS = Path(__file__).with_name("fuzz_parsers.py")
+
+
+def _with_hint(cursor: Cursor) -> Cursor:
+    """The same position with a stream hint, in whatever form the codec has."""
+    fields = {f.name for f in dataclasses.fields(Cursor)} - {"epoch", "position", "tag"}
+    return dataclasses.replace(cursor, tag="0123456789abcdef", **dict.fromkeys(fields, 7))
+
+
 RUNS = 20_000
 
 
@@ -41,6 +52,8 @@ def test_parsers_survive_a_bounded_fuzz(tmp_path: Path) -> None:
         },
     }
     (corpus / "cursor").write_bytes(b"\x010123456789ab-42")
+    hinted = Cursor.parse("0123456789ab-42")
+    (corpus / "hinted").write_bytes(b"\x01" + str(_with_hint(hinted)).encode())
     (corpus / "body").write_bytes(b"\x00" + json.dumps(body).encode())
     out = subprocess.run(
         [
