@@ -19,12 +19,14 @@ a ``from_url`` keyword of the same name:
     sees more), where redis-py alone would raise at once past 100 connections
     per node.
 
-With Redis down, every operation therefore fails with ``StorageError``
-within ``socket_connect_timeout`` (a refused connection fails at once), and
-with Redis hung or partitioned away within ``socket_connect_timeout +
-socket_timeout``. No client re-sends a command on its own after a connection
-error: the reply of a lost append may have been executed, so whether to
-retry is the backend's decision, per operation.
+With Redis down, every operation therefore fails with ``StorageError`` in a
+time these settings bound: at once for a refused connection, and within
+about ``socket_connect_timeout + socket_timeout`` per attempt when Redis
+hangs or the network is partitioned (the backend tries an idempotent
+operation twice; a cluster client first looks for its nodes again). No
+client re-sends a command on its own after a connection error: the reply of
+a lost append may have been executed, so whether to retry is the backend's
+decision, per operation.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
             # of sessions slows down rather than turning into StorageErrors.
             options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
             options["timeout"] = pool_timeout
-            # With maintenance notifications on ("auto", redis-py's default on
-            # RESP3) the pool skips its check-out test for connections the
+            # With maintenance notifications on ("auto", redis-py 8's default)
+            # the pool skips its check-out test for connections the
             # server closed, so the first call after a Redis restart fails
             # on a dead pooled connection. Off, a closed connection is
             # replaced before anything is sent on it.
