@@ -15,9 +15,10 @@ a ``from_url`` keyword of the same name:
 ``max_connections`` (default 128) and ``pool_timeout`` (default 10 s)
     Past ``max_connections`` operations in flight, a call waits up to
     ``pool_timeout`` for a free connection, so a burst slows down instead of
-    failing. On a cluster the bound covers the whole client (so no node ever
-    sees more), where redis-py alone would raise at once past 100 connections
-    per node.
+    failing, with a standalone server, a Sentinel-managed master or a cluster.
+    On a cluster the bound covers the whole client (so no node ever sees
+    more), where redis-py alone would raise at once past 100 connections per
+    node; through Sentinel redis-py alone would open ever more connections.
 
 With Redis down, every operation therefore fails with ``StorageError`` in a
 time these settings bound: at once for a refused connection, and within
@@ -42,7 +43,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
@@ -100,7 +101,7 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
                 parts, query, tls=scheme.startswith("rediss"), pool_timeout=pool_timeout, **options
             )
         elif scheme == "redis+sentinel":
-            client = _sentinel_client(parts, query, **options)
+            client = _sentinel_client(parts, query, pool_timeout=pool_timeout, **options)
         else:
             # redis-py lets the URL's query win over these keywords.
             options = {**_DEFAULT_TIMEOUTS, **options}
@@ -280,7 +281,9 @@ class _WaitingPipeline(ClusterPipeline):
 _HOLDING: ContextVar[bool] = ContextVar("replaystore_cluster_in_flight", default=False)
 
 
-def _sentinel_client(parts: Any, query: dict[str, str], **options: Any) -> Any:
+def _sentinel_client(
+    parts: Any, query: dict[str, str], *, pool_timeout: float, **options: Any
+) -> Any:
     path = [p for p in parts.path.split("/") if p]
     if not path:
         raise ValueError("redis+sentinel:// needs the service name as the path")
@@ -289,4 +292,16 @@ def _sentinel_client(parts: Any, query: dict[str, str], **options: Any) -> Any:
     # socket_* options reach the sentinels too (redis-py copies them).
     options = {**_DEFAULT_TIMEOUTS, **_query_options(query), **_credentials(parts), **options}
     sentinel = Sentinel(_hosts(parts), **options)  # type: ignore[no-untyped-call]
-    return sentinel.master_for(service, db=db, redis_class=aioredis.Redis)
+    return sentinel.master_for(
+        service,
+        db=db,
+        redis_class=aioredis.Redis,
+        connection_pool_class=_BlockingSentinelPool,
+        max_connections=options.get("max_connections", DEFAULT_MAX_CONNECTIONS),
+        timeout=pool_timeout,
+    )
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """The master's pool, blocking like the standalone one: past ``max_connections`` a call
+    waits for a free connection (``pool_timeout``) instead of opening ever more of them."""

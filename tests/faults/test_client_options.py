@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis.asyncio
 import redis.exceptions
 
 from replaystore import UnsupportedURLError
@@ -85,6 +86,8 @@ def test_sentinel_gets_the_bounds() -> None:
     client = _client("redis+sentinel://127.0.0.1:26390/mymaster?socket_timeout=0.5")
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (1.0, 0.5)
+    assert isinstance(client.connection_pool, redis.asyncio.BlockingConnectionPool)
+    assert (client.connection_pool.max_connections, client.connection_pool.timeout) == (128, 10.0)
     sentinel = client.connection_pool.sentinel_manager.sentinels[0]
     assert sentinel.connection_pool.connection_kwargs["socket_connect_timeout"] == 1.0
 

@@ -10,14 +10,22 @@ and every resume must be exact while the writers keep appending.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 from replaystore import ReplayBuffer, StorageError, Verdict
-from replaystore.testing.servers import ServerHandle
+from replaystore.testing.servers import (
+    ServerHandle,
+    redis_server_binary,
+    start_sentinel,
+    start_standalone,
+)
 from tests.conftest import _server
 from tests.faults.conftest import at
 
@@ -105,6 +113,22 @@ async def _storm(url: str, prefix: str) -> None:
             assert [e.payload for e in res.events] == [_payload(session, i) for i in range(EVENTS)]
 
 
+@pytest.fixture(scope="module")
+def sentinel() -> Iterator[ServerHandle]:
+    """A master watched by one sentinel; the handle is the sentinel's (its URL names the master)."""
+    master = start_standalone(redis_server_binary())
+    try:
+        watcher = start_sentinel(redis_server_binary(), master.ports[0], "storm")
+        yield watcher
+        watcher.stop()
+    finally:
+        master.stop()
+
+
+def _url(kind: str, real_servers: dict[str, ServerHandle], sentinel: ServerHandle) -> str:
+    return sentinel.url if kind == "sentinel" else _server(real_servers, kind).url
+
+
 @pytest.mark.parametrize(
     ("kind", "query"),
     [
@@ -112,29 +136,33 @@ async def _storm(url: str, prefix: str) -> None:
         # A pool far below the number of callers: almost every call waits.
         ("cluster", "?max_connections=4&pool_timeout=60"),
         ("redis", ""),
+        ("sentinel", "?max_connections=4&pool_timeout=60"),
     ],
-    ids=["cluster", "cluster-tight-pool", "standalone"],
+    ids=["cluster", "cluster-tight-pool", "standalone", "sentinel-tight-pool"],
 )
 async def test_storm_of_concurrent_callers_stays_exact(
-    real_servers: dict[str, ServerHandle], prefix: str, kind: str, query: str
+    real_servers: dict[str, ServerHandle],
+    sentinel: ServerHandle,
+    prefix: str,
+    kind: str,
+    query: str,
 ) -> None:
-    handle = _server(real_servers, kind)
-    await _storm(handle.url + query, prefix)
+    await _storm(_url(kind, real_servers, sentinel) + query, prefix)
 
 
-async def test_cluster_pool_timeout_expires_as_storage_error(
-    real_servers: dict[str, ServerHandle], prefix: str
+@pytest.mark.parametrize("kind", ["cluster", "redis", "sentinel"])
+async def test_pool_timeout_expires_as_storage_error(
+    real_servers: dict[str, ServerHandle], sentinel: ServerHandle, prefix: str, kind: str
 ) -> None:
     """No free connection within ``pool_timeout``: StorageError, and the buffer recovers."""
-    handle = _server(real_servers, "cluster")
-    url = handle.url + "?max_connections=1&pool_timeout=0.2"
+    url = _url(kind, real_servers, sentinel) + "?max_connections=1&pool_timeout=0.2"
     async with ReplayBuffer.from_url(url, prefix=prefix) as buf:
         await buf.open_session("held")
         client = buf.backend.client  # type: ignore[attr-defined]
         # The one connection is busy for a second with a blocking pop.
         blocker = asyncio.create_task(client.execute_command("BLPOP", f"{prefix}idle", 1))
-        await asyncio.sleep(0)
-        with pytest.raises(StorageError, match="no free Redis Cluster connection"):
+        await _until_blocked(client)
+        with pytest.raises(StorageError):
             await buf.append("held", "w", b"x")
         assert await blocker is None
         await buf.append("held", "w", b"y")
@@ -142,3 +170,22 @@ async def test_cluster_pool_timeout_expires_as_storage_error(
         assert info is not None
         res = await buf.resolve_and_replay("held", str(info.origin))
         assert [e.payload for e in res.events] == [b"y"], "the timed-out append stored nothing"
+
+
+async def _until_blocked(client: Any) -> None:
+    """Wait until Redis reports the blocking pop (asked over connections of our own)."""
+    if isinstance(client, RedisCluster):
+        ports = [node.port for node in client.get_primaries()]
+    elif isinstance(client.connection_pool, SentinelConnectionPool):
+        ports = [int((await client.connection_pool.get_master_address())[1])]
+    else:
+        ports = [client.connection_pool.connection_kwargs["port"]]
+    for _ in range(500):
+        blocked = 0
+        for port in ports:
+            async with aioredis.Redis(port=port) as node:
+                blocked += int((await node.info("clients"))["blocked_clients"])
+        if blocked:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the blocking pop never reached Redis")
