@@ -1,4 +1,4 @@
-"""Smoke tests for tests/servers.py: the real-server harness must itself work.
+"""Smoke tests for replaystore.testing: the real-server harness must itself work.
 
 These start real redis-server / valkey-server processes, so they double as a
 check that the binaries are installed and that nothing leaks after stop().
@@ -18,6 +18,7 @@ import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
+from replaystore.testing import start_replicated_pair
 from replaystore.testing.servers import (
     ServerHandle,
     find_free_port,
@@ -200,3 +201,25 @@ def test_atexit_kills_forgotten_servers(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert not _pid_alive(pid), "server outlived the interpreter that started it"
     assert not Path(root).exists()
+
+
+def test_replicated_pair_replicates_and_stops_cleanly() -> None:
+    pair = start_replicated_pair(redis_server_binary())
+    pids = pair.primary.pids() + pair.replica.pids()
+    try:
+        assert len(pids) == 2
+        primary, replica = _client(pair.primary), _client(pair.replica)
+        try:
+            primary.set("k", "v")
+            pair.wait_in_sync()
+            assert replica.get("k") == "v"
+            assert replica.info("replication")["role"] == "slave"
+        finally:
+            primary.close()
+            replica.close()
+    finally:
+        pair.stop()
+    assert not any(_pid_alive(pid) for pid in pids)
+    assert pair.primary.pids() == [] and pair.replica.pids() == []
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(pair.link.address, timeout=1).close()
