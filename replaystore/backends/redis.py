@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -358,9 +359,13 @@ class RedisBackend(Backend):
         conn = await pool.get_connection()
         try:
             await conn.send_packed_command(_pack(commands), check_health=False)
-            for _ in range(len(commands) + 1):  # OK, then QUEUED per command
-                await conn.read_response()
-            out = await conn.read_response()
+            await conn.read_response()  # OK: bounded by the socket timeout
+            # The QUEUED acknowledgements and EXEC's reply follow at once (one
+            # packet in, one out): read without a timer each, which costs more
+            # than the read itself; a dropped connection still raises.
+            for _ in commands:
+                await conn.read_response(timeout=math.inf)
+            out = await conn.read_response(timeout=math.inf)
         except BaseException:
             await conn.disconnect()
             raise
