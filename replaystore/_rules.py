@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Protocol
 
-from .cursor import Cursor
+from .cursor import MAX_CURSOR_LENGTH, Cursor
 from .info import SequenceInfo
 from .verdicts import REASONS, Evidence, Tombstone, Verdict, reason_text
 
@@ -32,6 +32,11 @@ __all__ = [
     "evidence_for",
     "judge",
 ]
+
+
+#: How much of a presented cursor the evidence repeats: a whole event id, and
+#: no more of a garbage one (evidence goes into logs and HTTP bodies).
+EVIDENCE_CURSOR = MAX_CURSOR_LENGTH
 
 
 @dataclass(slots=True)
@@ -239,7 +244,7 @@ def evidence_for(
     return Evidence(
         session=session,
         reason=judgement.reason,
-        cursor=raw_cursor[:64],
+        cursor=raw_cursor[:EVIDENCE_CURSOR],
         cursor_epoch=cursor.epoch if cursor else None,
         cursor_position=cursor.position if cursor else None,
         epoch=facts.epoch,
@@ -264,5 +269,8 @@ def unknown_session(session: str, raw_cursor: str, tombstone: Tombstone | None) 
     if tombstone is not None:
         code = "closed" if tombstone.verdict is None else "torn_down"
     return Evidence(
-        session=session, reason=reason_text(code), cursor=raw_cursor[:64], tombstone=tombstone
+        session=session,
+        reason=reason_text(code),
+        cursor=raw_cursor[:EVIDENCE_CURSOR],
+        tombstone=tombstone,
     )

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from ._rules import EVIDENCE_CURSOR
 from .backends import Backend, backend_from_url
 from .cursor import Cursor
 from .info import SessionInfo
@@ -171,7 +172,7 @@ class ReplayBuffer:
             evidence = Evidence(
                 session=repr(session)[:64] if not isinstance(session, str) else session[:64],
                 reason=reason_text("invalid_session"),
-                cursor=raw[:64],
+                cursor=raw[:EVIDENCE_CURSOR],
             )
             return Resumption(Verdict.UNKNOWN_SESSION, evidence)
         named: str | None

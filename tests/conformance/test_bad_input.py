@@ -33,6 +33,7 @@ from replaystore import (
     UnknownSessionError,
     Verdict,
 )
+from replaystore.cursor import MAX_CURSOR_LENGTH
 from replaystore.retention import MAX_BATCH, MAX_NAME_BYTES
 
 from ._support import bare, check_failed, check_reason, check_resumed, pos
@@ -129,7 +130,7 @@ async def test_hostile_cursor_always_gets_a_verdict(make_buffer, label, build, e
     assert isinstance(probe, Resumption)
     assert probe.verdict is expected, probe
     assert isinstance(probe.evidence.cursor, str)
-    assert len(probe.evidence.cursor) <= 64
+    assert len(probe.evidence.cursor) <= MAX_CURSOR_LENGTH
     assert probe.evidence.torn_down is False
     assert probe.events == []
 
