@@ -54,7 +54,13 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    NoPermissionError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._rules import Chain, Record, SequenceState, Stored, evidence_for, judge, unknown_session
@@ -268,6 +274,11 @@ class RedisBackend(Backend):
                 if "read only replica" in text:
                     # a function may write, so a replica refuses any; a read
                     # that writes nothing still runs there as a script
+                    return await self._script(name, keys, args)
+                if isinstance(exc, NoPermissionError) or "unknown command" in text:
+                    # an ACL that allows scripts but not functions, or a
+                    # server without them: scripts from now on
+                    self._functions = False
                     return await self._script(name, keys, args)
                 if "function not found" not in text:
                     raise

@@ -307,3 +307,34 @@ async def test_replay_cost_independent_of_history(
     resolve_calls, replay_calls = small
     assert replay_calls == {"multi": 1, "hmget": 1, "lrange": 1, "pttl": 1, "exec": 1}
     assert sum(resolve_calls.values()) < 20, resolve_calls
+
+
+async def test_an_acl_without_functions_runs_scripts(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """A user allowed scripts but not FCALL/FUNCTION still gets every operation."""
+    port = scratch_server.ports[0]
+    admin = aioredis.Redis(port=port)
+    try:
+        await admin.acl_setuser(
+            "scripts-only",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["*"],
+            commands=["+@all", "-fcall", "-function"],
+        )
+        url = f"redis://scripts-only:pw@127.0.0.1:{port}/0?prefix={prefix}"
+        async with ReplayBuffer.from_url(url) as buf:
+            await admin.config_resetstat()
+            info = await buf.open_session("s")
+            ids = await buf.append_many("s", "q", [b"1", b"2"])
+            replay = await buf.resolve_and_replay("s", ids[0])
+            assert [e.payload for e in replay.events] == [b"2"]
+            probe = await buf.resolve("s", f"{info.epoch}-1")
+            assert probe.verdict is Verdict.RESUMED
+            stats = await command_calls(admin)
+            assert "fcall" not in stats, stats  # refused, never run
+            assert stats.get("evalsha", 0) + stats.get("eval", 0) >= 3, stats
+    finally:
+        await admin.acl_deluser("scripts-only")
+        await admin.aclose()
