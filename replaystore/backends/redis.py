@@ -17,8 +17,11 @@ How a call reaches Redis:
 * appends are one ``append.lua`` each (a whole batch); sweeps of evicted
   elements and lazy TTL refreshes follow as separate scripts only when due.
 
-Scripts are called with EVALSHA and re-sent with EVAL on NOSCRIPT. URL forms
-(query ``prefix=`` sets the key prefix, default ``replaystore:``)::
+The operations run as one Redis function library (``FCALL``, loaded on first
+use) on clients that talk to one server, and as scripts (EVALSHA, re-sent with
+EVAL on NOSCRIPT) on a cluster, on fakes, on a read-only replica, with
+``wait_replicas`` and where an ACL refuses functions. URL forms (query
+``prefix=`` sets the key prefix, default ``replaystore:``)::
 
     redis://[[user]:password@]host[:port][/db][?prefix=app1:]
     rediss://...                                  (TLS; ssl_* query options as in redis-py)

@@ -8,10 +8,11 @@
 --   KEYS[3] g  set of sequence tags whose list holds evicted elements
 --   KEYS[4] t  tombstone string (JSON) left by a teardown or a close
 --   KEYS[5] k, KEYS[6] k2  idempotency keys: this generation, the previous one
---   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]
---              (the operation's own arguments follow, read with arg(n)):
+--   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]:
 --              element "<position>,<stamp>:<payload>", or "<position>,<stamp>" for a
 --              priming event; <stamp> is the server clock (ms) when it was stored
+-- ARGV: the number of lists, their tags, then the operation's own arguments
+-- (read with arg(n)).
 -- The same code runs as a function library (FCALL: defined once, called by
 -- name) or as one EVAL script per operation; `run` sets these per call.
 local KS, AV
