@@ -130,6 +130,7 @@ def _run_http(options: Options) -> dict[str, Any]:
     meta = storm_meta(options, options.replicas, redis=True)
     meta["seconds"] = round(time.monotonic() - began, 1)
     meta["http"] = True
+    meta["options"]["share"] = 1.0  # every client reconnects
     return {"meta": meta, "stores": [row], "unavailable": [], "ratios": {}, "targets": []}
 
 
