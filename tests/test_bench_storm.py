@@ -219,3 +219,16 @@ def test_the_plan_mixes_each_pathology_at_the_stated_rate_and_routes_by_store() 
             assert r.cursor == own[r.held]
         else:  # conflated and foreign present a cursor of another stream
             assert r.cursor not in own
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--sessions", "0"], ["--share", "1.5"], ["--pathology-rate", "-0.1"], ["--concurrency", "0"]],
+)
+def test_bad_options_are_one_line_and_exit_2(
+    bad: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["storm", *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"replaystore bench: {bad[0]} must ")
+    assert len(err.strip().splitlines()) == 1

@@ -140,9 +140,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .plots import write_plots
     from .report import markdown
 
-    for name, value in (("--sessions", args.sessions), ("--replicas", args.replicas)):
-        if value < 1:
-            print(f"replaystore bench: {name} must be at least 1", file=sys.stderr)
+    checks = [
+        (args.sessions >= 1, "--sessions must be at least 1"),
+        (args.replicas >= 1, "--replicas must be at least 1"),
+        (args.concurrency >= 1, "--concurrency must be at least 1"),
+        (args.events >= 1, "--events must be at least 1"),
+        (0 <= args.share <= 1, "--share must be between 0 and 1"),
+        (0 <= args.pathology_rate <= 1, "--pathology-rate must be between 0 and 1"),
+        (args.append_rate >= 0, "--append-rate must not be negative"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            print(f"replaystore bench: {message}", file=sys.stderr)
             return 2
     options = Options(
         url=args.url,
