@@ -79,7 +79,7 @@ class Reconnect:
 
     @property
     def possible(self) -> bool:
-        """Whether an exact resumption can exist (evicted: see :func:`evicted_possible`)."""
+        """Whether an exact resumption can exist (evicted: yes on a store that keeps all)."""
         return self.kind not in IMPOSSIBLE
 
 
