@@ -337,16 +337,18 @@ class RedisBackend(Backend):
         return await self._call(name, lambda: self._eval(name, keys, argv), retry=retry)
 
     async def _append_and_wait(self, keys: list[str], args: list[Any]) -> Any:
-        """The append script and ``WAIT`` in one round trip, on one connection."""
-        for script_call in ("evalsha", "eval"):
-            script = _SCRIPTS["append"]
-            pipe = self.client.pipeline(transaction=False)
-            first = script.sha if script_call == "evalsha" else script.source
-            getattr(pipe, script_call)(first, len(keys), *keys, *args)
-            pipe.execute_command("WAIT", self.wait_replicas, round(self.wait_timeout * 1000))
-            out, acked = await pipe.execute(raise_on_error=False)
-            if isinstance(out, NoScriptError):
-                continue
+        """The append and ``WAIT`` in one round trip, on one connection."""
+        wait = ("WAIT", self.wait_replicas, round(self.wait_timeout * 1000))
+        calls: list[tuple[Any, ...]] = []
+        if self._functions:
+            calls.append(("FCALL", _FUNCTIONS["append"], len(keys), *keys, *args))
+        script = _SCRIPTS["append"]
+        calls.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+        calls.append(("EVAL", script.source, len(keys), *keys, *args))
+        for call in calls:
+            out, acked = await self._pair(call, wait)
+            if isinstance(out, NoScriptError) or (call[0] == "FCALL" and _not_run(out)):
+                continue  # not loaded or not allowed here: the script forms work everywhere
             if isinstance(out, Exception):
                 raise out
             if isinstance(acked, Exception):
@@ -358,6 +360,30 @@ class RedisBackend(Backend):
                 )
             return out
         raise StorageError("the append script could not be loaded")
+
+    async def _pair(self, first: tuple[Any, ...], second: tuple[Any, ...]) -> list[Any]:
+        """Two commands in one packet on one connection; error replies come back as values."""
+        if not self._raw_transactions:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command(*first)
+            pipe.execute_command(*second)
+            return list(await pipe.execute(raise_on_error=False))
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(_pack_one(first) + _pack_one(second))
+            out: list[Any] = []
+            for _ in range(2):
+                try:
+                    out.append(await conn.read_response())
+                except ResponseError as exc:  # an error reply: still in step
+                    out.append(exc)
+            return out
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
 
     async def _transaction(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """``MULTI``, the commands, ``EXEC``: one packet, one consistent snapshot.
@@ -675,6 +701,18 @@ class RedisBackend(Backend):
 
 
 # -- replies ------------------------------------------------------------------
+
+
+def _not_run(reply: Any) -> bool:
+    """An FCALL refused before anything ran: no such function, or not allowed."""
+    if not isinstance(reply, ResponseError):
+        return False
+    text = str(reply).lower()
+    return (
+        isinstance(reply, NoPermissionError)
+        or "function not found" in text
+        or "unknown command" in text
+    )
 
 
 def _pack_one(command: tuple[Any, ...]) -> bytes:
