@@ -2,7 +2,7 @@
 
 Every test that takes the ``case`` and ``make_buffer`` fixtures runs once per
 backend case: the embedded memory backend under asyncio and under trio, and
-(added by the Redis issue) fakeredis, a real Redis, a real Valkey and a real
+fakeredis, a real Redis, a real Valkey and a real
 Redis Cluster, each started by the test session on loopback ports.
 """
 

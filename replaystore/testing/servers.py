@@ -6,7 +6,7 @@ a server that restarts and loses its dataset.  This module runs the real
 binaries on free loopback ports, in throw-away directories, and makes sure
 they never outlive the test process.
 
-Design notes (the "why" behind the details):
+Why the details are as they are:
 
 * Processes are started with :class:`subprocess.Popen` in the foreground
   (``--daemonize no``) so that we own their PIDs and can kill them; their

@@ -6,7 +6,7 @@ How the fuzzing is split (hypothesis cannot drive an anyio test directly:
 * Every backend case runs a fixed, hand-written list of ~50 hostile cursors
   (``HOSTILE``), parametrized, through the ``make_buffer`` fixture. That list
   holds the classes that matter (empty, 1 MB, unicode, CR/LF/NUL, signs,
-  2**64, bare integers such as the seed's ``4471``, leading zeros, padding,
+  2**64, bare integers such as a bare ``4471``, leading zeros, padding,
   another epoch, non-strings) and keeps a real-server run short.
 * The memory backend additionally gets hypothesis-generated input: a *sync*
   ``@given`` test that runs its async body with ``anyio.run(...)`` (there is no

@@ -206,11 +206,11 @@ async def test_origin_after_eviction_is_below_floor(make_buffer):
     check_failed(res, Verdict.BELOW_FLOOR, torn_down=True)
 
 
-# -- the seed scenario ------------------------------------------------------
+# -- the proxy reconnect scenario -------------------------------------------
 
 
 async def test_seed_scenario_sub_stream_and_top_level_cursors(make_buffer):
-    """The design note: a top-level cursor 3120, a sub-stream cursor 4471, count
+    """The proxy scenario: a top-level cursor 3120, a sub-stream cursor 4471, count
     retention that evicted everything <= 4400. Each cursor resumes exactly its
     own sequence or fails loudly; the top-level cursor is never clamped."""
     buf = await make_buffer(max_events=72)

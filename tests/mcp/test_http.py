@@ -1,6 +1,6 @@
 """The MCP integration over real HTTP: SDK example server processes on Redis and memory://.
 
-Case numbers refer to the issue: (1) SDK client resumes, (2) random drops,
+Cases: (1) SDK client resumes, (2) random drops,
 (3) failed resumptions fail closed, (4) session isolation, (5) the
 replay-to-live seam, (6) the GET stream while detached, (7) 2026-07-28
 clients, (9) replicas share verdicts. FastMCP (8) is in ``test_fastmcp.py``.
