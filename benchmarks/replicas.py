@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from replaystore.testing.servers import find_free_port, redis_server_binary, start_standalone
+from replaystore.testing.sse import sse_events
 
 PV = "2025-11-25"
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,22 +151,9 @@ class Session:
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
-    event_id: str | None = None
-    data: list[str] = []
-    seen = False
-    async for line in response.aiter_lines():
-        if line == "":
-            if seen:
-                yield event_id, "\n".join(data)
-            event_id, data, seen = None, [], False
-            continue
-        key, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        seen = True
-        if key == "id":
-            event_id = value
-        elif key == "data":
-            data.append(value)
+    """``(id, data)`` of each SSE event."""
+    async for event in sse_events(response):
+        yield event.id, event.data
 
 
 # ---------------------------------------------------------------- measurements

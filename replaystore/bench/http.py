@@ -36,6 +36,7 @@ import httpx
 from ..cursor import Cursor
 from ..testing.example_servers import ExampleServers
 from ..testing.proxy import TcpProxy
+from ..testing.sse import sse_events
 from .progress import Bar
 from .stores import Reply
 from .truth import Tally
@@ -75,25 +76,9 @@ class _Client:
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
-    """``(id, data)`` of each SSE event (what MCP servers send)."""
-    event_id: str | None = None
-    data: list[str] = []
-    seen = False
-    async for line in response.aiter_lines():
-        if line == "":
-            if seen:
-                yield event_id, "\n".join(data)
-            event_id, data, seen = None, [], False
-            continue
-        if line.startswith(":"):
-            continue
-        key, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        seen = True
-        if key == "id":
-            event_id = value
-        elif key == "data":
-            data.append(value)
+    """``(id, data)`` of each SSE event."""
+    async for event in sse_events(response):
+        yield event.id, event.data
 
 
 def _take(client: _Client, event_id: str | None, data: str) -> None:

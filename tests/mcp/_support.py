@@ -29,6 +29,7 @@ import httpx2
 
 from replaystore.cursor import Cursor
 from replaystore.testing.servers import find_free_port
+from replaystore.testing.sse import SSE, sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
 PV = "2025-11-25"
@@ -135,46 +136,6 @@ def wait_ready(servers: list[ServerProcess]) -> None:
 
 
 # ---------------------------------------------------------------------- SSE
-
-
-@dataclass
-class SSE:
-    id: str | None
-    data: str
-    retry: int | None = None
-
-    @property
-    def message(self) -> dict[str, Any] | None:
-        return json.loads(self.data) if self.data else None
-
-    @property
-    def priming(self) -> bool:
-        return not self.data
-
-
-async def sse_events(response: httpx.Response) -> AsyncIterator[SSE]:
-    """Parse an SSE body (only what MCP servers send: id, data, retry, event)."""
-    event_id: str | None = None
-    data: list[str] = []
-    retry: int | None = None
-    seen = False
-    async for line in response.aiter_lines():
-        if line == "":
-            if seen:
-                yield SSE(event_id, "\n".join(data), retry)
-            event_id, data, retry, seen = None, [], None, False
-            continue
-        if line.startswith(":"):
-            continue
-        key, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        seen = True
-        if key == "id":
-            event_id = value
-        elif key == "data":
-            data.append(value)
-        elif key == "retry":
-            retry = int(value)
 
 
 def progress_of(event: SSE) -> float | None:
