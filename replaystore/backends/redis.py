@@ -205,6 +205,8 @@ class RedisBackend(Backend):
         self._owns_client = owns_client
         # Sequence list offsets seen last (they change only when a list is compacted).
         self._bases: dict[tuple[str, str], int] = {}
+        # Packed append commands up to their payloads, per (session, sequence).
+        self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
         # A plain redis-py client over real connections: transactions are sent
         # by hand (one packet, replies unparsed), which costs a fraction of a
         # redis-py Pipeline. Cluster clients and fakes go through Pipeline.
@@ -313,10 +315,14 @@ class RedisBackend(Backend):
         """One command; sent by hand on a plain client (see ``_raw_transactions``)."""
         if not self._raw_transactions:
             return await self.client.execute_command(*command)
+        return await self._roundtrip(_pack_one(command))
+
+    async def _roundtrip(self, packet: bytes) -> Any:
+        """One packed command on a pooled connection, its reply as Redis sent it."""
         pool = self.client.connection_pool
         conn = await pool.get_connection()
         try:
-            await conn.send_packed_command(_pack_one(command), check_health=False)
+            await conn.send_packed_command(packet, check_health=False)
             return await conn.read_response()
         except RedisError as exc:
             if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
@@ -463,18 +469,10 @@ class RedisBackend(Backend):
         out = await self._run("info", session, (), [r.max_events, r.max_age_ms], retry=True)
         return None if out is None else _info(session, out[:4], out[4:])
 
-    async def append(
-        self,
-        session: str,
-        sequence: str,
-        payloads: Sequence[bytes | None],
-        *,
-        idempotency_key: str | None = None,
-    ) -> list[str]:
+    def _append_args(self, sequence: str, tag: str) -> list[Any]:
+        """``append.lua``'s arguments that stay the same for a sequence (and the list count)."""
         r = self.retention
-        tag = sequence_tag(sequence)
-        keys = self._keys(session, [tag])
-        args: list[Any] = [
+        return [
             1,
             tag,
             tag,
@@ -483,37 +481,90 @@ class RedisBackend(Backend):
             r.max_age_ms,
             r.session_ttl_ms,
             run_split_ms(r),
-            (idempotency_key or "").encode("utf-8"),
             self._sweep_threshold,
-            *(b"p" if p is None else b"d" + p for p in payloads),
         ]
-        if self.wait_replicas:
+
+    def _append_head(self, session: str, sequence: str, tag: str) -> tuple[bytes, int]:
+        """The packed ``FCALL`` up to the arguments that change per append, and their count.
+
+        Packing an append's twenty-odd arguments costs more client time than
+        Redis spends running it; all but the payloads are the same for every
+        append to a sequence, so they are packed once.
+        """
+        cached = self._heads.get((session, sequence))
+        if cached is None:
+            keys = self._keys(session, [tag])
+            head = [
+                "FCALL",
+                _FUNCTIONS["append"],
+                len(keys),
+                *keys,
+                *self._append_args(sequence, tag),
+            ]
+            if len(self._heads) > 10_000:
+                self._heads.clear()
+            cached = self._heads[(session, sequence)] = (_pack_args(head), len(head))
+        return cached
+
+    async def _append_packed(
+        self, packet: bytes, session: str, sequence: str, tag: str, tail: list[Any]
+    ) -> Any:
+        try:
+            return await self._roundtrip(packet)
+        except ResponseError as exc:
+            if not _not_run(exc) and "read only replica" not in str(exc).lower():
+                raise
+        # not loaded (or not allowed) here: the general path loads it or uses scripts
+        keys = self._keys(session, [tag])
+        return await self._eval("append", keys, [*self._append_args(sequence, tag), *tail])
+
+    async def append(
+        self,
+        session: str,
+        sequence: str,
+        payloads: Sequence[bytes | None],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[str]:
+        tag = sequence_tag(sequence)
+        kinds = b"" if None not in payloads else bytes(112 if p is None else 100 for p in payloads)
+        tail = [
+            kinds,
+            (idempotency_key or "").encode(),
+            *(b"" if p is None else p for p in payloads),
+        ]
+        retry = idempotency_key is not None
+        if self._functions and not self.wait_replicas:
+            head, count = self._append_head(session, sequence, tag)
+            packet = b"*%d\r\n" % (count + len(tail)) + head + _pack_args(tail)
             out = await self._call(
                 "append",
-                lambda: self._append_and_wait(keys, args),
-                retry=idempotency_key is not None,
+                lambda: self._append_packed(packet, session, sequence, tag, tail),
+                retry=retry,
             )
         else:
-            out = await self._call(
-                "append",
-                lambda: self._eval("append", keys, args),
-                retry=idempotency_key is not None,
-            )
+            keys = self._keys(session, [tag])
+            args = [*self._append_args(sequence, tag), *tail]
+            if self.wait_replicas:
+                call = lambda: self._append_and_wait(keys, args)  # noqa: E731
+            else:
+                call = lambda: self._eval("append", keys, args)  # noqa: E731
+            out = await self._call("append", call, retry=retry)
         if not out:
             raise UnknownSessionError(session)
         epoch, status = out[0].decode(), out[1]
         if status == b"collision":
             raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
-        hint = f".{tag}.".encode()
         ids = [
-            f"{epoch}-{pos.decode()}{hint.decode()}{rest.decode()}"
-            for pos, _, rest in (item.partition(b".") for item in out[2].split(b","))
+            f"{epoch}-{pos}.{tag}.{rest}"
+            for pos, _, rest in (item.partition(".") for item in out[2].decode().split(","))
         ]
         if status == b"dup":
             if len(ids) != len(payloads):
                 raise InvalidInputError("idempotency key reused for a different batch")
             return ids
-        await self._maintain(session, out[3], out[4])
+        if len(out) > 3:  # sweeps or a TTL refresh due
+            await self._maintain(session, out[3], out[4])
         return ids
 
     async def close_session(self, session: str) -> bool:
@@ -717,8 +768,13 @@ def _not_run(reply: Any) -> bool:
 
 def _pack_one(command: tuple[Any, ...]) -> bytes:
     """One command in the Redis protocol (RESP)."""
-    out = [b"*%d\r\n" % len(command)]
-    for arg in command:
+    return b"*%d\r\n" % len(command) + _pack_args(command)
+
+
+def _pack_args(args: Sequence[Any]) -> bytes:
+    """Arguments in the Redis protocol, without the count that heads a command."""
+    out = []
+    for arg in args:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)

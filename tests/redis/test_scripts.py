@@ -129,25 +129,25 @@ async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, p
 class _CountingClient:
     """Records every round trip the buffer's backend makes.
 
-    The backend sends everything through two methods: ``_command`` (one
-    command: a script call) and ``_transaction`` (one ``MULTI``/``EXEC``
+    The backend sends everything through two methods: ``_roundtrip`` (one
+    packed command: a script call) and ``_transaction`` (one ``MULTI``/``EXEC``
     packet). Wrapping both sees every round trip, as ``["FCALL", ...]`` and
     ``"MULTI"`` entries.
     """
 
     def __init__(self, backend: Any) -> None:
         self.sent: list[str] = []
-        command, transaction = backend._command, backend._transaction
+        roundtrip, transaction = backend._roundtrip, backend._transaction
 
-        async def counting_command(*args: Any) -> Any:
-            self.sent.append(str(args[0]).upper())
-            return await command(*args)
+        async def counting_roundtrip(packet: bytes) -> Any:
+            self.sent.append(packet.split(b"\r\n")[2].decode().upper())
+            return await roundtrip(packet)
 
         async def counting_transaction(commands: Any) -> Any:
             self.sent.append("MULTI")
             return await transaction(commands)
 
-        backend._command = counting_command
+        backend._roundtrip = counting_roundtrip
         backend._transaction = counting_transaction
 
     def take(self) -> list[str]:
@@ -337,4 +337,54 @@ async def test_an_acl_without_functions_runs_scripts(
             assert stats.get("evalsha", 0) + stats.get("eval", 0) >= 3, stats
     finally:
         await admin.acl_deluser("scripts-only")
+        await admin.aclose()
+
+
+async def test_appends_refresh_ttls_lazily_and_keep_the_session(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """An append checks the session's TTL only once the refresh may be due
+    (the meta field ``rf``), refreshes every key of the session then (the
+    other sequences' lists through a follow-up call), and never lets a key
+    run out while appends continue."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, session_ttl=2.0) as buf:
+            await buf.open_session("s")
+            await buf.append("s", "other", b"o")
+            first = await buf.append("s", "q", b"0")
+            base = buf.backend.key_base("s")  # type: ignore[attr-defined]
+            keys = [k async for k in admin.scan_iter(match=f"{base}*")]
+            assert len(keys) >= 4  # meta, run index, two lists
+
+            # Right after a refresh: no PTTL, no PEXPIRE for the next 0.2 s.
+            await admin.config_resetstat()
+            for i in range(5):
+                await buf.append("s", "q", b"%d" % i)
+            stats = await command_calls(admin)
+            assert "pttl" not in stats, stats
+            assert "pexpire" not in stats, stats
+
+            # Past a tenth of the TTL: the next append refreshes every key.
+            await anyio.sleep(0.3)
+            await admin.config_resetstat()
+            await buf.append("s", "q", b"late")
+            stats = await command_calls(admin)
+            assert stats.get("pexpire", 0) >= len(keys), stats
+            for key in keys:
+                assert 1800 < await admin.pttl(key) <= 2000, key
+
+            # Appends alone keep the session, and its other sequence, alive
+            # well past one TTL.
+            for _ in range(12):
+                await anyio.sleep(0.3)
+                await buf.append("s", "q", b"tick")
+            replay = await buf.resolve_and_replay("s", first)
+            assert replay.verdict is Verdict.RESUMED
+            assert len(replay.events) == 5 + 1 + 12  # everything after `first`
+            info = await buf.session_info("s")
+            assert info is not None and set(info.sequences) == {"other", "q"}
+            for key in keys:
+                assert await admin.pttl(key) > 0, key
+    finally:
         await admin.aclose()

@@ -1,7 +1,8 @@
 -- Shared helpers, loaded before the operations by replaystore/backends/redis.py
 -- (after a generated `local SLOT = {...}` table naming the reply slots).
 -- Every key a script touches is declared in KEYS, all with the session's hash tag:
---   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, gc, and per sequence
+--   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, gc, lr (newest run),
+--              rf (when the TTL refresh falls due, ms), and per sequence
 --              s:<tag> = "high_water,stamp,floor,first,next,base,priming,name"
 --   KEYS[2] i  run index list: "<position>,<tag>,<ordinal>,<ms>" per stretch of
 --              consecutive positions of one sequence, oldest first
@@ -170,12 +171,18 @@ end
 -- TTLs are refreshed lazily: only when the meta hash has used up a tenth of
 -- its TTL, and then on every key of the session (the lists not declared here
 -- are refreshed by the touch script the client sends next, with these tags).
-local function refresh(ttl_ms)
+-- A caller that knows the time (`now`) and the meta field 'rf' (`due`: the
+-- moment the refresh falls due, as far as known) skips the PTTL while `now` is
+-- before it, and gets back a new 'rf' to store. 'rf' is never later than the
+-- real due time: every PEXPIRE of the meta hash extends it.
+local function refresh(ttl_ms, now, due)
+  if now and due and now < tonumber(due) then return {}, nil end
+  local keep = math.floor(ttl_ms * 0.9)
   local left = redis.call('PTTL', M)
-  if left >= 0 and left >= ttl_ms * 0.9 then return {} end
+  if left >= 0 and left >= keep then return {}, now and now + left - keep end
   for _, key in ipairs({M, I, G, K, K2}) do redis.call('PEXPIRE', key, ttl_ms) end
   for _, key in pairs(Q) do redis.call('PEXPIRE', key, ttl_ms) end
-  return all_tags()
+  return all_tags(), now and now + ttl_ms - keep
 end
 
 -- The dirty tags, when enough evicted elements wait in lists for a sweep.

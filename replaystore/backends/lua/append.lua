@@ -1,38 +1,52 @@
 -- append: store a batch of events of one sequence (its list is Q[tag]).
 -- ARGV: tag, name, max_events, max_age_ms, session_ttl_ms, split_ms,
---       idempotency_key ('' for none), sweep_threshold, payload...
--- A payload is 'd' .. bytes, or 'p' for a priming event.
+--       sweep_threshold, kinds, idempotency_key ('' for none), payload...
+-- kinds is '' when every payload is an event's data, otherwise one character
+-- per payload: 'd' (data) or 'p' (a priming event, its payload argument '').
+-- The arguments that stay the same for a sequence come first, so that the
+-- client can keep them packed.
 -- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids}, or
--- {epoch, 'ok', ids, sweep_tags, touch_tags}; ids = "pos.ordinal.stamp,..."
--- The common case runs five commands: HMGET, TIME, RPUSH, HSET, PTTL.
+-- {epoch, 'ok', ids[, sweep_tags, touch_tags]}; ids = "pos.ordinal.stamp,..."
+-- The common case (one event, nothing to evict, no TTL refresh due) runs four
+-- commands: HMGET, TIME, RPUSH, HSET. Every redis.call costs several
+-- microseconds of server time here, more than the Lua around it: that is the
+-- budget this script is written against.
 local tag, name = arg(1), arg(2)
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'gc', 'lr',
-                        's:' .. tag)
+                        's:' .. tag, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
-local key = arg(7)
+local key = arg(9)
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
 end
-local top, count, nseq = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
 local s = parse_state(meta[8])
 if s and s.name ~= name then return {epoch, 'collision'} end
+local top, count, nseq = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
 local q = Q[tag]
 local max_age, split = tonumber(arg(4)), tonumber(arg(6))
-local run = run_of(meta[7])
 local now = now_ms() -- every event's stamp
 local new_list = not s
+-- The newest run (meta 'lr') goes on while this sequence holds the session's
+-- newest event (then the run is this sequence's and its ordinals line up),
+-- unless it is older than the split time; otherwise a new run starts.
+local run_tag, run_at = nil, nil
+if meta[7] and s and s.hw == top then
+  run_tag = tag
+  if split > 0 then run_at = tonumber(string.match(meta[7], ',(%d+)$')) end
+end
 local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
 local ids, batch = {}, {}
 local pushed = nil
-for j = A + 9, #AV do
-  local a = AV[j]
-  local priming = string.byte(a, 1) == 112 -- 'p'
+local kinds = arg(8)
+local first = A + 10 -- the first payload
+for j = first, #AV do
+  local priming = kinds ~= '' and string.byte(kinds, j - first + 1) == 112 -- 'p'
   if s and priming and s.priming == 1 then
     -- only the newest of consecutive priming events is kept: hand out its id again
-    table.insert(ids, s.hw .. '.' .. (s.next - 1) .. '.' .. s.stamp)
+    ids[#ids + 1] = s.hw .. '.' .. (s.next - 1) .. '.' .. s.stamp
   else
     top = top + 1
     if not s then
@@ -41,24 +55,24 @@ for j = A + 9, #AV do
            name = name}
       nseq = nseq + 1
     end
-    if not run or run.tag ~= tag or run.ord + (top - run.pos) ~= s.next
-        or (split > 0 and now - run.at >= split) then
-      run = {pos = top, tag = tag, ord = s.next, at = now}
+    if run_tag ~= tag or (run_at and now - run_at >= split) then
+      run_tag, run_at = tag, now
       pushed = top .. ',' .. tag .. ',' .. s.next .. ',' .. now
       if redis.call('RPUSH', I, pushed) == 1 then adopt(I) end
     end
     if priming then
-      table.insert(batch, top .. ',' .. now)
+      batch[#batch + 1] = top .. ',' .. now
+      s.priming = 1
     else
-      table.insert(batch, top .. ',' .. now .. ':' .. string.sub(a, 2))
+      batch[#batch + 1] = top .. ',' .. now .. ':' .. AV[j]
+      s.priming = 0
     end
     if #batch == 1000 then redis.call('RPUSH', q, unpack(batch)) batch = {} end
-    table.insert(ids, top .. '.' .. s.next .. '.' .. now)
+    ids[#ids + 1] = top .. '.' .. s.next .. '.' .. now
     s.next = s.next + 1
     want = want + 1
     s.hw = top
     s.stamp = now
-    if priming then s.priming = 1 else s.priming = 0 end
     count = count + 1
   end
 end
@@ -76,25 +90,33 @@ if #batch > 0 then
     end
   end
 end
-local evicted, floor, count2, nseq2, dirtied =
-  evict(tonumber(arg(3)), max_age, now, top, meta[3], count, nseq, tag, s)
-local fields = {'top', top, 'floor', floor, 'count', count2, 'nseq', nseq2}
+local floor, dirtied = meta[3], 0
+if count > tonumber(arg(3)) or max_age > 0 then
+  local evicted
+  evicted, floor, count, nseq, dirtied =
+    evict(tonumber(arg(3)), max_age, now, top, floor, count, nseq, tag, s)
+end
+local fields = {'top', top, 'floor', floor, 'count', count, 'nseq', nseq}
 if s.first < s.next then
   if s.first - s.base >= 64 then
     -- this sequence's own evicted head, dropped in place now and then
     redis.call('LTRIM', q, s.first - s.base, -1)
     s.base = s.first
   end
-  table.insert(fields, 's:' .. tag)
-  table.insert(fields, state_text(s))
+  fields[#fields + 1] = 's:' .. tag
+  fields[#fields + 1] = state_text(s)
 end
 if pushed then
-  table.insert(fields, 'lr')
-  table.insert(fields, pushed)
+  fields[#fields + 1] = 'lr'
+  fields[#fields + 1] = pushed
+end
+local touch, due = refresh(tonumber(arg(5)), now, meta[9])
+if due then
+  fields[#fields + 1] = 'rf'
+  fields[#fields + 1] = due
 end
 redis.call('HSET', M, unpack(fields))
 mark_dirty(dirtied)
-local gc = tonumber(meta[6] or '0') + dirtied
 ids = table.concat(ids, ',')
 if key ~= '' then
   if redis.call('HLEN', K) >= 1000 then redis.call('RENAME', K, K2) end
@@ -102,5 +124,6 @@ if key ~= '' then
   adopt(K)
 end
 if new_list then adopt(q) end
-local touch = refresh(tonumber(arg(5)))
-return {epoch, 'ok', ids, sweep_due(tonumber(arg(8)), gc), touch}
+local sweep = sweep_due(tonumber(arg(7)), tonumber(meta[6] or '0') + dirtied)
+if #sweep == 0 and #touch == 0 then return {epoch, 'ok', ids} end
+return {epoch, 'ok', ids, sweep, touch}
