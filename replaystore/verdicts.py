@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .cursor import Cursor
 from .errors import ResumptionDesyncError
@@ -104,9 +104,12 @@ def reason_text(code: str) -> str:
     return code if entry is None else entry[1]
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One stored event. ``payload`` is ``None`` for a priming event."""
+class Event(NamedTuple):
+    """One stored event. ``payload`` is ``None`` for a priming event.
+
+    A named tuple rather than a dataclass: a replay builds one per event, and
+    a tuple is built several times faster than a frozen dataclass.
+    """
 
     event_id: str
     sequence: str
@@ -116,26 +119,6 @@ class Event:
     @property
     def cursor(self) -> Cursor:
         return Cursor.parse(self.event_id)
-
-
-def fast_event(event_id: str, sequence: str, position: int, payload: bytes | None) -> Event:
-    """``Event(...)`` without the frozen-dataclass ``__init__`` (a replay builds many).
-
-    Sets the slots through their descriptors; the result is an ordinary Event.
-    """
-    event = _new(Event)
-    _set_id(event, event_id)
-    _set_sequence(event, sequence)
-    _set_position(event, position)
-    _set_payload(event, payload)
-    return event
-
-
-_new = object.__new__
-_set_id = Event.__dict__["event_id"].__set__
-_set_sequence = Event.__dict__["sequence"].__set__
-_set_position = Event.__dict__["position"].__set__
-_set_payload = Event.__dict__["payload"].__set__
 
 
 @dataclass(frozen=True, slots=True)

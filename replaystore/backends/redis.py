@@ -71,7 +71,7 @@ from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, StorageError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
 from ..retention import Retention, run_split_ms
-from ..verdicts import Event, Resumption, Tombstone, Verdict, fast_event, reason_text
+from ..verdicts import Event, Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from ._redis_client import build_client
 from .base import Backend
@@ -930,17 +930,22 @@ def _script_facts(out: list[Any]) -> _Facts:
 
 
 def _events(epoch: str, chain: Chain) -> list[Event]:
+    """The replayed events (the replay's other hot loop: one tuple per event)."""
     if not chain.positions:
         return []
     name = chain.sequence
     head = f"{epoch}-"
     tag = f".{sequence_tag(name)}."
     first = chain.first_ordinal
-    rows = zip(chain.positions, chain.payloads, chain.stamps, strict=True)
+    ordinals = range(first, first + len(chain.positions))
+    rows = zip(ordinals, chain.positions, chain.payloads, chain.stamps, strict=True)
     return [
-        fast_event(f"{head}{position}{tag}{first + i}.{stamp}", name, position, payload)
-        for i, (position, payload, stamp) in enumerate(rows)
+        _new_tuple(Event, (f"{head}{position}{tag}{ordinal}.{stamp}", name, position, payload))
+        for ordinal, position, payload, stamp in rows
     ]
+
+
+_new_tuple = tuple.__new__
 
 
 def _tombstone(raw: bytes | None) -> Tombstone | None:
