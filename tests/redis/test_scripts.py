@@ -388,3 +388,29 @@ async def test_appends_refresh_ttls_lazily_and_keep_the_session(
                 assert await admin.pttl(key) > 0, key
     finally:
         await admin.aclose()
+
+
+@pytest.mark.parametrize("max_age", [None, 3600.0])
+async def test_run_index_holds_one_entry_per_stretch(
+    scratch_server: ServerHandle, prefix: str, max_age: float | None
+) -> None:
+    """The run index grows by one entry when the session's newest event
+    changes sequence (or a run is older than the split time), never per
+    event: it is what eviction walks, and it counts in the memory per event."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_age=max_age) as buf:
+            await buf.open_session("s")
+            index = buf.backend.key_base("s") + ":i"  # type: ignore[attr-defined]
+            await buf.append_many("s", "a", [b"x"] * 300)
+            for _ in range(20):
+                await buf.append("s", "a", b"y")
+            assert await admin.llen(index) == 1
+            for switch in range(6):
+                await buf.append_many("s", "ab"[switch % 2], [b"z"] * 3)
+            await buf.append("s", "b", None)  # a priming event continues the run too
+            assert await admin.llen(index) == 1 + 5
+            info = await buf.session_info("s")
+            assert info is not None and info.retained == 300 + 20 + 18 + 1
+    finally:
+        await admin.aclose()

@@ -34,7 +34,7 @@ local new_list = not s
 local run_tag, run_at = nil, nil
 if meta[7] and s and s.hw == top then
   run_tag = tag
-  if split > 0 then run_at = tonumber(string.match(meta[7], ',(%d+)$')) end
+  if split > 0 then run_at = tonumber(string.match(meta[7], ',(%d+)$')) or 0 end
 end
 local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
@@ -55,7 +55,7 @@ for j = first, #AV do
            name = name}
       nseq = nseq + 1
     end
-    if run_tag ~= tag or (run_at and now - run_at >= split) then
+    if run_tag ~= tag or (split > 0 and now - run_at >= split) then
       run_tag, run_at = tag, now
       pushed = top .. ',' .. tag .. ',' .. s.next .. ',' .. now
       if redis.call('RPUSH', I, pushed) == 1 then adopt(I) end
