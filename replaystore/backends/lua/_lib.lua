@@ -79,6 +79,19 @@ local function element_position(el)
   return tonumber(string.match(el, '^(%d+)'))
 end
 
+-- After an RPUSH to list q returned len where want elements were due: if the
+-- list was lost under live bookkeeping, hold the lost events' places, so that
+-- the new events sit at their ordinals (the lost ones read as missing).
+local function hold_places(q, len, want)
+  local lost = want - len
+  while lost > 0 do
+    local blanks = {}
+    for j = 1, math.min(lost, 1000) do blanks[j] = '' end
+    redis.call('LPUSH', q, unpack(blanks))
+    lost = lost - #blanks
+  end
+end
+
 -- Evict the oldest events while over max_events, or older than max_age_ms (an
 -- event is as old as its run). Only bookkeeping changes here: the evicted
 -- elements stay in their lists (a list not declared in KEYS must not be

@@ -21,6 +21,30 @@ if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
 end
+-- The common case, in as few Lua operations as possible: one data event that
+-- continues the newest run of its sequence, with nothing to evict, no sweep
+-- and no TTL refresh due. The sequence's state is rewritten from its pieces
+-- instead of being parsed whole. Anything else takes the general path below,
+-- which reaches the same result.
+if key == '' and #AV == A + 10 and arg(8) == '' and arg(6) == '0' and meta[9] then
+  local hw, kept, nxt, base, seq_name =
+    string.match(meta[8] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
+  local top, count = tonumber(meta[2]), tonumber(meta[4])
+  if seq_name == name and tonumber(hw) == top and count < tonumber(arg(3))
+      and tonumber(meta[6] or '0') < tonumber(arg(7)) then
+    local now = now_ms()
+    if now < tonumber(meta[9]) then
+      top = top + 1
+      local q = Q[tag]
+      hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 10]),
+                  nxt - base + 1)
+      redis.call('HSET', M, 'top', top, 'count', count + 1, 's:' .. tag,
+                 top .. ',' .. now .. ',' .. kept .. ',' .. (nxt + 1) .. ',' .. base .. ',0,'
+                   .. name)
+      return {epoch, 'ok', top .. '.' .. nxt .. '.' .. now}
+    end
+  end
+end
 local s = parse_state(meta[8])
 if s and s.name ~= name then return {epoch, 'collision'} end
 local top, count, nseq = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
@@ -77,18 +101,7 @@ for j = first, #AV do
   end
 end
 if #batch > 0 then
-  local len = redis.call('RPUSH', q, unpack(batch))
-  if len < want then
-    -- the list was lost under live bookkeeping: hold the lost events' places,
-    -- so that the new events sit at their ordinals (the lost ones read as missing)
-    local lost = want - len
-    while lost > 0 do
-      local blanks = {}
-      for j = 1, math.min(lost, 1000) do blanks[j] = '' end
-      redis.call('LPUSH', q, unpack(blanks))
-      lost = lost - #blanks
-    end
-  end
+  hold_places(q, redis.call('RPUSH', q, unpack(batch)), want)
 end
 local floor, dirtied = meta[3], 0
 if count > tonumber(arg(3)) or max_age > 0 then
