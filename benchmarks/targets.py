@@ -49,6 +49,20 @@ TARGETS: list[tuple[str, str, float]] = [
 ]
 
 
+#: A Redis function doing only what every atomic append has to (see ``measure``).
+_FLOOR_LIBRARY = """#!lua name=replaystore_bench_floor
+redis.register_function('replaystore_bench_floor', function(keys, argv)
+  local meta = redis.call('HMGET', keys[1], 'epoch', 'top', 'count')
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local top = tonumber(meta[2]) + 1
+  redis.call('RPUSH', keys[2], top .. ',' .. now .. ':' .. argv[1])
+  redis.call('HSET', keys[1], 'top', top, 'count', meta[3] + 1)
+  return {meta[1], 'ok', top .. '.' .. now}
+end)
+"""
+
+
 async def _cpu(r: aioredis.Redis) -> float:
     info: dict[str, Any] = await r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -262,6 +276,32 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
                 admin, rs_append, raw_xadd, calls=cpu_calls, rounds=rounds
             )
 
+            # The floor under any atomic append in Lua: the four commands an
+            # append needs (read the bookkeeping, the clock, push, write the
+            # bookkeeping) with no other logic. Not a target: it shows how much
+            # of the append's cost is Redis's script machinery itself.
+            await r.function_load(_FLOOR_LIBRARY, replace=True)
+            await r.hset("floor:{f}:m", mapping={"epoch": "e", "top": 0, "count": 0})
+
+            async def lua_floor(i: int) -> object:
+                return await r.fcall(
+                    "replaystore_bench_floor", 2, "floor:{f}:m", "floor:{f}:q", payloads[i % 256]
+                )
+
+            results["append_floor.wall"] = (
+                await paired(
+                    "append_floor",
+                    "targets",
+                    ("floor", lua_floor),
+                    ("raw", raw_xadd),
+                    ops=sizes.append_ops,
+                    sizes=sizes,
+                )
+            ).as_dict()
+            results["append_floor.cpu"] = await cpu_pair(
+                admin, lua_floor, raw_xadd, calls=cpu_calls, rounds=rounds
+            )
+
         cap = sizes.capped_retention
         async with ReplayBuffer.from_url(
             "redis://", client=r, prefix="c:", max_events=cap
@@ -409,6 +449,13 @@ def render(results: dict[str, Any]) -> str:
                 f"{value['baseline_commandstats_us']:>8.2f}"
             )
             lines.append(f"  {key:<20} cpu {cpu}   commandstats {stats}")
+    wall, cpu = results["append_floor.wall"]["ratio"], results["append_floor.cpu"]["ratio"]
+    lines.append(
+        "The floor of an atomic append in Lua (HMGET, TIME, RPUSH, HSET and nothing else)"
+        f" / raw XADD: wall {wall:.3f}x, Redis CPU {cpu:.3f}x; append / floor:"
+        f" wall {results['append.wall']['ratio'] / wall:.3f}x,"
+        f" Redis CPU {results['append.cpu']['ratio'] / cpu:.3f}x"
+    )
     lines.append(
         "Memory, bytes per event (x bare stream "
         f"{results['memory']['bare_stream_bytes_per_event']} B):"
