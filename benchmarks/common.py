@@ -20,18 +20,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from mcp_types import JSONRPCNotification
 
+# every stored event: a 200-byte JSON-RPC notification, the same as the storm's
+from replaystore.bench.payloads import PAYLOAD_BYTES as PAYLOAD_BYTES
+from replaystore.bench.payloads import message as message
+from replaystore.bench.payloads import payload as payload
 from replaystore.testing.servers import ServerHandle, redis_server_binary, start_standalone
-
-PAYLOAD_BYTES = 200
-"""Every stored event is a 200-byte JSON-RPC notification (serialized)."""
-
-_JSON_FRAME = len(
-    JSONRPCNotification(
-        jsonrpc="2.0", method="notifications/message", params={"level": "info", "data": ""}
-    ).model_dump_json(by_alias=True)
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +42,6 @@ class Sizes:
     fastmcp_replay_ops: int
     capped_retention: int
     fastmcp_big_retention: int
-    storm_sessions: int
-    storm_repeats: int
-    storm_tasks: int
-    storm_ops_per_task: int
-    storm_writers: int
-    storm_initial_per_stream: int
-    storm_window: int
-    storm_write_interval: float
-    evicted_sessions: int
-    evicted_retention: int
-    foreign_pairs: int
     memory_events: int
     memory_sequences: int
     memory_batch: int
@@ -76,17 +59,6 @@ FULL = Sizes(
     fastmcp_replay_ops=8,
     capped_retention=1000,
     fastmcp_big_retention=1000,
-    storm_sessions=200,
-    storm_repeats=3,
-    storm_tasks=50,
-    storm_ops_per_task=30,
-    storm_writers=4,
-    storm_initial_per_stream=12,
-    storm_window=10,
-    storm_write_interval=0.002,
-    evicted_sessions=30,
-    evicted_retention=20,
-    foreign_pairs=25,
     memory_events=100_000,
     memory_sequences=5,
     memory_batch=500,
@@ -104,17 +76,6 @@ QUICK = Sizes(
     fastmcp_replay_ops=2,
     capped_retention=50,
     fastmcp_big_retention=120,
-    storm_sessions=12,
-    storm_repeats=1,
-    storm_tasks=4,
-    storm_ops_per_task=6,
-    storm_writers=2,
-    storm_initial_per_stream=6,
-    storm_window=5,
-    storm_write_interval=0.002,
-    evicted_sessions=4,
-    evicted_retention=6,
-    foreign_pairs=3,
     memory_events=2000,
     memory_sequences=5,
     memory_batch=200,
@@ -123,19 +84,6 @@ QUICK = Sizes(
 
 
 # -- payloads ---------------------------------------------------------------
-
-
-def message(i: int) -> JSONRPCNotification:
-    """A JSON-RPC notification whose serialized form is exactly ``PAYLOAD_BYTES`` long."""
-    data = f"{i % 10**8:08d}".ljust(PAYLOAD_BYTES - _JSON_FRAME, "x")
-    return JSONRPCNotification(
-        jsonrpc="2.0", method="notifications/message", params={"level": "info", "data": data}
-    )
-
-
-def payload(i: int) -> bytes:
-    """The bytes replaystore and the raw baselines store: the serialized :func:`message`."""
-    return message(i).model_dump_json(by_alias=True).encode()
 
 
 def text(value: object) -> str:

@@ -25,7 +25,6 @@ from typing import Any
 from .common import FULL, QUICK, Sizes, client, redis_server, settled_heap
 from .memory import run_memory
 from .micro import fastmcp_rows, replaystore_rows
-from .storm import run_storm
 from .targets import measure as measure_targets
 from .targets import render as render_targets
 from .targets import summary as target_summary
@@ -55,10 +54,6 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
     began = time.perf_counter()
     f_rows, f_profile, f_info = await fastmcp_rows(url, sizes)
     timings["fastmcp_micro"] = time.perf_counter() - began
-
-    began = time.perf_counter()
-    storm = await run_storm(url, sizes)
-    timings["storm"] = time.perf_counter() - began
 
     began = time.perf_counter()
     memory = await run_memory(url, sizes)
@@ -96,7 +91,6 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
         "speed": [row.as_dict() for row in (*rows, *f_rows)],
         "inner_commands_per_call": {**profile, **f_profile},
         "fastmcp_setup": f_info,
-        "storm": storm,
         "memory": memory,
         "targets": {"summary": target_summary(measured), "measured": measured},
     }
@@ -143,39 +137,6 @@ def _speed_table(rows: list[dict[str, Any]]) -> list[str]:
             f"{_us(row['baseline_us']):>9} {row['ratio']:>6.2f}x  {spread}"
         )
     return lines
-
-
-def _storm_table(storm: dict[str, Any]) -> list[str]:
-    head = (
-        f"{'scenario / store':<26} {'resumes/s':>10} {'attempts':>9} {'exact':>6} "
-        f"{'silent_gap':>10} {'dup':>4} {'wrong_stream':>12} {'explicit':>8}  verdicts"
-    )
-    lines = [head, "-" * len(head)]
-    for name, data in storm["stores"].items():
-        if "outcomes" not in data:
-            lines.append(
-                f"{'storm: ' + name:<26} {data['resumes_per_s']:>10.0f}   (throughput only)"
-            )
-            continue
-        lines.append(_outcome_line(f"storm: {name}", data["outcomes"], data["resumes_per_s"]))
-    for scenario in ("evicted", "foreign"):
-        for name, outcomes in storm[scenario].items():
-            lines.append(_outcome_line(f"{scenario}: {name}", outcomes, None))
-    lines.append("")
-    lines.append(
-        f"throughput replaystore / fastmcp: {storm['throughput_ratio_replaystore_vs_fastmcp']}x;"
-        f" replaystore / raw XRANGE: {storm['throughput_ratio_replaystore_vs_raw_xrange']}x"
-    )
-    return lines
-
-
-def _outcome_line(label: str, o: dict[str, Any], rate: float | None) -> str:
-    verdicts = ", ".join(f"{k} {v}" for k, v in o["verdicts"].items())
-    shown = f"{rate:>10.0f}" if rate is not None else f"{'-':>10}"
-    return (
-        f"{label:<26} {shown} {o['attempts']:>9} {o['exact']:>6} {o['silent_gap']:>10} "
-        f"{o['duplicate']:>4} {o['wrong_stream']:>12} {o['explicit_failure']:>8}  {verdicts}"
-    )
 
 
 def _memory_table(memory: dict[str, Any]) -> list[str]:
@@ -229,9 +190,6 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Redis server time and commands per call (INFO commandstats; Lua's inner commands count)",
         *_profile_table(results["inner_commands_per_call"]),
-        "",
-        "Reconnect storm and failure scenarios (outcomes per resume)",
-        *_storm_table(results["storm"]),
         "",
         "Memory: MEMORY USAGE ... SAMPLES 0 summed over the keys / events",
         *_memory_table(results["memory"]),

@@ -1,10 +1,10 @@
 """Smoke test of ``benchmarks.run``: quick mode, structure and correctness only.
 
 It starts its own Redis (``replaystore.testing``), runs every benchmark at tiny
-sizes and checks the shape of the report and the correctness results of the
-reconnect storm. It never asserts on a time or a speed ratio: those are noise
-at these sizes and on a shared machine. The peer's (FastMCP's) silent failures
-are facts to report, not to assert: only that they were measured.
+sizes and checks the shape of the report. It never asserts on a time or a
+speed ratio: those are noise at these sizes and on a shared machine. (The
+reconnect storm and its correctness are ``replaystore bench storm``'s, tested
+in ``tests/test_bench_storm.py``.)
 """
 
 from __future__ import annotations
@@ -21,17 +21,6 @@ from benchmarks.targets import TARGETS
 
 pytestmark = pytest.mark.realserver
 
-OUTCOME_KEYS = {
-    "attempts",
-    "exact",
-    "silent_gap",
-    "duplicate",
-    "wrong_stream",
-    "explicit_failure",
-    "store_returned_none",
-    "events_replayed",
-    "verdicts",
-}
 SPEED_IDS = {
     "append.redis",
     "append.redis.at_cap",
@@ -55,22 +44,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return written
 
 
-def _outcomes_consistent(o: dict[str, Any]) -> None:
-    assert set(o) == OUTCOME_KEYS
-    for key in OUTCOME_KEYS - {"verdicts"}:
-        assert isinstance(o[key], int) and o[key] >= 0, key
-    judged = o["exact"] + o["silent_gap"] + o["duplicate"] + o["wrong_stream"]
-    assert judged + o["explicit_failure"] == o["attempts"]
-    assert sum(o["verdicts"].values()) == o["attempts"]
-
-
 def test_report_sections(report: dict[str, Any]) -> None:
     assert set(report) == {
         "meta",
         "speed",
         "inner_commands_per_call",
         "fastmcp_setup",
-        "storm",
         "memory",
         "targets",
     }
@@ -99,45 +78,6 @@ def test_inner_command_profile(report: dict[str, Any]) -> None:
         assert p["server_us_per_call"] >= 0 and p["inner_commands"] > 0
 
 
-def test_replaystore_is_exact_under_the_storm(report: dict[str, Any]) -> None:
-    storm = report["storm"]
-    stats = storm["stores"]["replaystore"]
-    outcomes = stats["outcomes"]
-    _outcomes_consistent(outcomes)
-    expected = QUICK.storm_tasks * QUICK.storm_ops_per_task * QUICK.storm_repeats
-    assert outcomes["attempts"] == expected
-    assert outcomes["silent_gap"] == 0
-    assert outcomes["duplicate"] == 0
-    assert outcomes["wrong_stream"] == 0
-    # Retention is far above what the storm writes: nothing may fail either.
-    assert outcomes["exact"] == outcomes["attempts"]
-    assert outcomes["store_returned_none"] == 0
-    assert stats["resumes_per_s"] > 0
-    assert storm["stores"]["raw_xrange"]["resumes_per_s"] > 0
-
-
-def test_replaystore_fails_explicitly_when_it_cannot_resume(report: dict[str, Any]) -> None:
-    evicted = report["storm"]["evicted"]["replaystore"]
-    _outcomes_consistent(evicted)
-    assert evicted["attempts"] == QUICK.evicted_sessions
-    assert evicted["explicit_failure"] == evicted["attempts"]
-    assert evicted["verdicts"] == {"below_floor": evicted["attempts"]}
-
-    foreign = report["storm"]["foreign"]["replaystore"]
-    _outcomes_consistent(foreign)
-    assert foreign["attempts"] == QUICK.foreign_pairs
-    assert foreign["verdicts"] == {"foreign_cursor": foreign["attempts"]}
-
-
-def test_fastmcp_outcomes_were_measured(report: dict[str, Any]) -> None:
-    storm = report["storm"]
-    _outcomes_consistent(storm["stores"]["fastmcp"]["outcomes"])
-    _outcomes_consistent(storm["evicted"]["fastmcp"])
-    _outcomes_consistent(storm["foreign"]["fastmcp"])
-    assert storm["stores"]["fastmcp"]["outcomes"]["attempts"] > 0
-    assert isinstance(storm["throughput_ratio_replaystore_vs_fastmcp"], float)
-
-
 def test_memory_breakdown(report: dict[str, Any]) -> None:
     memory = report["memory"]
     assert memory["events"] == QUICK.memory_events
@@ -163,6 +103,6 @@ def test_every_cost_target_is_reported(report: dict[str, Any]) -> None:
 
 def test_render_prints_every_section(report: dict[str, Any]) -> None:
     text = render(report)
-    for heading in ("Speed:", "Redis server time", "Reconnect storm", "Memory:", "Cost targets"):
+    for heading in ("Speed:", "Redis server time", "Memory:", "Cost targets"):
         assert heading in text
-    assert "evicted: fastmcp" in text
+    assert "The floor of an atomic append in Lua" in text
