@@ -7,6 +7,7 @@ the verdicts depend on them: a floor only moves because of these settings.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -94,12 +95,12 @@ def run_split_ms(retention: Retention) -> int:
 
 def is_valid_session(session: object) -> bool:
     """Session ids are 1..256 visible ASCII characters (what MCP allows in ``Mcp-Session-Id``)."""
-    return (
-        isinstance(session, str)
-        and 0 < len(session) <= MAX_NAME_BYTES
-        and session.isascii()
-        and all(0x21 <= ord(c) <= 0x7E for c in session)
-    )
+    return isinstance(session, str) and _SESSION_ID.fullmatch(session) is not None
+
+
+# Checked on every call (a regular expression: several times faster than a
+# loop over the characters).
+_SESSION_ID = re.compile(f"[\\x21-\\x7e]{{1,{MAX_NAME_BYTES}}}")
 
 
 def is_valid_sequence(sequence: object) -> bool:

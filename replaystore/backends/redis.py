@@ -43,6 +43,7 @@ not decode responses.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -407,11 +408,16 @@ class RedisBackend(Backend):
             await conn.send_packed_command(_pack(commands), check_health=False)
             await conn.read_response()  # OK: bounded by the socket timeout
             # The QUEUED acknowledgements and EXEC's reply follow at once (one
-            # packet in, one out): read without a timer each, which costs more
-            # than the read itself; a dropped connection still raises.
-            for _ in commands:
-                await conn.read_response(timeout=math.inf)
-            out = await conn.read_response(timeout=math.inf)
+            # packet in, one out): one timer for all of them, not one per read
+            # (which costs more than the read itself), so a server that stops
+            # halfway still cannot hold the call longer than the socket timeout.
+            try:
+                async with asyncio.timeout(conn.socket_timeout):
+                    for _ in commands:
+                        await conn.read_response(timeout=math.inf)
+                    out = await conn.read_response(timeout=math.inf)
+            except TimeoutError as exc:
+                raise RedisTimeoutError("timeout reading the snapshot's replies") from exc
         except BaseException:
             await conn.disconnect()
             raise

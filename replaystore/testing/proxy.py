@@ -41,6 +41,9 @@ class _Link:
         self.client = client
         self.server: asyncio.StreamWriter | None = None
         self.dropping = False
+        # Bytes of the reply still to forward before the link goes silent
+        # (``stall_reply_after``); None: not stalling.
+        self.stall: int | None = None
         self.closed = asyncio.Event()
 
     def abort(self) -> None:
@@ -57,7 +60,8 @@ class TcpProxy:
     Each accepted client connection is paired with a new connection to the
     next upstream in turn. ``sever_all`` cuts every connection at once,
     ``drop_reply_after`` loses exactly one reply after the server received the
-    request, and ``pause``/``resume`` make the proxy a silent partition.
+    request, ``stall_reply_after`` lets one reply stop halfway on an open
+    connection, and ``pause``/``resume`` make the proxy a silent partition.
     """
 
     def __init__(self, upstreams: Sequence[tuple[str, int]], *, port: int = 0) -> None:
@@ -74,6 +78,7 @@ class TcpProxy:
         self._closing = False
         self._flowing: asyncio.Event | None = None
         self._needle: bytes | None = None
+        self._keep: int | None = None  # armed as a stall (bytes to let through), not a drop
         self._dropped = threading.Event()
         self._drops = 0
         self._accepted = 0
@@ -162,13 +167,26 @@ class TcpProxy:
         self._dropped.clear()
         self._call(self._arm(needle))
 
+    def stall_reply_after(self, needle: bytes, keep: int) -> None:
+        """Let only the first ``keep`` bytes of the next reply through (one shot).
+
+        The reply to the next request containing ``needle`` stops after
+        ``keep`` bytes and that connection then stays open and silent: a
+        server that stops halfway through a reply. The client must give up by
+        its own timeout.
+        """
+        if not needle or keep < 0:
+            raise ValueError("needle must not be empty and keep must be >= 0")
+        self._dropped.clear()
+        self._call(self._arm(needle, keep))
+
     def wait_dropped(self, timeout: float = 5.0) -> bool:
-        """True once the armed ``drop_reply_after`` fault has fired."""
+        """True once the armed ``drop_reply_after`` (or ``stall_reply_after``) fault has fired."""
         return self._dropped.wait(timeout)
 
     @property
     def drops(self) -> int:
-        """How many replies ``drop_reply_after`` has discarded so far."""
+        """How many replies ``drop_reply_after`` discarded or ``stall_reply_after`` cut short."""
         return self._drops
 
     @property
@@ -250,8 +268,9 @@ class TcpProxy:
             link.abort()
         return len(links)
 
-    async def _arm(self, needle: bytes) -> None:
+    async def _arm(self, needle: bytes, keep: int | None = None) -> None:
         self._needle = needle
+        self._keep = keep
 
     async def _count(self) -> int:
         return len(self._links)
@@ -326,8 +345,11 @@ class TcpProxy:
             needle = self._needle
             if needle is not None and needle in tail + chunk:
                 self._needle = None
-                link.dropping = True
-                asyncio.get_running_loop().call_later(5.0, self._drop, link)
+                if self._keep is not None:
+                    link.stall = self._keep
+                else:
+                    link.dropping = True
+                    asyncio.get_running_loop().call_later(5.0, self._drop, link)
             elif needle is not None:
                 tail = (tail + chunk)[-(len(needle) - 1) :] if len(needle) > 1 else b""
             link.server.write(chunk)
@@ -343,6 +365,16 @@ class TcpProxy:
             if link.dropping:
                 self._drop(link)
                 return
+            if link.stall is not None:
+                part = chunk[: link.stall]
+                if part:
+                    link.stall -= len(part)
+                    link.client.write(part)
+                    await link.client.drain()
+                if link.stall == 0 and not self._dropped.is_set():
+                    self._drops += 1
+                    self._dropped.set()
+                continue  # the rest is never forwarded: the link stays open and silent
             await self._flowing.wait()
             if link.dropping:
                 self._drop(link)

@@ -201,6 +201,26 @@ async def test_partition_then_heals(server: ServerHandle, prefix: str) -> None:
             await _session_survived(buf, "s", ids)
 
 
+async def test_snapshot_reply_stopping_halfway_is_a_timeout_then_a_retry(
+    server: ServerHandle, prefix: str
+) -> None:
+    """A resume's snapshot (MULTI ... EXEC) whose reply stops after MULTI's OK,
+    the connection left open: the read gives up within the socket timeout and
+    the resume is sent once more on another connection, exactly."""
+    with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
+        async with ReplayBuffer.from_url(proxy.url() + TIMEOUTS, prefix=prefix) as buf:
+            ids = await _warm(buf, "s")
+            proxy.stall_reply_after(b"MULTI", keep=len(b"+OK\r\n"))
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            replay = await asyncio.wait_for(buf.resolve_and_replay("s", ids[0]), HANG_GUARD)
+            took = loop.time() - began
+            assert proxy.wait_dropped(0), "the stall must have happened"
+            assert replay.verdict is Verdict.RESUMED, replay
+            assert [e.payload for e in replay.events] == [b"b", b"c"]
+            assert took < HANG_GUARD / 2, took
+
+
 async def test_cluster_partition_then_heals(
     real_servers: dict[str, ServerHandle], prefix: str
 ) -> None:

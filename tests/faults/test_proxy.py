@@ -197,3 +197,36 @@ def test_drop_reply_after_executes_the_request_and_loses_its_reply(
         assert proxy.drops == 1
     direct.delete(key)
     direct.close()
+
+
+def test_stall_reply_after_lets_part_of_one_reply_through_then_nothing(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    server = shared_redis(real_servers)
+    key = f"proxy-stall-{find_free_port()}"
+    with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
+        with pytest.raises(ValueError):
+            proxy.stall_reply_after(b"x", -1)
+        sock = _connect(proxy)
+        proxy.stall_reply_after(key.encode(), keep=5)
+        # MULTI, a queued command, EXEC: the server answers all at once.
+        sock.sendall(
+            b"*1\r\n$5\r\nMULTI\r\n"
+            + f"*2\r\n$4\r\nINCR\r\n${len(key)}\r\n{key}\r\n".encode()
+            + b"*1\r\n$4\r\nEXEC\r\n"
+        )
+        assert sock.recv(64) == b"+OK\r\n"
+        assert proxy.wait_dropped(5)
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(64)  # silent, and still open
+        sock.close()
+        assert proxy.drops == 1
+        # One shot: another connection gets whole replies.
+        again = _connect(proxy)
+        again.sendall(f"*2\r\n$4\r\nINCR\r\n${len(key)}\r\n{key}\r\n".encode())
+        assert again.recv(64) == b":2\r\n"
+        again.close()
+    direct = redis.Redis.from_url(server.url)
+    direct.delete(key)
+    direct.close()
