@@ -52,6 +52,10 @@ REASONS: dict[str, tuple[Verdict, str]] = {
     "invalid_session": (Verdict.UNKNOWN_SESSION, "not a valid session id"),
     "closed": (Verdict.UNKNOWN_SESSION, "the session was closed"),
     "torn_down": (Verdict.UNKNOWN_SESSION, "the session was torn down after a failed resumption"),
+    "index_lost": (
+        Verdict.UNKNOWN_SESSION,
+        "the session was torn down: the store lost the index its retention is kept by",
+    ),
     "malformed": (
         Verdict.MALFORMED_CURSOR,
         "the cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>]",

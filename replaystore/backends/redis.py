@@ -488,6 +488,8 @@ class RedisBackend(Backend):
             r.session_ttl_ms,
             run_split_ms(r),
             self._sweep_threshold,
+            r.tombstone_ttl_ms,
+            '{"code":"index_lost"',  # the tombstone if the run index turns out lost
         ]
 
     def _append_head(self, session: str, sequence: str, tag: str) -> tuple[bytes, int]:
@@ -559,6 +561,9 @@ class RedisBackend(Backend):
         if not out:
             raise UnknownSessionError(session)
         epoch, status = out[0].decode(), out[1]
+        if status == b"lost":
+            await self._sweep_lists(session, out[2:])
+            raise UnknownSessionError(session)
         if status == b"collision":
             raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
         ids = [
@@ -588,10 +593,14 @@ class RedisBackend(Backend):
         )
         if not int(out[0]):
             return False
-        tags = sorted({t.decode() for t in out[1:]})
-        for start in range(0, len(tags), _CHUNK):
-            await self._run("sweep", session, tags[start : start + _CHUNK], [], retry=True)
+        await self._sweep_lists(session, out[1:])
         return True
+
+    async def _sweep_lists(self, session: str, tags: list[bytes]) -> None:
+        """Delete the lists of a session that is gone (named by the script that removed it)."""
+        names = sorted({t.decode() for t in tags})
+        for start in range(0, len(names), _CHUNK):
+            await self._run("sweep", session, names[start : start + _CHUNK], [], retry=True)
 
     async def resolve(
         self,

@@ -99,6 +99,46 @@ async def test_run_index_lost(redis_server: ServerHandle, prefix: str, how: str)
             assert [e.event_id for e in replay.events] == q[q.index(cursor) + 1 :]
 
 
+@pytest.mark.parametrize("then", ["same_sequence", "other_sequence", "max_age"])
+async def test_run_index_lost_then_retention_is_due_tears_the_session_down(
+    redis_server: ServerHandle, prefix: str, then: str
+) -> None:
+    """Eviction walks the run index oldest first. Once it is lost (or lost its
+    oldest runs, when another sequence started a new run since), retention
+    can no longer be kept: the append that needs an eviction tears the
+    session down (tombstone ``index_lost``) instead of letting it grow without
+    bound or evicting the wrong events. Appends within the cap go on (with
+    ``max_age`` too: the events' ages went with the index)."""
+    max_age = 3600.0 if then == "max_age" else None
+    async with ReplayBuffer.from_url(
+        redis_server.url, prefix=prefix, max_events=6, max_age=max_age
+    ) as buf:
+        await buf.open_session("s")
+        q = await buf.append_many("s", "q", [b"q0", b"q1", b"q2"])
+        await buf.append("s", "r", b"r0")
+        q.append(await buf.append("s", "q", b"q3"))
+        client = client_of(buf)
+        await client.delete(key_of(buf, "s", "i"))
+        if then == "other_sequence":
+            await buf.append("s", "r", b"r1")  # a new run: the index is not empty again
+        else:
+            q.append(await buf.append("s", "q", b"q4"))  # within the cap: kept, and resumable
+            replay = await buf.resolve_and_replay("s", q[0], "q")
+            assert [e.payload for e in replay.events] == [b"q1", b"q2", b"q3", b"q4"]
+        # Six retained, the cap: the next append must evict.
+        with pytest.raises(UnknownSessionError):
+            await buf.append("s", "q", b"one too many")
+        probe = await buf.resolve("s", q[-1])
+        assert probe.verdict is Verdict.UNKNOWN_SESSION
+        assert probe.evidence.tombstone is not None
+        assert "lost the index" in probe.evidence.tombstone.reason
+        base = buf.backend.key_base("s")  # type: ignore[attr-defined]
+        left = [k.decode() async for k in client.scan_iter(match=f"{base}*")]
+        assert left == [key_of(buf, "s", "t")], "every list swept, only the tombstone left"
+        with pytest.raises(UnknownSessionError):
+            await buf.append("s", "q", b"after")
+
+
 @pytest.mark.parametrize("how", ["del", "pexpire"])
 async def test_meta_key_lost_then_reopened(
     redis_server: ServerHandle, prefix: str, how: str

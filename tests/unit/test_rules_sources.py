@@ -41,7 +41,13 @@ def test_every_pair_the_rules_produce_is_known() -> None:
         assert code in REASONS, code
         assert REASONS[code][0] is Verdict[verdict], (verdict, code)
     # every reason a judgement can carry is used somewhere (no stale table entries)
-    used = {code for _, code in pairs} | {"no_session", "closed", "torn_down", "invalid_session"}
+    used = {code for _, code in pairs} | {
+        "no_session",
+        "closed",
+        "torn_down",
+        "invalid_session",
+        "index_lost",
+    }
     assert used == set(REASONS)
 
 

@@ -98,14 +98,24 @@ end
 -- touched) and their tags go to G, until a sweep with those lists declared
 -- removes them. The sequence `own` (tag `own_tag`, state in hand, list
 -- declared) is updated in place and not marked: its caller saves it.
--- Returns evicted, floor, count, nseq, and how many evicted events went to G.
+-- Returns evicted, floor, count, nseq, how many evicted events went to G, and
+-- lost: true when the session is over max_events but the index cannot place
+-- the oldest events (the index, or its oldest runs, were lost: it no longer
+-- starts at the floor), so nothing can be evicted in order. (Age alone is not
+-- enough to say lost: the events' ages went with the index, so they stay, up
+-- to max_events.)
 local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_tag, own)
   top, floor, count, nseq = tonumber(top), tonumber(floor), tonumber(count), tonumber(nseq)
-  if count <= max_events and max_age_ms == 0 then return 0, floor, count, nseq, 0 end
+  if count <= max_events and max_age_ms == 0 then return 0, floor, count, nseq, 0, false end
   local evicted, dirtied = 0, 0
   while count > 0 do
     local run = run_of(redis.call('LINDEX', I, 0))
-    if not run then break end -- index lost under live metadata: resolves report it
+    -- The oldest run always starts at or before the floor: if it does not
+    -- (or there is none), the index lost runs and the events at the floor
+    -- belong to no known sequence.
+    if not run or run.pos > floor then
+      return evicted, floor, count, nseq, dirtied, count > max_events
+    end
     local after = run_of(redis.call('LINDEX', I, 1))
     local stop = top + 1
     if after then stop = after.pos end
@@ -149,7 +159,7 @@ local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_t
       if floor >= stop then redis.call('LPOP', I) end
     end
   end
-  return evicted, floor, count, nseq, dirtied
+  return evicted, floor, count, nseq, dirtied, false
 end
 
 local function mark_dirty(dirtied)

@@ -1,12 +1,15 @@
 -- append: store a batch of events of one sequence (its list is Q[tag]).
 -- ARGV: tag, name, max_events, max_age_ms, session_ttl_ms, split_ms,
---       sweep_threshold, kinds, idempotency_key ('' for none), payload...
+--       sweep_threshold, tombstone_ttl_ms, tombstone (JSON without its end),
+--       kinds, idempotency_key ('' for none), payload...
 -- kinds is '' when every payload is an event's data, otherwise one character
 -- per payload: 'd' (data) or 'p' (a priming event, its payload argument '').
 -- The arguments that stay the same for a sequence come first, so that the
 -- client can keep them packed.
--- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids}, or
--- {epoch, 'ok', ids[, sweep_tags, touch_tags]}; ids = "pos.ordinal.stamp,..."
+-- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids},
+-- {epoch, 'ok', ids[, sweep_tags, touch_tags]} (ids = "pos.ordinal.stamp,..."),
+-- or {epoch, 'lost', tag...}: the run index was lost, retention can no longer
+-- be kept in order, and the session was torn down (the tags' lists go next).
 -- The common case (one event, nothing to evict, no TTL refresh due) runs four
 -- commands: HMGET, TIME, RPUSH, HSET. Every redis.call costs several
 -- microseconds of server time here, more than the Lua around it: that is the
@@ -16,7 +19,7 @@ local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'g
                         's:' .. tag, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
-local key = arg(9)
+local key = arg(11)
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
@@ -26,7 +29,7 @@ end
 -- and no TTL refresh due. The sequence's state is rewritten from its pieces
 -- instead of being parsed whole. Anything else takes the general path below,
 -- which reaches the same result.
-if key == '' and #AV == A + 10 and arg(8) == '' and arg(6) == '0' and meta[9] then
+if key == '' and #AV == A + 12 and arg(10) == '' and arg(6) == '0' and meta[9] then
   local hw, kept, nxt, base, seq_name =
     string.match(meta[8] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
   local top, count = tonumber(meta[2]), tonumber(meta[4])
@@ -36,7 +39,7 @@ if key == '' and #AV == A + 10 and arg(8) == '' and arg(6) == '0' and meta[9] th
     if now < tonumber(meta[9]) then
       top = top + 1
       local q = Q[tag]
-      hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 10]),
+      hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 12]),
                   nxt - base + 1)
       redis.call('HSET', M, 'top', top, 'count', count + 1, 's:' .. tag,
                  top .. ',' .. now .. ',' .. kept .. ',' .. (nxt + 1) .. ',' .. base .. ',0,'
@@ -64,8 +67,8 @@ local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
 local ids, batch = {}, {}
 local pushed = nil
-local kinds = arg(8)
-local first = A + 10 -- the first payload
+local kinds = arg(10)
+local first = A + 12 -- the first payload
 for j = first, #AV do
   local priming = kinds ~= '' and string.byte(kinds, j - first + 1) == 112 -- 'p'
   if s and priming and s.priming == 1 then
@@ -105,9 +108,19 @@ if #batch > 0 then
 end
 local floor, dirtied = meta[3], 0
 if count > tonumber(arg(3)) or max_age > 0 then
-  local evicted
-  evicted, floor, count, nseq, dirtied =
+  local evicted, lost
+  evicted, floor, count, nseq, dirtied, lost =
     evict(tonumber(arg(3)), max_age, now, top, floor, count, nseq, tag, s)
+  if lost then
+    -- Retention cannot be kept (the session would grow without bound, or
+    -- evict the wrong events): fail closed, as a failed resume does.
+    local out = {epoch, 'lost', tag}
+    for _, t in ipairs(all_tags()) do out[#out + 1] = t end
+    for _, t in ipairs(redis.call('SMEMBERS', G)) do out[#out + 1] = t end
+    redis.call('DEL', M, I, G, K, K2)
+    redis.call('SET', T, arg(9) .. ',"at":' .. now .. '}', 'PX', tonumber(arg(8)))
+    return out
+  end
 end
 local fields = {'top', top, 'floor', floor, 'count', count, 'nseq', nseq}
 if s.first < s.next then
