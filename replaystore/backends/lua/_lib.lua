@@ -108,7 +108,7 @@ local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_t
   top, floor, count, nseq = tonumber(top), tonumber(floor), tonumber(count), tonumber(nseq)
   if count <= max_events and max_age_ms == 0 then return 0, floor, count, nseq, 0, false end
   local evicted, dirtied = 0, 0
-  while count > 0 do
+  while count > 0 and (count > max_events or max_age_ms > 0) do
     local run = run_of(redis.call('LINDEX', I, 0))
     -- The oldest run always starts at or before the floor: if it does not
     -- (or there is none), the index lost runs and the events at the floor
