@@ -1,8 +1,8 @@
 """The verdict rules, decided once, for every backend.
 
-A backend gathers *facts* about one session in one atomic step (the memory
-backend under its lock, the Redis backend in one ``MULTI``/``EXEC`` snapshot
-or one Lua script) and :func:`judge` decides on them. Backends never decide a
+A backend gathers *facts* about one session as of one moment (the memory
+backend under its lock, the Redis backend in one pipelined read that is as
+good as a snapshot, or one Lua script) and :func:`judge` decides on them. Backends never decide a
 verdict themselves, so the order of the checks exists in two places only: here
 and in ``docs/verdicts.md``, which is the specification.
 

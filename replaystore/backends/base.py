@@ -1,8 +1,8 @@
 """The contract every storage backend implements.
 
 Deliberately narrow (five operations) so that each one can be a single atomic
-step on the server: one Lua script or one ``MULTI``/``EXEC`` snapshot per
-operation on Redis, one uninterrupted stretch of synchronous code in memory.
+step on the server: one Lua script or one pipelined read per operation on
+Redis, one uninterrupted stretch of synchronous code in memory.
 Input validation and cursor parsing happen once, in
 :class:`replaystore.ReplayBuffer`, before a backend is called; a backend
 receives well-formed names and a parsed cursor (``None`` when the text was not

@@ -7,9 +7,10 @@ Redis Cluster slot), and every key a script touches is declared in ``KEYS``.
 
 How a call reaches Redis:
 
-* a resume whose cursor carries a hint reads a consistent snapshot with one
-  ``MULTI``/``EXEC`` (the meta hash and a native ``LRANGE`` of the sequence's
-  list: no Lua) and judges it here; only a snapshot in doubt goes further;
+* a resume whose cursor carries a hint reads the meta hash and a native
+  ``LRANGE`` of the sequence's list in one pipelined round trip (no Lua, no
+  ``MULTI``: see ``_snapshot`` for why none is needed) and judges them here;
+  only a read in doubt goes further;
 * otherwise ``facts.lua`` gathers the facts in one script, the verdict is
   decided here (``replaystore/_rules.py``, the same rules as in memory), and a
   failed resume is torn down by ``close.lua`` as a compare-and-delete on the
@@ -208,18 +209,19 @@ class RedisBackend(Backend):
         self._bases: dict[tuple[str, str], int] = {}
         # Packed append commands up to their payloads, per (session, sequence).
         self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
-        # A plain redis-py client over real connections: transactions are sent
-        # by hand (one packet, replies unparsed), which costs a fraction of a
-        # redis-py Pipeline. Cluster clients and fakes go through Pipeline.
+        # A plain redis-py client over real connections: commands and pipelines
+        # are sent by hand (one packet, replies unparsed), which costs a
+        # fraction of a redis-py Pipeline. Cluster clients and fakes go through
+        # redis-py.
         pool = getattr(client, "connection_pool", None)
-        self._raw_transactions = (
+        self._by_hand = (
             isinstance(client, Redis)
             and isinstance(pool, ConnectionPool)
             and getattr(pool, "connection_class", type).__module__.startswith("redis.")
         )
         # Operations run as a function library where the client talks to one
         # real server directly; elsewhere (a cluster, fakes) as scripts.
-        self._functions = self._raw_transactions
+        self._functions = self._by_hand
 
     @classmethod
     def from_url(
@@ -313,8 +315,8 @@ class RedisBackend(Backend):
             return await self._command("EVAL", script.source, len(keys), *keys, *args)
 
     async def _command(self, *command: Any) -> Any:
-        """One command; sent by hand on a plain client (see ``_raw_transactions``)."""
-        if not self._raw_transactions:
+        """One command; sent by hand on a plain client (see ``_by_hand``)."""
+        if not self._by_hand:
             return await self.client.execute_command(*command)
         return await self._roundtrip(_pack_one(command))
 
@@ -353,7 +355,7 @@ class RedisBackend(Backend):
         calls.append(("EVALSHA", script.sha, len(keys), *keys, *args))
         calls.append(("EVAL", script.source, len(keys), *keys, *args))
         for call in calls:
-            out, acked = await self._pair(call, wait)
+            out, acked = await self._pipeline([call, wait])
             if isinstance(out, NoScriptError) or (call[0] == "FCALL" and _not_run(out)):
                 continue  # not loaded or not allowed here: the script forms work everywhere
             if isinstance(out, Exception):
@@ -368,64 +370,38 @@ class RedisBackend(Backend):
             return out
         raise StorageError("the append script could not be loaded")
 
-    async def _pair(self, first: tuple[Any, ...], second: tuple[Any, ...]) -> list[Any]:
-        """Two commands in one packet on one connection; error replies come back as values."""
-        if not self._raw_transactions:
+    async def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Commands in one packet on one connection; replies in order, error replies as values.
+
+        The first reply is read under the socket timeout; the others follow at
+        once (one packet in, one out), so they are read under one timer of the
+        same length rather than one timer each, which would cost more than the
+        reads: a server that stops halfway still cannot hold the call longer.
+        """
+        if not self._by_hand:
             pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command(*first)
-            pipe.execute_command(*second)
+            for command in commands:
+                pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
         pool = self.client.connection_pool
         conn = await pool.get_connection()
         try:
-            await conn.send_packed_command(_pack_one(first) + _pack_one(second))
-            out: list[Any] = []
-            for _ in range(2):
-                try:
-                    out.append(await conn.read_response())
-                except ResponseError as exc:  # an error reply: still in step
-                    out.append(exc)
+            await conn.send_packed_command(
+                b"".join(_pack_one(command) for command in commands), check_health=False
+            )
+            out = [await _reply(conn, timed=True)]
+            try:
+                async with asyncio.timeout(conn.socket_timeout):
+                    for _ in commands[1:]:
+                        out.append(await _reply(conn, timed=False))
+            except TimeoutError as exc:
+                raise RedisTimeoutError("timeout reading pipelined replies") from exc
             return out
         except BaseException:
             await conn.disconnect()
             raise
         finally:
             await pool.release(conn)
-
-    async def _transaction(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """``MULTI``, the commands, ``EXEC``: one packet, one consistent snapshot.
-
-        Replies come back as Redis sent them (no redis-py response callbacks).
-        """
-        if not self._raw_transactions:
-            pipe = self.client.pipeline(transaction=True)
-            for command in commands:
-                pipe.execute_command(*command)
-            return list(await pipe.execute())
-        pool = self.client.connection_pool
-        conn = await pool.get_connection()
-        try:
-            await conn.send_packed_command(_pack(commands), check_health=False)
-            await conn.read_response()  # OK: bounded by the socket timeout
-            # The QUEUED acknowledgements and EXEC's reply follow at once (one
-            # packet in, one out): one timer for all of them, not one per read
-            # (which costs more than the read itself), so a server that stops
-            # halfway still cannot hold the call longer than the socket timeout.
-            try:
-                async with asyncio.timeout(conn.socket_timeout):
-                    for _ in commands:
-                        await conn.read_response(timeout=math.inf)
-                    out = await conn.read_response(timeout=math.inf)
-            except TimeoutError as exc:
-                raise RedisTimeoutError("timeout reading the snapshot's replies") from exc
-        except BaseException:
-            await conn.disconnect()
-            raise
-        finally:
-            await pool.release(conn)
-        if out is None:
-            raise StorageError("the snapshot transaction was aborted")
-        return list(out)
 
     async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
         """Sweeps and TTL refreshes a script asked for, with the lists declared."""
@@ -612,10 +588,10 @@ class RedisBackend(Backend):
         replay: bool,
         teardown: bool,
     ) -> Resumption:
-        # Not on a cluster: redis-py's async cluster transaction runs every
-        # queued command in a new thread and event loop (blocking this one),
-        # and after a connection error it rebuilds the client inside that
-        # throw-away loop, leaving connections no later call can use or close.
+        # Not on a cluster: the read would go through redis-py's cluster
+        # pipeline machinery, whose failure modes (a slot moving, a node
+        # dropping) the fast path has not been proven against; the script
+        # path serves a cluster.
         if (
             replay
             and cursor is not None
@@ -682,11 +658,20 @@ class RedisBackend(Backend):
     async def _snapshot(
         self, session: str, cursor: Cursor, raw_cursor: str, named: str | None
     ) -> Resumption | None:
-        """The fast path: one ``MULTI``/``EXEC`` snapshot, no Lua; ``None`` when in doubt.
+        """The fast path: one pipelined read, no Lua; ``None`` when in doubt.
 
         Only a ``resumed`` verdict is answered here; anything else (and any
-        snapshot that shows work due: eviction, a TTL refresh) goes to the
-        script path, which can also tear down.
+        read that shows work due: eviction, a TTL refresh) goes to the script
+        path, which can also tear down.
+
+        The ``HMGET`` and the ``LRANGE`` need no ``MULTI`` around them: between
+        the two, a sequence's list only grows at its tail (events the
+        bookkeeping read first does not count, so they are cut off), and any
+        change at its head (a trim of evicted elements, a sweep, a lost list
+        whose places are held, the sequence created again) moves what sits at
+        the cursor's ordinal, which must be the cursor's own event (position
+        and stamp) or the read is in doubt. So the events after it are the
+        sequence's events as of the ``HMGET``, as in a snapshot.
         """
         assert cursor.tag is not None
         assert cursor.ordinal is not None
@@ -709,7 +694,10 @@ class RedisBackend(Backend):
             ]
             if r.max_age_ms:
                 commands += [("LINDEX", index, 0), ("TIME",)]
-            got = await self._transaction(commands)
+            got = await self._pipeline(commands)
+            for reply in got:
+                if isinstance(reply, Exception):
+                    raise reply
             values = got[0]
             if values[0] is None or values[5] is None:
                 return None
@@ -781,6 +769,17 @@ def _not_run(reply: Any) -> bool:
     )
 
 
+async def _reply(conn: Any, *, timed: bool) -> Any:
+    """One reply, under the socket timeout if ``timed``; an error reply as a value.
+
+    (After an error reply the connection is still in step.)
+    """
+    try:
+        return await conn.read_response(timeout=None if timed else math.inf)
+    except ResponseError as exc:
+        return exc
+
+
 def _pack_one(command: tuple[Any, ...]) -> bytes:
     """One command in the Redis protocol (RESP)."""
     return b"*%d\r\n" % len(command) + _pack_args(command)
@@ -793,12 +792,6 @@ def _pack_args(args: Sequence[Any]) -> bytes:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
-
-
-def _pack(commands: list[tuple[Any, ...]]) -> bytes:
-    """``MULTI``, ``commands``, ``EXEC`` in the Redis protocol (RESP), as one buffer."""
-    body = b"".join(_pack_one(command) for command in commands)
-    return b"*1\r\n$5\r\nMULTI\r\n" + body + b"*1\r\n$4\r\nEXEC\r\n"
 
 
 def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:

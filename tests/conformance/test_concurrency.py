@@ -156,6 +156,62 @@ async def test_writers_and_resumers_at_once(make_buffer):
         assert [e.event_id for e in res.events] == order[sequence]
 
 
+async def test_resumes_while_eviction_and_compaction_run(make_buffer):
+    """Resumes racing appends that evict on every call (so lists are trimmed
+    and swept under the readers): a resume is exactly the next events of the
+    cursor's sequence as of some moment, or ``below_floor`` once the cursor's
+    event is evicted; never another event, never a hole."""
+    cap = 60
+    writer_buf = await make_buffer(max_events=cap)
+    reader_buf = await replica(make_buffer, writer_buf, teardown_on_failure=False)
+    info = await writer_buf.open_session(S)
+    assert (await reader_buf.session_info(S)).epoch == info.epoch
+    written: dict[int, list[str]] = {}
+    seen: list[tuple[str, str]] = []
+    observations: list[tuple[str, str, Resumption]] = []
+    done = anyio.Event()
+    writers = 8
+
+    async def resumer(r: int) -> None:
+        rng = random.Random(r)
+        rounds = 0
+        while not done.is_set() or rounds < MIN_ROUNDS:
+            if seen:
+                # mostly recent cursors (resumed), sometimes old ones (evicted)
+                back = rng.randrange(min(len(seen), 40 if rng.random() < 0.8 else len(seen)))
+                cursor, sequence = seen[len(seen) - 1 - back]
+                named = sequence if rng.random() < 0.5 else None
+                res = await reader_buf.resolve_and_replay(S, cursor, named)
+                observations.append((cursor, sequence, res))
+                rounds += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as everyone:
+        for r in range(RESUMERS):
+            everyone.start_soon(resumer, r)
+        async with anyio.create_task_group() as tg:
+            for w in range(writers):
+                tg.start_soon(_write, writer_buf, w, SEQS[w % 2], written, seen)
+        done.set()
+
+    payload_of = _check_final_log(written, writers, info.epoch)
+    order = {
+        sequence: sorted(
+            (i for w, ids in written.items() if SEQS[w % 2] == sequence for i in ids), key=pos
+        )
+        for sequence in SEQS[:2]
+    }
+    verdicts = {Verdict.RESUMED: 0, Verdict.BELOW_FLOOR: 0}
+    for cursor, sequence, res in observations:
+        assert res.verdict in verdicts, (cursor, res)
+        verdicts[res.verdict] += 1
+        if res.verdict is Verdict.RESUMED:
+            _check_replay(res, cursor, sequence, order, payload_of)
+    assert verdicts[Verdict.RESUMED] > 0, verdicts
+    snap = await reader_buf.session_info(S)
+    assert (snap.high_water, snap.retained) == (writers * PER_WRITER, cap)
+
+
 async def test_two_replicas_appending_to_one_session(make_buffer):
     one = await make_buffer(max_events=5000)
     two = await replica(make_buffer, one)

@@ -204,13 +204,22 @@ async def test_partition_then_heals(server: ServerHandle, prefix: str) -> None:
 async def test_snapshot_reply_stopping_halfway_is_a_timeout_then_a_retry(
     server: ServerHandle, prefix: str
 ) -> None:
-    """A resume's snapshot (MULTI ... EXEC) whose reply stops after MULTI's OK,
-    the connection left open: the read gives up within the socket timeout and
-    the resume is sent once more on another connection, exactly."""
+    """A resume's pipelined read whose replies stop after the first one, the
+    connection left open: the read gives up within the socket timeout and the
+    resume is sent once more on another connection, exactly."""
     with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
         async with ReplayBuffer.from_url(proxy.url() + TIMEOUTS, prefix=prefix) as buf:
             ids = await _warm(buf, "s")
-            proxy.stall_reply_after(b"MULTI", keep=len(b"+OK\r\n"))
+            # The first reply (the bookkeeping's HMGET) whole, then nothing.
+            backend: Any = buf.backend
+            base = backend.key_base("s")
+            tag = ids[0].split(".")[1]
+            fields = ["epoch", "top", "floor", "count", "nseq", f"s:{tag}"]
+            values = await backend.client.hmget(f"{base}:m", fields)
+            first = b"*%d\r\n" % len(values) + b"".join(
+                b"$-1\r\n" if v is None else b"$%d\r\n%s\r\n" % (len(v), v) for v in values
+            )
+            proxy.stall_reply_after(b"HMGET", keep=len(first))
             loop = asyncio.get_running_loop()
             began = loop.time()
             replay = await asyncio.wait_for(buf.resolve_and_replay("s", ids[0]), HANG_GUARD)
