@@ -222,6 +222,7 @@ class RedisBackend(Backend):
         # Operations run as a function library where the client talks to one
         # real server directly; elsewhere (a cluster, fakes) as scripts.
         self._functions = self._by_hand
+        self._cluster = isinstance(client, RedisCluster)
 
     @classmethod
     def from_url(
@@ -596,7 +597,7 @@ class RedisBackend(Backend):
             replay
             and cursor is not None
             and cursor.tag is not None
-            and not isinstance(self.client, RedisCluster)
+            and not self._cluster
         ):
             fast = await self._call(
                 "resolve",
@@ -676,8 +677,8 @@ class RedisBackend(Backend):
         assert cursor.tag is not None
         assert cursor.ordinal is not None
         r = self.retention
-        keys = self._keys(session, [cursor.tag])
-        meta, index, queue = keys[0], keys[1], keys[-1]
+        key = self.key_base(session)
+        meta, index, queue = f"{key}:m", f"{key}:i", f"{key}:q:{cursor.tag}"
         fields = ["epoch", "top", "floor", "count", "nseq", f"s:{cursor.tag}"]
         named_tag = sequence_tag(named) if named is not None else None
         if named_tag is not None and named_tag != cursor.tag:
