@@ -73,7 +73,7 @@ async def _scenario(url: str, prefix: str) -> None:
             ("s1", "not-a-cursor", None, V.MALFORMED_CURSOR, None),
             ("s1", "", None, V.MALFORMED_CURSOR, None),
             ("s1", f"{epoch}-04", None, V.MALFORMED_CURSOR, None),
-            ("s1", f"{epoch.upper()}-4", None, V.MALFORMED_CURSOR, None),
+            ("s1", f"{epoch[:-1]}A-4", None, V.MALFORMED_CURSOR, None),  # upper-case hex
             ("s3", alpha[2], None, V.UNKNOWN_SESSION, None),
             ("s1", f"{s2.epoch}-0", None, V.FOREIGN_CURSOR, None),
         ]
