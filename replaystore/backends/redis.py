@@ -593,12 +593,7 @@ class RedisBackend(Backend):
         # pipeline machinery, whose failure modes (a slot moving, a node
         # dropping) the fast path has not been proven against; the script
         # path serves a cluster.
-        if (
-            replay
-            and cursor is not None
-            and cursor.tag is not None
-            and not self._cluster
-        ):
+        if replay and cursor is not None and cursor.tag is not None and not self._cluster:
             fast = await self._call(
                 "resolve",
                 lambda: self._snapshot(session, cursor, raw_cursor, sequence),
