@@ -558,13 +558,18 @@ class RedisBackend(Backend):
     async def close_session(self, session: str) -> bool:
         return await self._close(session, '{"code":"closed"', ("", "always", ""))
 
-    async def _close(self, session: str, tomb: str, expect: tuple[str, str, Any]) -> bool:
-        """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists."""
+    async def _close(
+        self, session: str, tomb: str, expect: tuple[str, str, Any], tags: Sequence[str] = ()
+    ) -> bool:
+        """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists.
+
+        The lists of ``tags`` go in the same call; the others follow in sweeps.
+        """
         nonce = secrets.token_hex(8)
         out = await self._run(
             "close",
             session,
-            (),
+            tags,
             [tomb, self.retention.tombstone_ttl_ms, nonce, *expect],
             retry=True,
         )
@@ -642,7 +647,7 @@ class RedisBackend(Backend):
                     {"code": judgement.code, "verdict": judgement.verdict.value}
                 )[:-1]
                 expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
-                if not await self._close(session, tomb_json, expect):
+                if not await self._close(session, tomb_json, expect, tags):
                     continue  # the session moved since the facts were read: judge again
             evidence = evidence_for(
                 session, raw_cursor, cursor, facts, judgement, torn_down=torn_down, replay=replay

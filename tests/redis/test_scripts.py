@@ -414,3 +414,31 @@ async def test_run_index_holds_one_entry_per_stretch(
             assert info is not None and info.retained == 300 + 20 + 18 + 1
     finally:
         await admin.aclose()
+
+
+async def test_teardown_deletes_the_judged_lists_in_the_same_call(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """A failed resume costs the judge's facts and the teardown, and the
+    teardown deletes the lists it declared (the cursor's sequence): a session
+    of one sequence needs no sweep after it; lists of other sequences go in one
+    sweep. Only the tombstone is left."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+            counter = _CountingClient(buf.backend)
+            for session, sequences in (("one", ["q"]), ("two", ["q", "r"])):
+                await buf.open_session(session)
+                ids = [await buf.append(session, s, b"x") for s in sequences]
+                counter.take()
+                cursor = ids[0].replace(f"-{ids[0].split('-')[1].split('.')[0]}.", "-99.", 1)
+                res = await buf.resolve_and_replay(session, cursor)
+                assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
+                assert res.evidence.torn_down
+                sweeps = 0 if len(sequences) == 1 else 1
+                assert counter.take() == ["PIPELINE"] + ["FCALL"] * (2 + sweeps)
+                base = buf.backend.key_base(session)  # type: ignore[attr-defined]
+                left = [k.decode() async for k in admin.scan_iter(match=f"{base}*")]
+                assert left == [f"{base}:t"], left
+    finally:
+        await admin.aclose()

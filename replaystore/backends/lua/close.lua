@@ -9,6 +9,7 @@
 --   'ambiguous'     nothing evicted yet and more than one sequence
 --   'floor_at_most' the floor has not passed value (verdicts read from an event)
 -- The nonce makes a retry of a call that already ran answer the same.
+-- The declared lists are deleted here; the others' tags are returned.
 -- Returns {1, tag...} (done; the tags' lists go next) or {0}.
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'nseq')
 if not meta[1] then
@@ -28,9 +29,14 @@ if arg(4) ~= '' then
   if not holds then return {0} end
 end
 local out = {1}
-for _, tag in ipairs(all_tags()) do table.insert(out, tag) end
-for _, tag in ipairs(redis.call('SMEMBERS', G)) do table.insert(out, tag) end
+for _, tag in ipairs(all_tags()) do
+  if not Q[tag] then table.insert(out, tag) end
+end
+for _, tag in ipairs(redis.call('SMEMBERS', G)) do
+  if not Q[tag] then table.insert(out, tag) end
+end
 redis.call('DEL', M, I, G, K, K2)
+for _, q in pairs(Q) do redis.call('DEL', q) end
 redis.call('SET', T, arg(1) .. ',"id":"' .. arg(3) .. '","at":' .. now_ms() .. '}',
            'PX', tonumber(arg(2)))
 return out
