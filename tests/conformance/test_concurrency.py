@@ -10,6 +10,7 @@ cursor in the final log (positions are handed out atomically, in order).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
@@ -89,36 +90,51 @@ def _check_replay(res: Resumption, cursor: str, sequence: str, order, payload_of
     return len(got)
 
 
+Pick = Callable[[random.Random, list[tuple[str, str]]], tuple[str, str]]
+Observation = tuple[str, str, Resumption]
+
+
+async def _race(
+    writer_buf, reader_buf, writers: int, sequences: tuple[str, ...], pick: Pick
+) -> tuple[dict[int, list[str]], list[Observation]]:
+    """Writers append while RESUMERS tasks resume cursors chosen by ``pick``
+    (each at least MIN_ROUNDS times); the ids written and every resume seen."""
+    written: dict[int, list[str]] = {}
+    seen: list[tuple[str, str]] = []
+    observations: list[Observation] = []
+    done = anyio.Event()
+
+    async def resumer(r: int) -> None:
+        rng = random.Random(r)
+        rounds = 0
+        while not done.is_set() or rounds < MIN_ROUNDS:
+            if seen:
+                cursor, sequence = pick(rng, seen)
+                named = sequence if rng.random() < 0.5 else None
+                res = await reader_buf.resolve_and_replay(S, cursor, named)
+                observations.append((cursor, sequence, res))
+                rounds += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as everyone:
+        for r in range(RESUMERS):
+            everyone.start_soon(resumer, r)
+        async with anyio.create_task_group() as tg:
+            for w in range(writers):
+                tg.start_soon(_write, writer_buf, w, sequences[w % len(sequences)], written, seen)
+        done.set()
+    return written, observations
+
+
 async def test_writers_and_resumers_at_once(make_buffer):
     writer_buf = await make_buffer(max_events=WRITERS * PER_WRITER + 100)
     reader_buf = await replica(make_buffer, writer_buf, teardown_on_failure=False)
     info = await writer_buf.open_session(S)
     assert (await reader_buf.session_info(S)).epoch == info.epoch
 
-    written: dict[int, list[str]] = {}
-    seen: list[tuple[str, str]] = []
-    observations: list[tuple[str, str, Resumption]] = []
-    rounds = [0] * RESUMERS
-    done = anyio.Event()
-
-    async def resumer(r: int) -> None:
-        rng = random.Random(r)
-        while not done.is_set() or rounds[r] < MIN_ROUNDS:
-            if seen:
-                cursor, sequence = seen[rng.randrange(len(seen))]
-                named = sequence if rng.random() < 0.5 else None
-                res = await reader_buf.resolve_and_replay(S, cursor, named)
-                observations.append((cursor, sequence, res))
-                rounds[r] += 1
-            await anyio.lowlevel.checkpoint()
-
-    async with anyio.create_task_group() as everyone:
-        for r in range(RESUMERS):
-            everyone.start_soon(resumer, r)
-        async with anyio.create_task_group() as writers:
-            for w in range(WRITERS):
-                writers.start_soon(_write, writer_buf, w, SEQS[w % len(SEQS)], written, seen)
-        done.set()
+    written, observations = await _race(
+        writer_buf, reader_buf, WRITERS, SEQS, lambda rng, seen: seen[rng.randrange(len(seen))]
+    )
 
     payload_of = _check_final_log(written, WRITERS, info.epoch)
     order = {
@@ -139,7 +155,6 @@ async def test_writers_and_resumers_at_once(make_buffer):
                 own = [p for p in mine if p.startswith(b"w%d-" % w)]
                 assert own == [_payload(w, i) for i in range(PER_WRITER)]
 
-    assert all(n >= MIN_ROUNDS for n in rounds)
     replayed = [_check_replay(res, c, s, order, payload_of) for c, s, res in observations]
     assert len(observations) >= RESUMERS * MIN_ROUNDS
     assert sum(replayed) > 0
@@ -166,34 +181,14 @@ async def test_resumes_while_eviction_and_compaction_run(make_buffer):
     reader_buf = await replica(make_buffer, writer_buf, teardown_on_failure=False)
     info = await writer_buf.open_session(S)
     assert (await reader_buf.session_info(S)).epoch == info.epoch
-    written: dict[int, list[str]] = {}
-    seen: list[tuple[str, str]] = []
-    observations: list[tuple[str, str, Resumption]] = []
-    done = anyio.Event()
     writers = 8
 
-    async def resumer(r: int) -> None:
-        rng = random.Random(r)
-        rounds = 0
-        while not done.is_set() or rounds < MIN_ROUNDS:
-            if seen:
-                # mostly recent cursors (resumed), sometimes old ones (evicted)
-                back = rng.randrange(min(len(seen), 40 if rng.random() < 0.8 else len(seen)))
-                cursor, sequence = seen[len(seen) - 1 - back]
-                named = sequence if rng.random() < 0.5 else None
-                res = await reader_buf.resolve_and_replay(S, cursor, named)
-                observations.append((cursor, sequence, res))
-                rounds += 1
-            await anyio.lowlevel.checkpoint()
+    def pick(rng: random.Random, seen: list[tuple[str, str]]) -> tuple[str, str]:
+        # mostly recent cursors (resumed), sometimes old ones (evicted)
+        back = rng.randrange(min(len(seen), 40 if rng.random() < 0.8 else len(seen)))
+        return seen[len(seen) - 1 - back]
 
-    async with anyio.create_task_group() as everyone:
-        for r in range(RESUMERS):
-            everyone.start_soon(resumer, r)
-        async with anyio.create_task_group() as tg:
-            for w in range(writers):
-                tg.start_soon(_write, writer_buf, w, SEQS[w % 2], written, seen)
-        done.set()
-
+    written, observations = await _race(writer_buf, reader_buf, writers, SEQS[:2], pick)
     payload_of = _check_final_log(written, writers, info.epoch)
     order = {
         sequence: sorted(
