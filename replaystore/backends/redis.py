@@ -222,7 +222,6 @@ class RedisBackend(Backend):
         # Operations run as a function library where the client talks to one
         # real server directly; elsewhere (a cluster, fakes) as scripts.
         self._functions = self._by_hand
-        self._cluster = isinstance(client, RedisCluster)
 
     @classmethod
     def from_url(
@@ -594,11 +593,10 @@ class RedisBackend(Backend):
         replay: bool,
         teardown: bool,
     ) -> Resumption:
-        # Not on a cluster: the read would go through redis-py's cluster
-        # pipeline machinery, whose failure modes (a slot moving, a node
-        # dropping) the fast path has not been proven against; the script
-        # path serves a cluster.
-        if replay and cursor is not None and cursor.tag is not None and not self._cluster:
+        # On a cluster too: the pipelined read follows MOVED and ASK while a
+        # slot moves, and needs no transaction (see ``_snapshot``), so the
+        # two reads may even be served by the two nodes of a moving slot.
+        if replay and cursor is not None and cursor.tag is not None:
             fast = await self._call(
                 "resolve",
                 lambda: self._snapshot(session, cursor, raw_cursor, sequence),
