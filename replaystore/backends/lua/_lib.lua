@@ -106,7 +106,6 @@ end
 -- to max_events.)
 local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_tag, own)
   top, floor, count, nseq = tonumber(top), tonumber(floor), tonumber(count), tonumber(nseq)
-  if count <= max_events and max_age_ms == 0 then return 0, floor, count, nseq, 0, false end
   local evicted, dirtied = 0, 0
   while count > 0 and (count > max_events or max_age_ms > 0) do
     local run = run_of(redis.call('LINDEX', I, 0))
@@ -188,6 +187,23 @@ local function all_tags()
     local tag = string.match(f, '^s:(%x+)$')
     if tag then table.insert(out, tag) end
   end
+  return out
+end
+
+-- Delete the session and leave the tombstone `tomb` (JSON without its time and
+-- closing brace) for ttl_ms. The declared lists go with it; returns the tags
+-- of the others, which the client sweeps next.
+local function bury(tomb, ttl_ms)
+  local out = {}
+  for _, tag in ipairs(all_tags()) do
+    if not Q[tag] then out[#out + 1] = tag end
+  end
+  for _, tag in ipairs(redis.call('SMEMBERS', G)) do
+    if not Q[tag] then out[#out + 1] = tag end
+  end
+  redis.call('DEL', M, I, G, K, K2)
+  for _, q in pairs(Q) do redis.call('DEL', q) end
+  redis.call('SET', T, tomb .. ',"at":' .. now_ms() .. '}', 'PX', ttl_ms)
   return out
 end
 

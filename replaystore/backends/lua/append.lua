@@ -9,7 +9,8 @@
 -- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids},
 -- {epoch, 'ok', ids[, sweep_tags, touch_tags]} (ids = "pos.ordinal.stamp,..."),
 -- or {epoch, 'lost', tag...}: the run index was lost, retention can no longer
--- be kept in order, and the session was torn down (the tags' lists go next).
+-- be kept in order, and the session was torn down (the other tags' lists go
+-- next).
 -- The common case (one event, nothing to evict, no TTL refresh due) runs four
 -- commands: HMGET, TIME, RPUSH, HSET. Every redis.call costs several
 -- microseconds of server time here, more than the Lua around it: that is the
@@ -106,21 +107,15 @@ end
 if #batch > 0 then
   hold_places(q, redis.call('RPUSH', q, unpack(batch)), want)
 end
-local floor, dirtied = meta[3], 0
-if count > tonumber(arg(3)) or max_age > 0 then
-  local evicted, lost
-  evicted, floor, count, nseq, dirtied, lost =
-    evict(tonumber(arg(3)), max_age, now, top, floor, count, nseq, tag, s)
-  if lost then
-    -- Retention cannot be kept (the session would grow without bound, or
-    -- evict the wrong events): fail closed, as a failed resume does.
-    local out = {epoch, 'lost', tag}
-    for _, t in ipairs(all_tags()) do out[#out + 1] = t end
-    for _, t in ipairs(redis.call('SMEMBERS', G)) do out[#out + 1] = t end
-    redis.call('DEL', M, I, G, K, K2)
-    redis.call('SET', T, arg(9) .. ',"at":' .. now .. '}', 'PX', tonumber(arg(8)))
-    return out
-  end
+local _, floor, count, nseq, dirtied, lost =
+  evict(tonumber(arg(3)), max_age, now, top, meta[3], count, nseq, tag, s)
+if lost then
+  -- Retention cannot be kept (the session would grow without bound, or evict
+  -- the wrong events): fail closed, as a failed resume does.
+  local out = bury(arg(9), tonumber(arg(8)))
+  table.insert(out, 1, 'lost')
+  table.insert(out, 1, epoch)
+  return out
 end
 local fields = {'top', top, 'floor', floor, 'count', count, 'nseq', nseq}
 if s.first < s.next then

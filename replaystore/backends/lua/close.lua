@@ -28,15 +28,6 @@ if arg(4) ~= '' then
   end
   if not holds then return {0} end
 end
-local out = {1}
-for _, tag in ipairs(all_tags()) do
-  if not Q[tag] then table.insert(out, tag) end
-end
-for _, tag in ipairs(redis.call('SMEMBERS', G)) do
-  if not Q[tag] then table.insert(out, tag) end
-end
-redis.call('DEL', M, I, G, K, K2)
-for _, q in pairs(Q) do redis.call('DEL', q) end
-redis.call('SET', T, arg(1) .. ',"id":"' .. arg(3) .. '","at":' .. now_ms() .. '}',
-           'PX', tonumber(arg(2)))
+local out = bury(arg(1) .. ',"id":"' .. arg(3) .. '"', tonumber(arg(2)))
+table.insert(out, 1, 1)
 return out
