@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Protocol
 
-from .cursor import MAX_CURSOR_LENGTH, Cursor
+from .cursor import MAX_CURSOR_LENGTH, Cursor, sequence_tag
 from .info import SequenceInfo
-from .verdicts import REASONS, Evidence, Tombstone, Verdict, reason_text
+from .verdicts import REASONS, Event, Evidence, Tombstone, Verdict, reason_text
 
 __all__ = [
     "Chain",
@@ -87,7 +88,9 @@ class Stored:
 
     positions: list[int | None]
     payloads: list[bytes | None]
-    stamps: list[int]
+    #: When each was stored, as the backend keeps it (milliseconds, or their
+    #: text): the rules pass stamps through to the events' ids untouched.
+    stamps: list[int] | list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +101,28 @@ class Chain:
     first_ordinal: int
     positions: list[int]
     payloads: list[bytes | None]
-    stamps: list[int]
+    stamps: list[int] | list[str]
 
     def __len__(self) -> int:
         return len(self.positions)
+
+    def events(self, epoch: str) -> list[Event]:
+        """The replayed events, with their ids: a replay's other hot loop.
+
+        Written as ``map`` over C functions (no Python code runs per event),
+        which halves its cost against a comprehension.
+        """
+        if not self.positions:
+            return []
+        name = self.sequence
+        ordinals = range(self.first_ordinal, self.first_ordinal + len(self.positions))
+        event_id = f"{epoch.replace('%', '%%')}-%d.{sequence_tag(name)}.%d.%s".__mod__
+        ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
+        rows = zip(ids, repeat(name), self.positions, self.payloads, strict=False)  # repeat: no end
+        return list(map(_new_tuple, repeat(Event), rows))
+
+
+_new_tuple = tuple.__new__  # builds an Event from a row without its Python-level __new__
 
 
 _EMPTY = Chain("", 0, [], [], [])

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._rules import Chain, Record, SequenceState, Stored, evidence_for, judge, unknown_session
+from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
 from ..retention import IDEMPOTENCY_KEYS, Retention, run_split_ms
-from ..verdicts import Event, Resumption, Tombstone, Verdict, reason_text
+from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from .base import Backend
 
@@ -353,7 +353,7 @@ class MemoryBackend(Backend):
                 self._bury(session, Tombstone(judgement.reason, now, judgement.verdict))
             elif replay:
                 state.touched = now
-            events = _events(state.epoch, judgement.chain) if replay and not failed else []
+            events = judgement.chain.events(state.epoch) if replay and not failed else []
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
 
     async def session_info(self, session: str) -> SessionInfo | None:
@@ -368,20 +368,6 @@ class MemoryBackend(Backend):
             if existed:
                 self._bury(session, Tombstone(reason_text("closed"), now))
             return existed
-
-
-def _events(epoch: str, chain: Chain) -> list[Event]:
-    tag = sequence_tag(chain.sequence) if chain.positions else ""
-    rows = zip(chain.positions, chain.payloads, chain.stamps, strict=True)
-    return [
-        Event(
-            _event_id(epoch, position, tag, chain.first_ordinal + i, stamp),
-            chain.sequence,
-            position,
-            payload,
-        )
-        for i, (position, payload, stamp) in enumerate(rows)
-    ]
 
 
 def _ms(seconds: float) -> int:

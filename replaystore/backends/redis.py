@@ -48,10 +48,12 @@ import asyncio
 import hashlib
 import json
 import math
+import operator
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from itertools import repeat
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -68,12 +70,12 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._rules import Chain, Record, SequenceState, Stored, evidence_for, judge, unknown_session
+from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, StorageError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
 from ..retention import Retention, run_split_ms
-from ..verdicts import Event, Resumption, Tombstone, Verdict, reason_text
+from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from ._redis_client import build_client
 from .base import Backend
@@ -205,8 +207,8 @@ class RedisBackend(Backend):
         self.wait_replicas = wait_replicas
         self.wait_timeout = wait_timeout
         self._owns_client = owns_client
-        # Sequence list offsets seen last (they change only when a list is compacted).
-        self._bases: dict[tuple[str, str], int] = {}
+        # The fast path's reads, per (session, sequence tag, named sequence).
+        self._reads: dict[tuple[str, str, str | None], _Read] = {}
         # Packed append commands up to their payloads, per (session, sequence).
         self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
         # A plain redis-py client over real connections: commands and pipelines
@@ -325,7 +327,7 @@ class RedisBackend(Backend):
         pool = self.client.connection_pool
         conn = await pool.get_connection()
         try:
-            await conn.send_packed_command(packet, check_health=False)
+            await _send(conn, packet)
             return await conn.read_response()
         except RedisError as exc:
             if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
@@ -371,29 +373,32 @@ class RedisBackend(Backend):
         raise StorageError("the append script could not be loaded")
 
     async def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Commands in one packet on one connection; replies in order, error replies as values.
-
-        The first reply is read under the socket timeout; the others follow at
-        once (one packet in, one out), so they are read under one timer of the
-        same length rather than one timer each, which would cost more than the
-        reads: a server that stops halfway still cannot hold the call longer.
-        """
+        """Commands in one packet on one connection; replies in order, error replies as values."""
         if not self._by_hand:
             pipe = self.client.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
+        packet = b"".join(_pack_one(command) for command in commands)
+        return await self._pipelined(packet, len(commands))
+
+    async def _pipelined(self, packet: bytes, replies: int) -> list[Any]:
+        """A packet of ``replies`` commands sent by hand; the replies in order, errors as values.
+
+        The replies come back together (one packet in, one out), so they are
+        read under one timer of the socket timeout rather than one timer each,
+        which would cost more than the reads: a server that stops halfway still
+        cannot hold the call longer.
+        """
         pool = self.client.connection_pool
         conn = await pool.get_connection()
         try:
-            await conn.send_packed_command(
-                b"".join(_pack_one(command) for command in commands), check_health=False
-            )
-            out = [await _reply(conn, timed=True)]
+            await _send(conn, packet)
+            out = []
             try:
                 async with asyncio.timeout(conn.socket_timeout):
-                    for _ in commands[1:]:
-                        out.append(await _reply(conn, timed=False))
+                    for _ in range(replies):
+                        out.append(await _reply(conn))
             except TimeoutError as exc:
                 raise RedisTimeoutError("timeout reading pipelined replies") from exc
             return out
@@ -650,9 +655,36 @@ class RedisBackend(Backend):
             evidence = evidence_for(
                 session, raw_cursor, cursor, facts, judgement, torn_down=torn_down, replay=replay
             )
-            events = _events(facts.epoch, judgement.chain) if replay and not failed else []
+            events = judgement.chain.events(facts.epoch) if replay and not failed else []
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
         raise StorageError("the session kept changing while a resume was judged; try again")
+
+    def _read(self, session: str, tag: str, named: str | None) -> _Read:
+        """The fast path's read of one sequence (and the named one), built once per triple."""
+        cache_key = (session, tag, named)
+        read = self._reads.get(cache_key)
+        if read is None:
+            key = self.key_base(session)
+            meta = f"{key}:m"
+            fields = ["epoch", "top", "floor", "count", "nseq", f"s:{tag}"]
+            named_tag = sequence_tag(named) if named is not None else tag
+            if named_tag != tag:
+                fields.append(f"s:{named_tag}")
+            commands: list[tuple[Any, ...]] = [
+                ("HMGET", meta, *fields),
+                ("LRANGE", f"{key}:q:{tag}", 0, -1),  # the start changes per resume
+                ("PTTL", meta),
+            ]
+            if self.retention.max_age_ms:
+                commands += [("LINDEX", f"{key}:i", 0), ("TIME",)]
+            packed = (
+                _pack_one(commands[0]) + b"*4\r\n" + _pack_args(commands[1][:2]),
+                b"".join(_pack_one(command) for command in commands[2:]),
+            )
+            if len(self._reads) > 10_000:
+                self._reads.clear()
+            read = self._reads[cache_key] = _Read(commands, packed)
+        return read
 
     async def _snapshot(
         self, session: str, cursor: Cursor, raw_cursor: str, named: str | None
@@ -675,25 +707,17 @@ class RedisBackend(Backend):
         assert cursor.tag is not None
         assert cursor.ordinal is not None
         r = self.retention
-        key = self.key_base(session)
-        meta, index, queue = f"{key}:m", f"{key}:i", f"{key}:q:{cursor.tag}"
-        fields = ["epoch", "top", "floor", "count", "nseq", f"s:{cursor.tag}"]
-        named_tag = sequence_tag(named) if named is not None else None
-        if named_tag is not None and named_tag != cursor.tag:
-            fields.append(f"s:{named_tag}")
-        cache_key = (session, cursor.tag)
-        base = self._bases.get(cache_key, 0)
+        read = self._read(session, cursor.tag, named)
         for _ in range(2):
-            if cursor.ordinal < base:
+            if cursor.ordinal < read.base:
                 return None
-            commands: list[tuple[Any, ...]] = [
-                ("HMGET", meta, *fields),
-                ("LRANGE", queue, cursor.ordinal - base, -1),
-                ("PTTL", meta),
-            ]
-            if r.max_age_ms:
-                commands += [("LINDEX", index, 0), ("TIME",)]
-            got = await self._pipeline(commands)
+            start = cursor.ordinal - read.base
+            if self._by_hand:
+                packet = read.packed[0] + _pack_args((start, -1)) + read.packed[1]
+                got = await self._pipelined(packet, len(read.commands))
+            else:
+                lrange = (*read.commands[1][:2], start, -1)
+                got = await self._pipeline([read.commands[0], lrange, *read.commands[2:]])
             for reply in got:
                 if isinstance(reply, Exception):
                     raise reply
@@ -701,12 +725,9 @@ class RedisBackend(Backend):
             if values[0] is None or values[5] is None:
                 return None
             state = _state(values[5])
-            if state.base == base:
+            if state.base == read.base:
                 break
-            base = state.base
-            if len(self._bases) > 10_000:
-                self._bases.clear()
-            self._bases[cache_key] = base
+            read.base = state.base
         else:
             return None
         if (
@@ -749,7 +770,7 @@ class RedisBackend(Backend):
             session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
         )
         return Resumption(
-            judgement.verdict, evidence, judgement.sequence, _events(facts.epoch, judgement.chain)
+            judgement.verdict, evidence, judgement.sequence, judgement.chain.events(facts.epoch)
         )
 
 
@@ -768,15 +789,39 @@ def _not_run(reply: Any) -> bool:
     )
 
 
-async def _reply(conn: Any, *, timed: bool) -> Any:
-    """One reply, under the socket timeout if ``timed``; an error reply as a value.
+async def _reply(conn: Any) -> Any:
+    """One reply, with no timer of its own (the caller's covers it); an error reply as a value.
 
     (After an error reply the connection is still in step.)
     """
     try:
-        return await conn.read_response(timeout=None if timed else math.inf)
+        return await conn.read_response(timeout=math.inf)
     except ResponseError as exc:
         return exc
+
+
+async def _send(conn: Any, packet: bytes) -> None:
+    """Write a packet on a connection of redis-py's own classes.
+
+    redis-py's ``send_packed_command`` runs every write under
+    ``asyncio.wait_for``, which on Python 3.11 creates a task per call: about
+    15 µs, more than a short resume's own work. A packet the socket takes at
+    once needs no timer, so only a write that has to wait (the socket's buffer
+    is full) is timed, under the socket timeout as redis-py would. A connection
+    not yet open goes through redis-py, which opens it.
+    """
+    writer = getattr(conn, "_writer", None)
+    if writer is None or not conn.is_connected:
+        await conn.send_packed_command(packet, check_health=False)
+        return
+    try:
+        writer.write(packet)
+        if writer.transport.get_write_buffer_size():
+            await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+    except TimeoutError:
+        raise RedisTimeoutError("timeout writing to socket") from None
+    except OSError as exc:
+        raise RedisConnectionError(f"error while writing to socket: {exc}") from exc
 
 
 def _pack_one(command: tuple[Any, ...]) -> bytes:
@@ -831,6 +876,15 @@ def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[st
     return urlunsplit(parts._replace(query=urlencode(rest))), out
 
 
+@dataclass(slots=True)
+class _Read:
+    """A resume's pipelined read: its commands, and packed around the ``LRANGE`` start."""
+
+    commands: list[tuple[Any, ...]]
+    packed: tuple[bytes, bytes]
+    base: int = 0  # the list offset seen last (it changes only when a list is compacted)
+
+
 @dataclass(frozen=True, slots=True)
 class _StoredState:
     public: SequenceState
@@ -857,16 +911,32 @@ def _record(element: bytes, sequence: str, ordinal: int) -> Record | None:
 
 
 def _stored(elements: list[bytes]) -> Stored:
-    """Decode list elements into parallel arrays (the replay's hot loop)."""
-    parts = [element.partition(b":") for element in elements]
-    heads = [head.partition(b",") for head, _, _ in parts]
+    """Decode list elements into parallel arrays: the replay's hot loop.
+
+    Written as ``map`` over C functions, with no Python code run per element,
+    and the stamps are kept as text: they only go into event ids. Elements
+    that are not all ``<position>,<stamp>[:<payload>]`` (a lost one is empty)
+    take the slow path.
+    """
+    parts = list(map(bytes.partition, elements, repeat(b":")))
+    numbers = b",".join(map(_HEAD, parts)).decode("ascii", "replace").split(",")
     try:
-        positions: list[int | None] = [int(position) for position, _, _ in heads]
-        stamps = [int(stamp) for _, _, stamp in heads]
+        if len(numbers) != 2 * len(parts):
+            raise ValueError("not a position and a stamp per element")
+        positions: list[int | None] = list(map(int, numbers[0::2]))
+        stamps = numbers[1::2]
+        if not "".join(stamps).isdigit():
+            raise ValueError("a stamp is not a number")
     except ValueError:  # a lost element: mark it, the rules see a hole
-        positions = [int(p) if p.isdigit() else None for p, _, _ in heads]
-        stamps = [int(s) if s.isdigit() else 0 for _, _, s in heads]
-    return Stored(positions, [payload if colon else None for _, colon, payload in parts], stamps)
+        heads = [head.decode("ascii", "replace").partition(",") for head, _, _ in parts]
+        positions = [int(p) if p.isdigit() and s.isdigit() else None for p, _, s in heads]
+        stamps = [s for _, _, s in heads]
+    if b"" in map(_SEPARATOR, parts):  # priming events carry no payload
+        return Stored(positions, [body if sep else None for _, sep, body in parts], stamps)
+    return Stored(positions, list(map(_BODY, parts)), stamps)
+
+
+_HEAD, _SEPARATOR, _BODY = (operator.itemgetter(i) for i in range(3))
 
 
 @dataclass(slots=True)
@@ -934,25 +1004,6 @@ def _script_facts(out: list[Any]) -> _Facts:
         elements=list(out[len(FACT_SLOTS) :]),
         record_at=record_at,
     )
-
-
-def _events(epoch: str, chain: Chain) -> list[Event]:
-    """The replayed events (the replay's other hot loop: one tuple per event)."""
-    if not chain.positions:
-        return []
-    name = chain.sequence
-    head = f"{epoch}-"
-    tag = f".{sequence_tag(name)}."
-    first = chain.first_ordinal
-    ordinals = range(first, first + len(chain.positions))
-    rows = zip(ordinals, chain.positions, chain.payloads, chain.stamps, strict=True)
-    return [
-        _new_tuple(Event, (f"{head}{position}{tag}{ordinal}.{stamp}", name, position, payload))
-        for ordinal, position, payload, stamp in rows
-    ]
-
-
-_new_tuple = tuple.__new__
 
 
 def _tombstone(raw: bytes | None) -> Tombstone | None:

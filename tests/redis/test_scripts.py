@@ -130,25 +130,25 @@ class _CountingClient:
     """Records every round trip the buffer's backend makes.
 
     The backend sends everything through two methods: ``_roundtrip`` (one
-    packed command: a script call) and ``_pipeline`` (several commands in one
+    packed command: a script call) and ``_pipelined`` (several commands in one
     packet). Wrapping both sees every round trip, as ``["FCALL", ...]`` and
     ``"PIPELINE"`` entries.
     """
 
     def __init__(self, backend: Any) -> None:
         self.sent: list[str] = []
-        roundtrip, pipeline = backend._roundtrip, backend._pipeline
+        roundtrip, pipelined = backend._roundtrip, backend._pipelined
 
         async def counting_roundtrip(packet: bytes) -> Any:
             self.sent.append(packet.split(b"\r\n")[2].decode().upper())
             return await roundtrip(packet)
 
-        async def counting_pipeline(commands: Any) -> Any:
+        async def counting_pipelined(packet: bytes, replies: int) -> Any:
             self.sent.append("PIPELINE")
-            return await pipeline(commands)
+            return await pipelined(packet, replies)
 
         backend._roundtrip = counting_roundtrip
-        backend._pipeline = counting_pipeline
+        backend._pipelined = counting_pipelined
 
     def take(self) -> list[str]:
         sent, self.sent = self.sent, []
