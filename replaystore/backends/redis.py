@@ -207,6 +207,8 @@ class RedisBackend(Backend):
         self.wait_replicas = wait_replicas
         self.wait_timeout = wait_timeout
         self._owns_client = owns_client
+        # Calls of this backend waiting for Redis (see ``_send``).
+        self._in_flight = 0
         # The fast path's reads, per (session, sequence tag, named sequence).
         self._reads: dict[tuple[str, str, str | None], _Read] = {}
         # Packed append commands up to their payloads, per (session, sequence).
@@ -326,8 +328,9 @@ class RedisBackend(Backend):
         """One packed command on a pooled connection, its reply as Redis sent it."""
         pool = self.client.connection_pool
         conn = await pool.get_connection()
+        self._in_flight += 1
         try:
-            await _send(conn, packet)
+            await _send(conn, packet, crowded=self._in_flight > 1)
             return await conn.read_response()
         except RedisError as exc:
             if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
@@ -338,6 +341,7 @@ class RedisBackend(Backend):
             await conn.disconnect()
             raise
         finally:
+            self._in_flight -= 1
             await pool.release(conn)
 
     async def _run(
@@ -392,8 +396,9 @@ class RedisBackend(Backend):
         """
         pool = self.client.connection_pool
         conn = await pool.get_connection()
+        self._in_flight += 1
         try:
-            await _send(conn, packet)
+            await _send(conn, packet, crowded=self._in_flight > 1)
             out = []
             try:
                 async with asyncio.timeout(conn.socket_timeout):
@@ -406,6 +411,7 @@ class RedisBackend(Backend):
             await conn.disconnect()
             raise
         finally:
+            self._in_flight -= 1
             await pool.release(conn)
 
     async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
@@ -800,7 +806,7 @@ async def _reply(conn: Any) -> Any:
         return exc
 
 
-async def _send(conn: Any, packet: bytes) -> None:
+async def _send(conn: Any, packet: bytes, *, crowded: bool) -> None:
     """Write a packet on a connection of redis-py's own classes.
 
     redis-py's ``send_packed_command`` runs every write under
@@ -809,15 +815,34 @@ async def _send(conn: Any, packet: bytes) -> None:
     once needs no timer, so only a write that has to wait (the socket's buffer
     is full) is timed, under the socket timeout as redis-py would. A connection
     not yet open goes through redis-py, which opens it.
+
+    When the write happens is chosen for Redis's sake as much as ours:
+
+    * alone, the write goes out at once and the task then yields to the event
+      loop once: the reply takes longer than one loop iteration, and a read
+      started at once would find nothing, put the loop to sleep and make the
+      reply wake it, which costs both sides more than the yield;
+    * ``crowded`` (other calls of this backend in flight), the task yields
+      first, so that the writes of all the calls that are ready go out
+      together in the next loop iteration and Redis reads them in one wake-up
+      instead of one each. A reconnect storm is exactly that case.
+
+    Measured on loopback against writing at once in both cases: alone, the
+    same; 32 callers, half the Redis CPU per resume of 10 and about 20% less
+    wall clock.
     """
     writer = getattr(conn, "_writer", None)
     if writer is None or not conn.is_connected:
         await conn.send_packed_command(packet, check_health=False)
         return
     try:
+        if crowded:
+            await asyncio.sleep(0)
         writer.write(packet)
         if writer.transport.get_write_buffer_size():
             await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+        elif not crowded:
+            await asyncio.sleep(0)
     except TimeoutError:
         raise RedisTimeoutError("timeout writing to socket") from None
     except OSError as exc:

@@ -16,8 +16,8 @@
 -- microseconds of server time here, more than the Lua around it: that is the
 -- budget this script is written against.
 local tag, name = arg(1), arg(2)
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'gc', 'lr',
-                        's:' .. tag, 'rf')
+-- Only what the common case below needs; the general path reads the rest.
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 local key = arg(11)
@@ -30,14 +30,14 @@ end
 -- and no TTL refresh due. The sequence's state is rewritten from its pieces
 -- instead of being parsed whole. Anything else takes the general path below,
 -- which reaches the same result.
-if key == '' and #AV == A + 12 and arg(10) == '' and arg(6) == '0' and meta[9] then
+if key == '' and #AV == A + 12 and arg(10) == '' and arg(6) == '0' and meta[6] then
   local hw, kept, nxt, base, seq_name =
-    string.match(meta[8] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
-  local top, count = tonumber(meta[2]), tonumber(meta[4])
+    string.match(meta[5] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
+  local top, count = tonumber(meta[2]), tonumber(meta[3])
   if seq_name == name and tonumber(hw) == top and count < tonumber(arg(3))
-      and tonumber(meta[6] or '0') < tonumber(arg(7)) then
+      and tonumber(meta[4] or '0') < tonumber(arg(7)) then
     local now = now_ms()
-    if now < tonumber(meta[9]) then
+    if now < tonumber(meta[6]) then
       top = top + 1
       local q = Q[tag]
       hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 12]),
@@ -49,9 +49,10 @@ if key == '' and #AV == A + 12 and arg(10) == '' and arg(6) == '0' and meta[9] t
     end
   end
 end
-local s = parse_state(meta[8])
+local s = parse_state(meta[5])
 if s and s.name ~= name then return {epoch, 'collision'} end
-local top, count, nseq = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
+local more = redis.call('HMGET', M, 'floor', 'nseq', 'lr')
+local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(more[2])
 local q = Q[tag]
 local max_age, split = tonumber(arg(4)), tonumber(arg(6))
 local now = now_ms() -- every event's stamp
@@ -60,9 +61,9 @@ local new_list = not s
 -- newest event (then the run is this sequence's and its ordinals line up),
 -- unless it is older than the split time; otherwise a new run starts.
 local run_tag, run_at = nil, nil
-if meta[7] and s and s.hw == top then
+if more[3] and s and s.hw == top then
   run_tag = tag
-  if split > 0 then run_at = tonumber(string.match(meta[7], ',(%d+)$')) or 0 end
+  if split > 0 then run_at = tonumber(string.match(more[3], ',(%d+)$')) or 0 end
 end
 local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
@@ -108,7 +109,7 @@ if #batch > 0 then
   hold_places(q, redis.call('RPUSH', q, unpack(batch)), want)
 end
 local _, floor, count, nseq, dirtied, lost =
-  evict(tonumber(arg(3)), max_age, now, top, meta[3], count, nseq, tag, s)
+  evict(tonumber(arg(3)), max_age, now, top, more[1], count, nseq, tag, s)
 if lost then
   -- Retention cannot be kept (the session would grow without bound, or evict
   -- the wrong events): fail closed, as a failed resume does.
@@ -131,7 +132,7 @@ if pushed then
   fields[#fields + 1] = 'lr'
   fields[#fields + 1] = pushed
 end
-local touch, due = refresh(tonumber(arg(5)), now, meta[9])
+local touch, due = refresh(tonumber(arg(5)), now, meta[6])
 if due then
   fields[#fields + 1] = 'rf'
   fields[#fields + 1] = due
@@ -145,6 +146,6 @@ if key ~= '' then
   adopt(K)
 end
 if new_list then adopt(q) end
-local sweep = sweep_due(tonumber(arg(7)), tonumber(meta[6] or '0') + dirtied)
+local sweep = sweep_due(tonumber(arg(7)), tonumber(meta[4] or '0') + dirtied)
 if #sweep == 0 and #touch == 0 then return {epoch, 'ok', ids} end
 return {epoch, 'ok', ids, sweep, touch}
