@@ -28,23 +28,27 @@ end
 -- The common case, in as few Lua operations as possible: one data event that
 -- continues the newest run of its sequence, with nothing to evict, no sweep
 -- and no TTL refresh due. The sequence's state is rewritten from its pieces
--- instead of being parsed whole. Anything else takes the general path below,
--- which reaches the same result.
+-- instead of being parsed whole, and numbers are kept as the text they are
+-- stored as: turning a number into text costs a C sprintf here (Lua's
+-- tostring, and redis.call's for a number argument), the largest cost of this
+-- path after the commands, so only the three new numbers are formatted, once.
+-- Anything else takes the general path below, which reaches the same result.
 if key == '' and #AV == A + 12 and arg(10) == '' and arg(6) == '0' and meta[6] then
   local hw, kept, nxt, base, seq_name =
     string.match(meta[5] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
-  local top, count = tonumber(meta[2]), tonumber(meta[3])
-  if seq_name == name and tonumber(hw) == top and count < tonumber(arg(3))
+  local count = tonumber(meta[3])
+  if seq_name == name and hw == meta[2] and count < tonumber(arg(3))
       and tonumber(meta[4] or '0') < tonumber(arg(7)) then
-    local now = now_ms()
-    if now < tonumber(meta[6]) then
-      top = top + 1
+    local t = redis.call('TIME')
+    local now = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now_ms(), as text
+    if tonumber(now) < tonumber(meta[6]) then
+      local top = tostring(hw + 1)
       local q = Q[tag]
       hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 12]),
                   nxt - base + 1)
-      redis.call('HSET', M, 'top', top, 'count', count + 1, 's:' .. tag,
-                 top .. ',' .. now .. ',' .. kept .. ',' .. (nxt + 1) .. ',' .. base .. ',0,'
-                   .. name)
+      redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag,
+                 top .. ',' .. now .. ',' .. kept .. ',' .. tostring(nxt + 1) .. ',' .. base
+                   .. ',0,' .. name)
       return {epoch, 'ok', top .. '.' .. nxt .. '.' .. now}
     end
   end
