@@ -463,21 +463,18 @@ class RedisBackend(Backend):
         return None if out is None else _info(session, out[:4], out[4:])
 
     def _append_args(self, sequence: str, tag: str) -> list[Any]:
-        """``append.lua``'s arguments that stay the same for a sequence (and the list count)."""
+        """``append.lua``'s arguments that stay the same for a sequence (and its list)."""
         r = self.retention
-        return [
-            1,
-            tag,
-            tag,
-            sequence.encode("utf-8"),
+        settings = (
             r.max_events,
+            self._sweep_threshold,
+            run_split_ms(r),
             r.max_age_ms,
             r.session_ttl_ms,
-            run_split_ms(r),
-            self._sweep_threshold,
             r.tombstone_ttl_ms,
             '{"code":"index_lost"',  # the tombstone if the run index turns out lost
-        ]
+        )
+        return [1, tag, sequence.encode("utf-8"), ",".join(map(str, settings))]
 
     def _append_head(self, session: str, sequence: str, tag: str) -> tuple[bytes, int]:
         """The packed ``FCALL`` up to the arguments that change per append, and their count.

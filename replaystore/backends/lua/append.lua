@@ -1,7 +1,11 @@
--- append: store a batch of events of one sequence (its list is Q[tag]).
--- ARGV: tag, name, max_events, max_age_ms, session_ttl_ms, split_ms,
---       sweep_threshold, tombstone_ttl_ms, tombstone (JSON without its end),
---       kinds, idempotency_key ('' for none), payload...
+-- append: store a batch of events of one sequence (its list, the one list
+-- declared: Q[tag]).
+-- ARGV (after the list's count and tag): name, settings, kinds,
+--       idempotency_key ('' for none), payload...
+-- settings is "max_events,sweep_threshold,split_ms,max_age_ms,session_ttl_ms,
+-- tombstone_ttl_ms,<tombstone>" (the tombstone: JSON without its end), one
+-- argument rather than seven: every argument costs Redis time to read and to
+-- hand to Lua, and an append's own work is small.
 -- kinds is '' when every payload is an event's data, otherwise one character
 -- per payload: 'd' (data) or 'p' (a priming event, its payload argument '').
 -- The arguments that stay the same for a sequence come first, so that the
@@ -15,12 +19,12 @@
 -- commands: HMGET, TIME, RPUSH, HSET. Every redis.call costs several
 -- microseconds of server time here, more than the Lua around it: that is the
 -- budget this script is written against.
-local tag, name = arg(1), arg(2)
+local tag, name = AV[2], arg(1)
 -- Only what the common case below needs; the general path reads the rest.
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
-local key = arg(11)
+local key = arg(4)
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
@@ -33,18 +37,19 @@ end
 -- tostring, and redis.call's for a number argument), the largest cost of this
 -- path after the commands, so only the three new numbers are formatted, once.
 -- Anything else takes the general path below, which reaches the same result.
-if key == '' and #AV == A + 12 and arg(10) == '' and arg(6) == '0' and meta[6] then
+if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
+  local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
   local hw, kept, nxt, base, seq_name =
     string.match(meta[5] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
   local count = tonumber(meta[3])
-  if seq_name == name and hw == meta[2] and count < tonumber(arg(3))
-      and tonumber(meta[4] or '0') < tonumber(arg(7)) then
+  if cap and seq_name == name and hw == meta[2] and count < tonumber(cap)
+      and tonumber(meta[4] or '0') < tonumber(sweep_at) then
     local t = redis.call('TIME')
     local now = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now_ms(), as text
     if tonumber(now) < tonumber(meta[6]) then
       local top = tostring(hw + 1)
       local q = Q[tag]
-      hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 12]),
+      hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 5]),
                   nxt - base + 1)
       redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag,
                  top .. ',' .. now .. ',' .. kept .. ',' .. tostring(nxt + 1) .. ',' .. base
@@ -58,7 +63,10 @@ if s and s.name ~= name then return {epoch, 'collision'} end
 local more = redis.call('HMGET', M, 'floor', 'nseq', 'lr')
 local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(more[2])
 local q = Q[tag]
-local max_age, split = tonumber(arg(4)), tonumber(arg(6))
+local max_events, sweep_threshold, split, max_age, ttl, tomb_ttl, tombstone =
+  string.match(arg(2), '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(.*)$')
+max_events, sweep_threshold = tonumber(max_events), tonumber(sweep_threshold)
+split, max_age, ttl, tomb_ttl = tonumber(split), tonumber(max_age), tonumber(ttl), tonumber(tomb_ttl)
 local now = now_ms() -- every event's stamp
 local new_list = not s
 -- The newest run (meta 'lr') goes on while this sequence holds the session's
@@ -73,8 +81,8 @@ local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
 local ids, batch = {}, {}
 local pushed = nil
-local kinds = arg(10)
-local first = A + 12 -- the first payload
+local kinds = arg(3)
+local first = A + 5 -- the first payload
 for j = first, #AV do
   local priming = kinds ~= '' and string.byte(kinds, j - first + 1) == 112 -- 'p'
   if s and priming and s.priming == 1 then
@@ -113,11 +121,11 @@ if #batch > 0 then
   hold_places(q, redis.call('RPUSH', q, unpack(batch)), want)
 end
 local _, floor, count, nseq, dirtied, lost =
-  evict(tonumber(arg(3)), max_age, now, top, more[1], count, nseq, tag, s)
+  evict(max_events, max_age, now, top, more[1], count, nseq, tag, s)
 if lost then
   -- Retention cannot be kept (the session would grow without bound, or evict
   -- the wrong events): fail closed, as a failed resume does.
-  local out = bury(arg(9), tonumber(arg(8)))
+  local out = bury(tombstone, tomb_ttl)
   table.insert(out, 1, 'lost')
   table.insert(out, 1, epoch)
   return out
@@ -136,7 +144,7 @@ if pushed then
   fields[#fields + 1] = 'lr'
   fields[#fields + 1] = pushed
 end
-local touch, due = refresh(tonumber(arg(5)), now, meta[6])
+local touch, due = refresh(ttl, now, meta[6])
 if due then
   fields[#fields + 1] = 'rf'
   fields[#fields + 1] = due
@@ -150,6 +158,6 @@ if key ~= '' then
   adopt(K)
 end
 if new_list then adopt(q) end
-local sweep = sweep_due(tonumber(arg(7)), tonumber(meta[4] or '0') + dirtied)
+local sweep = sweep_due(sweep_threshold, tonumber(meta[4] or '0') + dirtied)
 if #sweep == 0 and #touch == 0 then return {epoch, 'ok', ids} end
 return {epoch, 'ok', ids, sweep, touch}
