@@ -335,10 +335,10 @@ class RedisBackend(Backend):
         except RedisError as exc:
             if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
                 raise  # an error reply: the connection is in step
-            await conn.disconnect()
+            await conn.disconnect(nowait=True)  # dropped, not closed: it may be stuck
             raise
         except BaseException:
-            await conn.disconnect()
+            await conn.disconnect(nowait=True)  # dropped, not closed: it may be stuck
             raise
         finally:
             self._in_flight -= 1
@@ -408,7 +408,7 @@ class RedisBackend(Backend):
                 raise RedisTimeoutError("timeout reading pipelined replies") from exc
             return out
         except BaseException:
-            await conn.disconnect()
+            await conn.disconnect(nowait=True)  # dropped, not closed: it may be stuck
             raise
         finally:
             self._in_flight -= 1
@@ -942,14 +942,11 @@ def _stored(elements: list[bytes]) -> Stored:
     """
     parts = list(map(bytes.partition, elements, repeat(b":")))
     numbers = b",".join(map(_HEAD, parts)).decode("ascii", "replace").split(",")
-    try:
-        if len(numbers) != 2 * len(parts):
-            raise ValueError("not a position and a stamp per element")
-        positions: list[int | None] = list(map(int, numbers[0::2]))
+    positions: list[int | None]
+    if len(numbers) == 2 * len(parts) and "" not in numbers and "".join(numbers).isdigit():
+        positions = list(map(int, numbers[0::2]))
         stamps = numbers[1::2]
-        if not "".join(stamps).isdigit():
-            raise ValueError("a stamp is not a number")
-    except ValueError:  # a lost element: mark it, the rules see a hole
+    else:  # a lost element (empty) or a damaged one: mark it, the rules see a hole
         heads = [head.decode("ascii", "replace").partition(",") for head, _, _ in parts]
         positions = [int(p) if p.isdigit() and s.isdigit() else None for p, _, s in heads]
         stamps = [s for _, _, s in heads]

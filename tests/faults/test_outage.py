@@ -230,6 +230,34 @@ async def test_snapshot_reply_stopping_halfway_is_a_timeout_then_a_retry(
             assert took < HANG_GUARD / 2, took
 
 
+async def test_a_write_the_network_does_not_take_is_a_timeout(
+    server: ServerHandle, prefix: str
+) -> None:
+    """A batch larger than the socket buffers, into a partition: the write
+    itself has to wait, and gives up within the socket timeout (the socket
+    takes most writes at once, untimed; only a write that waits is timed)."""
+    with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
+        async with ReplayBuffer.from_url(
+            proxy.url() + TIMEOUTS, prefix=prefix, max_payload=1 << 20
+        ) as buf:
+            ids = await _warm(buf, "s")
+            proxy.pause()
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            try:
+                with pytest.raises(StorageError, match=r"(?i)timeout writing"):
+                    async with asyncio.timeout(HANG_GUARD):
+                        await buf.append_many("s", "q", [b"x" * (1 << 20)] * 64)
+            finally:
+                proxy.resume()
+            assert loop.time() - began < HANG_GUARD / 2
+            # The batch was cut off mid-command and its connection dropped:
+            # nothing of it was stored, and the session goes on.
+            replay = await buf.resolve_and_replay("s", ids[0])
+            assert replay.verdict is Verdict.RESUMED, replay
+            assert [e.payload for e in replay.events] == [b"b", b"c"]
+
+
 async def test_cluster_partition_then_heals(
     real_servers: dict[str, ServerHandle], prefix: str
 ) -> None:
