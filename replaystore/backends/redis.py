@@ -49,6 +49,7 @@ import hashlib
 import json
 import math
 import operator
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -335,10 +336,10 @@ class RedisBackend(Backend):
         except RedisError as exc:
             if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
                 raise  # an error reply: the connection is in step
-            await conn.disconnect(nowait=True)  # dropped, not closed: it may be stuck
+            await _drop(conn)
             raise
         except BaseException:
-            await conn.disconnect(nowait=True)  # dropped, not closed: it may be stuck
+            await _drop(conn)
             raise
         finally:
             self._in_flight -= 1
@@ -361,7 +362,7 @@ class RedisBackend(Backend):
         calls.append(("EVALSHA", script.sha, len(keys), *keys, *args))
         calls.append(("EVAL", script.source, len(keys), *keys, *args))
         for call in calls:
-            out, acked = await self._pipeline([call, wait])
+            out, acked = await self._pipeline([call, wait], slack=self.wait_timeout)
             if isinstance(out, NoScriptError) or (call[0] == "FCALL" and _not_run(out)):
                 continue  # not loaded or not allowed here: the script forms work everywhere
             if isinstance(out, Exception):
@@ -376,17 +377,23 @@ class RedisBackend(Backend):
             return out
         raise StorageError("the append script could not be loaded")
 
-    async def _pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Commands in one packet on one connection; replies in order, error replies as values."""
+    async def _pipeline(
+        self, commands: Sequence[tuple[Any, ...]], *, slack: float = 0.0
+    ) -> list[Any]:
+        """Commands in one packet on one connection; replies in order, error replies as values.
+
+        ``slack``: how long a command may block in Redis beyond the socket
+        timeout (a ``WAIT``), added to the replies' timer.
+        """
         if not self._by_hand:
             pipe = self.client.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
         packet = b"".join(_pack_one(command) for command in commands)
-        return await self._pipelined(packet, len(commands))
+        return await self._pipelined(packet, len(commands), slack=slack)
 
-    async def _pipelined(self, packet: bytes, replies: int) -> list[Any]:
+    async def _pipelined(self, packet: bytes, replies: int, *, slack: float = 0.0) -> list[Any]:
         """A packet of ``replies`` commands sent by hand; the replies in order, errors as values.
 
         The replies come back together (one packet in, one out), so they are
@@ -400,15 +407,16 @@ class RedisBackend(Backend):
         try:
             await _send(conn, packet, crowded=self._in_flight > 1)
             out = []
+            timeout = conn.socket_timeout
             try:
-                async with asyncio.timeout(conn.socket_timeout):
+                async with asyncio.timeout(None if timeout is None else timeout + slack):
                     for _ in range(replies):
                         out.append(await _reply(conn))
             except TimeoutError as exc:
                 raise RedisTimeoutError("timeout reading pipelined replies") from exc
             return out
         except BaseException:
-            await conn.disconnect(nowait=True)  # dropped, not closed: it may be stuck
+            await _drop(conn)
             raise
         finally:
             self._in_flight -= 1
@@ -711,10 +719,11 @@ class RedisBackend(Backend):
         assert cursor.ordinal is not None
         r = self.retention
         read = self._read(session, cursor.tag, named)
+        base = read.base  # other resumes may learn another one meanwhile: this read's own
         for _ in range(2):
-            if cursor.ordinal < read.base:
+            if cursor.ordinal < base:
                 return None
-            start = cursor.ordinal - read.base
+            start = cursor.ordinal - base
             if self._by_hand:
                 packet = read.packed[0] + _pack_args((start, -1)) + read.packed[1]
                 got = await self._pipelined(packet, len(read.commands))
@@ -728,9 +737,9 @@ class RedisBackend(Backend):
             if values[0] is None or values[5] is None:
                 return None
             state = _state(values[5])
-            if state.base == read.base:
+            if state.base == base:
                 break
-            read.base = state.base
+            read.base = base = state.base
         else:
             return None
         if (
@@ -846,6 +855,19 @@ async def _send(conn: Any, packet: bytes, *, crowded: bool) -> None:
         raise RedisConnectionError(f"error while writing to socket: {exc}") from exc
 
 
+async def _drop(conn: Any) -> None:
+    """Drop a connection that failed or is out of step, and what it still holds to send.
+
+    A plain close would still send the rest of a packet whose write timed
+    out, and Redis would run the command after the caller was told it
+    failed; cut off, the command never completes and is never run.
+    """
+    writer = getattr(conn, "_writer", None)
+    if writer is not None:
+        writer.transport.abort()
+    await conn.disconnect(nowait=True)
+
+
 def _pack_one(command: tuple[Any, ...]) -> bytes:
     """One command in the Redis protocol (RESP)."""
     return b"*%d\r\n" % len(command) + _pack_args(command)
@@ -926,35 +948,48 @@ def _state(raw: bytes) -> _StoredState:
 def _record(element: bytes, sequence: str, ordinal: int) -> Record | None:
     """``<position>,<stamp>:<payload>``, ``<position>,<stamp>`` (priming), or empty (lost)."""
     head, colon, payload = element.partition(b":")
-    position, _, stamp = head.partition(b",")
-    if not position.isdigit() or not stamp.isdigit():
+    if not _HEAD_RE.fullmatch(head):
         return None
+    position, _, stamp = head.partition(b",")
     return Record(int(position), sequence, ordinal, payload if colon else None, int(stamp))
 
 
 def _stored(elements: list[bytes]) -> Stored:
     """Decode list elements into parallel arrays: the replay's hot loop.
 
-    Written as ``map`` over C functions, with no Python code run per element,
-    and the stamps are kept as text: they only go into event ids. Elements
-    that are not all ``<position>,<stamp>[:<payload>]`` (a lost one is empty)
-    take the slow path.
+    Written as ``map`` over C functions and one pattern match over all the
+    heads, with no Python code run per element, and the stamps kept as text:
+    they only go into event ids. A list with any element that is not
+    ``<position>,<stamp>[:<payload>]`` (a lost one is empty) takes the slow
+    path, element by element.
     """
     parts = list(map(bytes.partition, elements, repeat(b":")))
-    numbers = b",".join(map(_HEAD, parts)).decode("ascii", "replace").split(",")
+    heads = b";".join(map(_HEAD, parts))
     positions: list[int | None]
-    if len(numbers) == 2 * len(parts) and "" not in numbers and "".join(numbers).isdigit():
+    # The pattern proves every ;-separated piece a head, the count that no
+    # head holds a ";" of its own: together, every element is well formed.
+    if heads.count(b";") == len(parts) - 1 and _HEADS_RE.fullmatch(heads):
+        numbers = heads.decode().replace(";", ",").split(",")
         positions = list(map(int, numbers[0::2]))
         stamps = numbers[1::2]
     else:  # a lost element (empty) or a damaged one: mark it, the rules see a hole
-        heads = [head.decode("ascii", "replace").partition(",") for head, _, _ in parts]
-        positions = [int(p) if p.isdigit() and s.isdigit() else None for p, _, s in heads]
-        stamps = [s for _, _, s in heads]
+        positions, stamps = [], []
+        for head, _, _ in parts:
+            ok = _HEAD_RE.fullmatch(head)
+            position, _, stamp = head.partition(b",")
+            positions.append(int(position) if ok else None)
+            stamps.append(stamp.decode() if ok else "")
     if b"" in map(_SEPARATOR, parts):  # priming events carry no payload
         return Stored(positions, [body if sep else None for _, sep, body in parts], stamps)
     return Stored(positions, list(map(_BODY, parts)), stamps)
 
 
+#: A position or a stamp as the scripts write them, and as cursors spell them
+#: (no sign, no leading zero); possessive, which makes the match of a whole
+#: list's heads (about 5 us for 100) a fifth cheaper.
+_NUMBER = rb"(?:0|[1-9][0-9]*+)"
+_HEAD_RE = re.compile(_NUMBER + b"," + _NUMBER)
+_HEADS_RE = re.compile(_NUMBER + b"," + _NUMBER + b"(?:;" + _NUMBER + b"," + _NUMBER + b")*+")
 _HEAD, _SEPARATOR, _BODY = (operator.itemgetter(i) for i in range(3))
 
 

@@ -66,6 +66,21 @@ async def test_wait_replicas_needs_an_acknowledgement(redis_server: ServerHandle
         ReplayBuffer.from_url(f"{redis_server.url}?wait_replicas=x")
 
 
+async def test_wait_longer_than_the_socket_timeout_still_gets_its_answer(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """``WAIT`` blocks in Redis for up to ``wait_timeout``: a socket timeout
+    shorter than that must not cut it off as a dead connection."""
+    url = (
+        f"{redis_server.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.6"
+        "&socket_timeout=0.3"
+    )
+    async with ReplayBuffer.from_url(url) as buf:
+        await buf.open_session("s")
+        with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await buf.append("s", "q", b"x")
+
+
 async def test_wait_replicas_with_a_real_replica(prefix: str) -> None:
     primary = start_standalone(redis_server_binary(), "redis")
     replica = start_standalone(redis_server_binary(), "redis")

@@ -16,10 +16,14 @@ from replaystore.cursor import Cursor, sequence_tag
 
 
 def _reference(element: bytes) -> tuple[int | None, bytes | None, str | None]:
-    """One element, read the plain way: ``<position>,<stamp>[:<payload>]``, else a hole."""
+    """One element, read the plain way: ``<position>,<stamp>[:<payload>]``, else a hole.
+
+    Numbers as the scripts write them: ASCII digits, no sign, no leading zero.
+    """
     head, colon, payload = element.partition(b":")
-    position, _, stamp = head.partition(b",")
-    if not (position.isdigit() and stamp.isdigit()):
+    position, comma, stamp = head.partition(b",")
+    numbers = (position, stamp)
+    if not comma or not all(n.isdigit() and (n == b"0" or n[:1] != b"0") for n in numbers):
         return None, payload if colon else None, None
     return int(position), payload if colon else None, stamp.decode()
 
@@ -36,6 +40,9 @@ _damaged = st.one_of(
     st.builds(lambda p, s: b" " + p + b"," + s, _numbers, _numbers),
     st.builds(lambda p, s: p + b",," + s, _numbers, _numbers),
     st.builds(lambda p: p + b",\xd9\xa3", _numbers),  # a non-ASCII digit
+    st.builds(lambda p, s: p + b",0" + s, _numbers, _numbers),  # a leading zero
+    st.builds(lambda p, s: p + b";" + s + b",1", _numbers, _numbers),
+    st.sampled_from([b"1,2,3:x", b"4:y", b"5", b"6,7,8", b"9;1,2"]),  # commas that pair up
 )
 
 
