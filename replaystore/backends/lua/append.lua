@@ -19,12 +19,20 @@
 -- commands: HMGET, TIME, RPUSH, HSET. Every redis.call costs several
 -- microseconds of server time here, more than the Lua around it: that is the
 -- budget this script is written against.
-local tag, name = AV[2], arg(1)
--- Only what the common case below needs; the general path reads the rest.
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf')
+local tag, name, key = AV[2], arg(1), arg(4)
+-- One data event, no idempotency key: the common case below may apply, and
+-- only what it needs is read; the general path then reads the rest. Anything
+-- else reads all it needs at once.
+local single = key == '' and #AV == A + 5 and arg(3) == ''
+local meta
+if single then
+  meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf')
+else
+  meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf',
+                    'floor', 'nseq', 'lr')
+end
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
-local key = arg(4)
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
@@ -37,7 +45,7 @@ end
 -- tostring, and redis.call's for a number argument), the largest cost of this
 -- path after the commands, so only the three new numbers are formatted, once.
 -- Anything else takes the general path below, which reaches the same result.
-if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
+if single and meta[6] then
   local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
   local hw, kept, nxt, base, seq_name =
     string.match(meta[5] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
@@ -60,7 +68,8 @@ if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
 end
 local s = parse_state(meta[5])
 if s and s.name ~= name then return {epoch, 'collision'} end
-local more = redis.call('HMGET', M, 'floor', 'nseq', 'lr')
+local more = {meta[7], meta[8], meta[9]}
+if single then more = redis.call('HMGET', M, 'floor', 'nseq', 'lr') end
 local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(more[2])
 local q = Q[tag]
 local max_events, sweep_threshold, split, max_age, ttl, tomb_ttl, tombstone =
