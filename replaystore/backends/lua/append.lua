@@ -20,17 +20,11 @@
 -- microseconds of server time here, more than the Lua around it: that is the
 -- budget this script is written against.
 local tag, name, key = AV[2], arg(1), arg(4)
--- One data event, no idempotency key: the common case below may apply, and
--- only what it needs is read; the general path then reads the rest. Anything
--- else reads all it needs at once.
-local single = key == '' and #AV == A + 5 and arg(3) == ''
-local meta
-if single then
-  meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf')
-else
-  meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf',
-                    'floor', 'nseq', 'lr')
-end
+-- Everything either path needs, in one read: a second read for the general
+-- path costs more than the three fields the common case does not use, and
+-- appends of interleaved sequences take the general path every time.
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf',
+                        'floor', 'nseq', 'lr')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 if key ~= '' then
@@ -45,7 +39,7 @@ end
 -- tostring, and redis.call's for a number argument), the largest cost of this
 -- path after the commands, so only the three new numbers are formatted, once.
 -- Anything else takes the general path below, which reaches the same result.
-if single and meta[6] then
+if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
   local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
   local hw, kept, nxt, base, seq_name =
     string.match(meta[5] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
@@ -68,9 +62,7 @@ if single and meta[6] then
 end
 local s = parse_state(meta[5])
 if s and s.name ~= name then return {epoch, 'collision'} end
-local more = {meta[7], meta[8], meta[9]}
-if single then more = redis.call('HMGET', M, 'floor', 'nseq', 'lr') end
-local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(more[2])
+local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[8])
 local q = Q[tag]
 local max_events, sweep_threshold, split, max_age, ttl, tomb_ttl, tombstone =
   string.match(arg(2), '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(.*)$')
@@ -82,9 +74,9 @@ local new_list = not s
 -- newest event (then the run is this sequence's and its ordinals line up),
 -- unless it is older than the split time; otherwise a new run starts.
 local run_tag, run_at = nil, nil
-if more[3] and s and s.hw == top then
+if meta[9] and s and s.hw == top then
   run_tag = tag
-  if split > 0 then run_at = tonumber(string.match(more[3], ',(%d+)$')) or 0 end
+  if split > 0 then run_at = tonumber(string.match(meta[9], ',(%d+)$')) or 0 end
 end
 local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
@@ -130,7 +122,7 @@ if #batch > 0 then
   hold_places(q, redis.call('RPUSH', q, unpack(batch)), want)
 end
 local _, floor, count, nseq, dirtied, lost =
-  evict(max_events, max_age, now, top, more[1], count, nseq, tag, s)
+  evict(max_events, max_age, now, top, meta[7], count, nseq, tag, s)
 if lost then
   -- Retention cannot be kept (the session would grow without bound, or evict
   -- the wrong events): fail closed, as a failed resume does.
