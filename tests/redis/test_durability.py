@@ -71,10 +71,7 @@ async def test_wait_longer_than_the_socket_timeout_still_gets_its_answer(
 ) -> None:
     """``WAIT`` blocks in Redis for up to ``wait_timeout``: a socket timeout
     shorter than that must not cut it off as a dead connection."""
-    url = (
-        f"{redis_server.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.6"
-        "&socket_timeout=0.3"
-    )
+    url = f"{redis_server.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.6&socket_timeout=0.3"
     async with ReplayBuffer.from_url(url) as buf:
         await buf.open_session("s")
         with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
