@@ -722,6 +722,10 @@ class RedisBackend(Backend):
         base = read.base  # other resumes may learn another one meanwhile: this read's own
         for _ in range(2):
             if cursor.ordinal < base:
+                # Evicted and compacted away, or the offset is stale (the
+                # sequence was created again): the script decides, and the
+                # next read learns the offset anew.
+                read.base = 0
                 return None
             start = cursor.ordinal - base
             if self._by_hand:

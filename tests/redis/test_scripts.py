@@ -442,3 +442,32 @@ async def test_teardown_deletes_the_judged_lists_in_the_same_call(
                 assert left == [f"{base}:t"], left
     finally:
         await admin.aclose()
+
+
+async def test_a_sequence_created_again_gets_the_fast_path_back(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """The list offset a client learnt for a sequence goes stale when the
+    sequence is evicted whole and created again (its list starts over at
+    offset 0). The first resume after that is judged by the script; it
+    makes the client forget the offset, so the next one is read directly."""
+    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_events=10) as buf:
+        counter = _CountingClient(buf.backend)
+        await buf.open_session("s")
+        ids = [await buf.append("s", "q", b"%d" % i) for i in range(100)]
+        # Compacted in place every 64 evictions: the list offset is 64 now.
+        assert (await buf.resolve_and_replay("s", ids[-2])).verdict is Verdict.RESUMED
+        counter.take()
+        assert (await buf.resolve_and_replay("s", ids[-2])).verdict is Verdict.RESUMED
+        assert counter.take() == ["PIPELINE"]
+        for i in range(10):  # evicts all of q
+            await buf.append("s", "r", b"%d" % i)
+        fresh = [await buf.append("s", "q", b"new %d" % i) for i in range(3)]
+        counter.take()
+        first = await buf.resolve_and_replay("s", fresh[0])
+        assert first.verdict is Verdict.RESUMED, first
+        assert [e.payload for e in first.events] == [b"new 1", b"new 2"]
+        assert counter.take()[-1] == "FCALL"  # judged by the script
+        again = await buf.resolve_and_replay("s", fresh[0])
+        assert [e.payload for e in again.events] == [b"new 1", b"new 2"]
+        assert counter.take() == ["PIPELINE"]
