@@ -216,6 +216,17 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
     cpu_calls = 300 if sizes.quick else 3000
     rounds = 3 if sizes.quick else 5
     payloads = [payload(i) for i in range(256)]
+
+    async def wall_and_cpu(
+        key: str, subject: tuple[str, Op], baseline: tuple[str, Op], *, ops: int, calls: int
+    ) -> None:
+        """One subject against its baseline: wall clock (``paired``) and Redis CPU."""
+        row = await paired(key, "targets", subject, baseline, ops=ops, sizes=sizes)
+        results[f"{key}.wall"] = row.as_dict()
+        results[f"{key}.cpu"] = await cpu_pair(
+            admin, subject[1], baseline[1], calls=calls, rounds=rounds
+        )
+
     try:
         async with ReplayBuffer.from_url(
             "redis://", client=r, prefix="t:", max_events=10**7
@@ -240,17 +251,12 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
                 async def raw(i: int, k: str = raw_key, a: bytes = after, n: int = n) -> object:
                     return await r.xrange(k, min=a, count=n)
 
-                row = await paired(
+                await wall_and_cpu(
                     f"replay{n}",
-                    "targets",
                     ("replay", rs),
                     ("raw", raw),
                     ops=sizes.replay_ops * (4 if n == 10 else 2),
-                    sizes=sizes,
-                )
-                results[f"replay{n}.wall"] = row.as_dict()
-                results[f"replay{n}.cpu"] = await cpu_pair(
-                    admin, rs, raw, calls=cpu_calls // (4 if n == 100 else 1), rounds=rounds
+                    calls=cpu_calls // (4 if n == 100 else 1),
                 )
 
             # -- append ----------------------------------------------------------
@@ -262,18 +268,12 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
             async def raw_xadd(i: int) -> object:
                 return await r.xadd("raw:xadd", {"d": payloads[i % 256]})
 
-            results["append.wall"] = (
-                await paired(
-                    "append",
-                    "targets",
-                    ("append", rs_append),
-                    ("raw", raw_xadd),
-                    ops=sizes.append_ops,
-                    sizes=sizes,
-                )
-            ).as_dict()
-            results["append.cpu"] = await cpu_pair(
-                admin, rs_append, raw_xadd, calls=cpu_calls, rounds=rounds
+            await wall_and_cpu(
+                "append",
+                ("append", rs_append),
+                ("raw", raw_xadd),
+                ops=sizes.append_ops,
+                calls=cpu_calls,
             )
 
             # The floor under any atomic append in Lua: the four commands an
@@ -288,18 +288,12 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
                     "replaystore_bench_floor", 2, "floor:{f}:m", "floor:{f}:q", payloads[i % 256]
                 )
 
-            results["append_floor.wall"] = (
-                await paired(
-                    "append_floor",
-                    "targets",
-                    ("floor", lua_floor),
-                    ("raw", raw_xadd),
-                    ops=sizes.append_ops,
-                    sizes=sizes,
-                )
-            ).as_dict()
-            results["append_floor.cpu"] = await cpu_pair(
-                admin, lua_floor, raw_xadd, calls=cpu_calls, rounds=rounds
+            await wall_and_cpu(
+                "append_floor",
+                ("floor", lua_floor),
+                ("raw", raw_xadd),
+                ops=sizes.append_ops,
+                calls=cpu_calls,
             )
 
         cap = sizes.capped_retention
@@ -322,18 +316,12 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
                     "raw:capped", {"d": payloads[i % 256]}, maxlen=cap, approximate=False
                 )
 
-            results["append_at_cap.wall"] = (
-                await paired(
-                    "append_at_cap",
-                    "targets",
-                    ("capped", rs_capped),
-                    ("raw", raw_capped),
-                    ops=sizes.append_ops,
-                    sizes=sizes,
-                )
-            ).as_dict()
-            results["append_at_cap.cpu"] = await cpu_pair(
-                admin, rs_capped, raw_capped, calls=cpu_calls, rounds=rounds
+            await wall_and_cpu(
+                "append_at_cap",
+                ("capped", rs_capped),
+                ("raw", raw_capped),
+                ops=sizes.append_ops,
+                calls=cpu_calls,
             )
 
         # -- history independence ------------------------------------------------
@@ -358,18 +346,12 @@ async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
             async def old(i: int) -> object:
                 return await hist.resolve_and_replay("old", cursors["old"])
 
-            results["history.wall"] = (
-                await paired(
-                    "history",
-                    "targets",
-                    ("after 100,000 others", old),
-                    ("fresh", fresh),
-                    ops=sizes.replay_ops * 4,
-                    sizes=sizes,
-                )
-            ).as_dict()
-            results["history.cpu"] = await cpu_pair(
-                admin, old, fresh, calls=cpu_calls, rounds=rounds
+            await wall_and_cpu(
+                "history",
+                ("after 100,000 others", old),
+                ("fresh", fresh),
+                ops=sizes.replay_ops * 4,
+                calls=cpu_calls,
             )
 
         # -- 32 concurrent callers -----------------------------------------------
