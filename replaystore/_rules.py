@@ -154,6 +154,17 @@ class Facts(Protocol):
         """The stored events of ``sequence`` from ``ordinal`` on (asked for a known sequence)."""
         ...
 
+    def last_evicted(self, tag: str) -> Record | None:
+        """The newest evicted event of the sequence with ``tag``, if the backend can show it.
+
+        Asked only for a cursor below the floor. Its position and stamp are
+        what proves that a cursor whose own event is gone missed nothing of
+        its sequence: every event after it is still retained. ``None`` when
+        the sequence is unknown, nothing of it was evicted, or the backend
+        no longer holds that event's identity (the resume then fails closed).
+        """
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
@@ -207,7 +218,7 @@ def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
             return fail(Verdict.NOT_RETAINED, "no_sequence_state")
         return _chain(facts, state, state.first_ordinal, 0)
     if p < facts.floor:
-        return fail(Verdict.BELOW_FLOOR, "evicted")
+        return _after_evicted(facts, cursor, named)
     record = facts.record(p)
     if record is None:
         return fail(Verdict.NOT_RETAINED, "missing_event")
@@ -219,6 +230,32 @@ def judge(facts: Facts, cursor: Cursor | None, named: str | None) -> Judgement:
     if state is None:
         return Judgement(Verdict.NOT_RETAINED, "no_sequence_state", record.sequence)
     return _chain(facts, state, record.ordinal + 1, p)
+
+
+def _after_evicted(facts: Facts, cursor: Cursor, named: str | None) -> Judgement:
+    """Check 7: the cursor's own event was evicted. Did its sequence lose anything after it?
+
+    Eviction takes the oldest positions first, so the events of a sequence
+    that are gone are a prefix of it. When the cursor's event is the newest
+    of them (same position, same stamp), nothing of that sequence after the
+    cursor was evicted and the resume is exact: the sequence's retained
+    events, or none when it has none left. Otherwise an event of the
+    sequence after the cursor is gone (or nothing proves which sequence the
+    cursor belongs to), and replaying would leave a silent gap.
+    """
+    tag = sequence_tag(named) if named is not None else cursor.tag
+    gone = facts.last_evicted(tag) if tag else None
+    if (
+        gone is None
+        or gone.position != cursor.position
+        or (cursor.stamp is not None and cursor.stamp != gone.stamp)
+        or (named is not None and gone.sequence != named)
+    ):
+        return Judgement(Verdict.BELOW_FLOOR, "evicted", named)
+    state = facts.sequence(gone.sequence)
+    if state is None or state.first_ordinal != gone.ordinal + 1:
+        return Judgement(Verdict.BELOW_FLOOR, "evicted", named)
+    return _chain(facts, state, state.first_ordinal, cursor.position)
 
 
 def _chain(facts: Facts, state: SequenceState, start: int, after: int) -> Judgement:

@@ -15,7 +15,10 @@ class SequenceInfo:
 
     ``floor`` is the lowest retained position of this sequence, ``high_water``
     its highest issued position, ``retained`` how many of its events are kept.
-    A sequence whose events have all been evicted is forgotten.
+    A sequence whose events have all been evicted is still listed, with
+    ``retained == 0`` and ``floor == high_water + 1``: a client holding its
+    newest event missed nothing and resumes exactly. A session remembers the
+    newest :data:`~replaystore.retention.EVICTED_SEQUENCES` of these.
     """
 
     floor: int

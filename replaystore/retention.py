@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .errors import InvalidInputError
 
 __all__ = [
+    "EVICTED_SEQUENCES",
     "IDEMPOTENCY_KEYS",
     "MAX_BATCH",
     "MAX_NAME_BYTES",
@@ -34,6 +35,12 @@ MAX_BATCH = 10_000
 #: Idempotency keys remembered per session: at least this many of the newest
 #: (at most twice as many), for as long as the session lives.
 IDEMPOTENCY_KEYS = 1000
+#: Sequences whose events were all evicted, remembered per session (the ones
+#: emptied last): their state proves that a client holding a sequence's newest
+#: event missed nothing. Beyond this many, the oldest is forgotten and a resume
+#: from it fails closed (``below_floor``). A bound, because every request of an
+#: MCP session is a sequence of its own.
+EVICTED_SEQUENCES = 1000
 #: With an age limit, events are aged by the start of their run (a stretch of
 #: consecutive positions of one sequence); a run is closed after this fraction
 #: of ``max_age``, so an event is evicted at most ``max_age / 64`` early.

@@ -29,7 +29,7 @@ from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown
 from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
-from ..retention import IDEMPOTENCY_KEYS, Retention, run_split_ms
+from ..retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_split_ms
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from .base import Backend
@@ -52,6 +52,9 @@ class _Seq:
     next: int = 0
     priming: bool = False  # the newest event is a priming event
     events: list[Record | None] = field(default_factory=list)
+    #: The newest evicted event (ordinal ``first - 1``): what proves a cursor
+    #: at it continuous although its event is gone (``_rules.last_evicted``).
+    evicted: Record | None = None
 
     def state(self) -> SequenceState:
         return SequenceState(
@@ -76,7 +79,9 @@ class _Session:
     top: int = 0
     floor: int = 1  # one past the last evicted position
     retained: int = 0
-    seqs: dict[str, _Seq] = field(default_factory=dict)  # by tag
+    seqs: dict[str, _Seq] = field(default_factory=dict)  # by tag, emptied ones included
+    nseq: int = 0  # sequences with retained events
+    emptied: dict[str, None] = field(default_factory=dict)  # tags of emptied ones, oldest first
     runs: list[_Run] = field(default_factory=list)
     keys: dict[str, list[str]] = field(default_factory=dict)  # idempotency: this generation
     old_keys: dict[str, list[str]] = field(default_factory=dict)  # and the previous one
@@ -85,14 +90,16 @@ class _Session:
 
     @property
     def sequence_count(self) -> int:
-        return len(self.seqs)
+        return self.nseq
 
     def sequence(self, name: str) -> SequenceState | None:
         seq = self.seqs.get(sequence_tag(name))
         return seq.state() if seq is not None and seq.name == name else None
 
     def only_sequence(self) -> str | None:
-        return next(iter(self.seqs.values())).name if len(self.seqs) == 1 else None
+        if self.nseq != 1:
+            return None
+        return next(s.name for s in self.seqs.values() if s.first < s.next)
 
     def record(self, position: int) -> Record | None:
         index = bisect.bisect_right(self.runs, position, key=lambda r: r.position) - 1
@@ -114,6 +121,10 @@ class _Session:
             [None if r is None else r.payload for r in events],
             [0 if r is None else r.stamp for r in events],
         )
+
+    def last_evicted(self, tag: str) -> Record | None:
+        seq = self.seqs.get(tag)
+        return seq.evicted if seq is not None else None
 
     @staticmethod
     def _at(seq: _Seq, ordinal: int) -> Record | None:
@@ -146,16 +157,32 @@ class _Session:
             self.floor += k
             self.retained -= k
             if seq is not None:
+                seq.evicted = seq.events[k - 1] if k <= len(seq.events) else None
                 del seq.events[:k]
                 seq.first += k
                 if seq.first >= seq.next:
-                    del self.seqs[run.tag]
+                    self._emptied(seq)
                 elif self.floor < end:
                     seq.floor = self.floor
                 else:
                     seq.floor = self._next_run_position(run.tag, seq.floor)
             if self.floor >= end:
                 del self.runs[0]
+
+    def _emptied(self, seq: _Seq) -> None:
+        """Every event of ``seq`` is evicted: keep its state (up to a bound), not its events."""
+        seq.floor = seq.high_water + 1
+        self.nseq -= 1
+        self.emptied[seq.tag] = None
+        if len(self.emptied) > EVICTED_SEQUENCES:
+            oldest = next(iter(self.emptied))
+            del self.emptied[oldest], self.seqs[oldest]
+
+    def revive(self, seq: _Seq, position: int) -> None:
+        """An emptied sequence gets an event again: it goes on where it stopped."""
+        del self.emptied[seq.tag]
+        seq.floor = position
+        self.nseq += 1
 
     def _next_run_position(self, tag: str, old: int) -> int:
         for run in self.runs[1:]:
@@ -299,7 +326,7 @@ class MemoryBackend(Backend):
             seq = state.seqs.get(tag)
             if seq is not None and seq.name != sequence:
                 raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
-            if seq is not None and payload is None and seq.priming:
+            if seq is not None and payload is None and seq.priming and seq.events:
                 # Only the newest of consecutive priming events is kept: the
                 # client already holds its id, and nothing real came after it.
                 newest = seq.events[-1] if seq.events else None
@@ -310,6 +337,9 @@ class MemoryBackend(Backend):
             position = state.top
             if seq is None:
                 seq = state.seqs[tag] = _Seq(sequence, tag, position, position)
+                state.nseq += 1
+            elif seq.first == seq.next:
+                state.revive(seq, position)
             last = state.runs[-1] if state.runs else None
             if (
                 last is None

@@ -75,7 +75,7 @@ from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown
 from ..cursor import Cursor, new_epoch, sequence_tag
 from ..errors import InvalidInputError, StorageError, UnknownSessionError, UnsupportedURLError
 from ..info import SessionInfo
-from ..retention import Retention, run_split_ms
+from ..retention import EVICTED_SEQUENCES, Retention, run_split_ms
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from ._redis_client import build_client
@@ -103,6 +103,7 @@ FACT_SLOTS = (
     "chain_tag",
     "chain_state",
     "chain_ordinal",
+    "evicted_element",
     "touch",
     "sweep",
 )
@@ -111,9 +112,10 @@ _PRELUDE = (
     "local SLOT = {"
     + ", ".join(f"{name} = {index + 1}" for index, name in enumerate(FACT_SLOTS))
     + f", _n = {len(FACT_SLOTS)}}}\n"
+    + f"local EVICTED_SEQUENCES = {EVICTED_SEQUENCES}\n"
 )
 #: Keys every script gets, in ``KEYS`` order; sequence lists follow.
-_FIXED = ("m", "i", "g", "t", "k", "k2")
+_FIXED = ("m", "i", "g", "t", "k", "k2", "x")
 #: Declared lists per sweep or touch call.
 _CHUNK = 1000
 
@@ -937,15 +939,27 @@ class _Read:
 class _StoredState:
     public: SequenceState
     base: int
+    stamp: int  # the high-water event's
+
+    def newest_evicted(self, element: bytes | None) -> Record | None:
+        """The sequence's newest evicted event: ``element`` (ordinal ``first - 1``),
+        or, when every event is evicted, its high-water event (the state names it)."""
+        state = self.public
+        if element is not None:
+            return _record(element, state.name, state.first_ordinal - 1)
+        if state.retained == 0 and state.next_ordinal > 0:
+            return Record(state.high_water, state.name, state.next_ordinal - 1, None, self.stamp)
+        return None
 
 
 def _state(raw: bytes) -> _StoredState:
     """``high_water,stamp,floor,first,next,base,priming,name`` (the name may hold commas)."""
-    hw, _stamp, floor, first, nxt, base, _priming, name = raw.split(b",", 7)
+    hw, stamp, floor, first, nxt, base, _priming, name = raw.split(b",", 7)
     text = name.decode("utf-8")
     return _StoredState(
         SequenceState(text, sequence_tag(text), int(hw), int(floor), int(first), int(nxt)),
         int(base),
+        int(stamp),
     )
 
 
@@ -1011,6 +1025,7 @@ class _Facts:
     chain_ordinal: int
     elements: list[bytes]
     record_at: Record | None = None
+    evicted: Record | None = None  # the chain sequence's newest evicted event, when read
 
     def sequence(self, name: str) -> SequenceState | None:
         state = self.states.get(sequence_tag(name))
@@ -1023,6 +1038,9 @@ class _Facts:
     def record(self, position: int) -> Record | None:
         at = self.record_at
         return at if at is not None and at.position == position else None
+
+    def last_evicted(self, tag: str) -> Record | None:
+        return self.evicted if tag == self.chain_tag else None
 
     def events_from(self, sequence: str, ordinal: int) -> Stored:
         state = self.sequence(sequence)
@@ -1039,11 +1057,15 @@ def _script_facts(out: list[Any]) -> _Facts:
         return out[_SLOT[name]]
 
     states: dict[str, SequenceState] = {}
+    chain: _StoredState | None = None
     for raw in (slot("named_state"), slot("chain_state")):
         if raw:
-            stored = _state(raw).public
-            states[stored.tag] = stored
+            chain = _state(raw)
+            states[chain.public.tag] = chain.public
     chain_tag = slot("chain_tag").decode() if slot("chain_tag") else None
+    evicted = None
+    if chain is not None and chain_tag == chain.public.tag:
+        evicted = chain.newest_evicted(slot("evicted_element") or None)
     record_at = None
     if slot("record_tag"):
         owner = states.get(slot("record_tag").decode())
@@ -1061,6 +1083,7 @@ def _script_facts(out: list[Any]) -> _Facts:
         chain_ordinal=int(slot("chain_ordinal") or 0),
         elements=list(out[len(FACT_SLOTS) :]),
         record_at=record_at,
+        evicted=evicted,
     )
 
 

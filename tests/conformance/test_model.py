@@ -80,8 +80,11 @@ class Model:
         out: dict[str, SequenceInfo] = {}
         for seq in SEQS:
             kept = [e.position for e in self.retained() if e.sequence == seq]
+            issued = [e.position for e in self.events if e.sequence == seq]
             if kept:
                 out[seq] = SequenceInfo(min(kept), max(kept), len(kept))
+            elif issued:  # every event evicted: still known, nothing retained
+                out[seq] = SequenceInfo(max(issued) + 1, max(issued), 0)
         return out
 
     def predict(self, cursor: str, named: str | None) -> tuple[Verdict, str | None, list[Issued]]:
@@ -109,9 +112,14 @@ class Model:
                     return Verdict.RESUMED, None, []
                 (named,) = seqs
             return Verdict.RESUMED, named, [e for e in self.events if e.sequence == named]
-        if p < self.floor:
-            return Verdict.BELOW_FLOOR, None, []
         (at,) = [e for e in self.events if e.position == p]
+        if p < self.floor:
+            # The cursor's event is gone: exact only if no later event of its
+            # sequence is (it is the newest evicted one of that sequence).
+            gone = [e.position for e in self.events if e.sequence == at.sequence]
+            newest_gone = max(q for q in gone if q < self.floor)
+            if newest_gone != p or (named is not None and named != at.sequence):
+                return Verdict.BELOW_FLOOR, None, []
         if named is not None and at.sequence != named:
             return Verdict.SEQUENCE_MISMATCH, None, []
         replay = [e for e in self.events if e.sequence == at.sequence and e.position > p]

@@ -72,11 +72,17 @@ async def test_priming_rule_per_sequence_and_after_eviction(make_buffer):
     await buf.open_session(S)
     p1 = await buf.append(S, "g", None)
     await buf.append_many(S, "t", [b"1", b"2"])  # evicts g's priming event
-    assert (await buf.session_info(S)).sequences == {"t": SequenceInfo(2, 3, 2)}
-    p2 = await buf.append(S, "g", None)  # g is new again: stored
+    info = await buf.session_info(S)
+    assert info.sequences == {"g": SequenceInfo(2, 1, 0), "t": SequenceInfo(2, 3, 2)}
+    # g's newest event is no longer retained: a priming event is stored again,
+    # so the client holds an id the store keeps
+    p2 = await buf.append(S, "g", None)
     assert pos(p2) == 4
     assert p2 != p1
-    assert (await buf.resolve(S, p1)).verdict is Verdict.BELOW_FLOOR
+    assert Cursor.parse(p2).ordinal == 1  # g goes on where it stopped
+    # nothing of g after p1 was evicted: p1 still resumes, exactly
+    res = await buf.resolve(S, p1)
+    assert res.verdict is Verdict.RESUMED and res.sequence == "g"
 
 
 # -- idempotency keys -------------------------------------------------------------

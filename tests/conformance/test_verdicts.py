@@ -266,22 +266,38 @@ async def test_seed_scenario_sub_stream_and_top_level_cursors(make_buffer):
     assert res.evidence.cursor_sequence == "tool-7"
     assert res.evidence.cursor_position == 4471
 
-    # the top-level cursor, and the position just below the floor: below_floor,
-    # whatever the name, never a replay clamped to the floor
-    for cursor in (top_cursor, f"{info.epoch}-4400", f"{info.epoch}-1"):
-        for named in (None, "_GET_stream", "tool-7"):
-            res = await buf.resolve("S", cursor, named)
-            check_failed(res, Verdict.BELOW_FLOOR, torn_down=False)
-            assert res.verdict.value == "below_floor"
-            assert res.evidence.floor == 4401
-            assert res.evidence.high_water == 4472
-            assert res.evidence.cursor_position == pos(cursor)
+    # The top-level cursor's own event is gone, but it is the newest evicted
+    # event of its sequence: nothing of "_GET_stream" after it was evicted, so
+    # the resume is exact (the progress notification and the result), never
+    # a replay clamped to the floor and never tool-7's events.
+    missed = [
+        (progress, "_GET_stream", 4451, b'{"method":"notifications/progress"}'),
+        (final, "_GET_stream", 4472, b'{"result":"done"}'),
+    ]
+    for named in (None, "_GET_stream"):
+        check_resumed(await buf.resolve_and_replay("S", top_cursor, named), missed, "_GET_stream")
+    # below the floor and not the newest evicted event of the sequence
+    # (named, or hinted by the cursor): an event of it after the cursor is gone
+    for cursor, named in [
+        (top_cursor, "tool-7"),
+        (top[-2], None),
+        (top[-2], "_GET_stream"),
+        (f"{info.epoch}-4400", None),  # no hint, no name: nothing attributes it
+        (f"{info.epoch}-4400", "_GET_stream"),
+        (f"{info.epoch}-1", "_GET_stream"),
+        (tool[0], "tool-7"),
+    ]:
+        res = await buf.resolve("S", cursor, named)
+        check_failed(res, Verdict.BELOW_FLOOR, torn_down=False)
+        assert res.evidence.floor == 4401
+        assert res.evidence.high_water == 4472
+        assert res.evidence.cursor_position == pos(cursor)
 
-    res = await buf.resolve_and_replay("S", top_cursor, "_GET_stream")
+    res = await buf.resolve_and_replay("S", top[-2], "_GET_stream")
     check_failed(res, Verdict.BELOW_FLOOR, torn_down=True)
     assert res.evidence.floor == 4401
-    assert res.evidence.cursor_position == 3120
-    assert res.evidence.cursor == top_cursor
+    assert res.evidence.cursor_position == 3119
+    assert res.evidence.cursor == top[-2]
     # fail closed: the session is gone, the client must re-initialize
     assert await buf.session_info("S") is None
     gone = await buf.resolve_and_replay("S", sub_cursor, "tool-7")
@@ -478,17 +494,28 @@ async def test_unknown_sequence(make_buffer, hint):
     assert await buf.session_info(S) is None
 
 
-async def test_fully_evicted_sequence_is_unknown(make_buffer):
+async def test_fully_evicted_sequence_is_still_known(make_buffer):
+    """A sequence whose every event was evicted is not "empty": its state says what it
+    issued, so its newest event resumes (nothing missed) and any older one fails."""
     buf = await make_buffer(max_events=2)
     await buf.open_session(S)
-    early = await buf.append(S, "early", b"e")
+    early = await buf.append_many(S, "early", [b"e1", b"e2"])
     await buf.append_many(S, "late", [b"1", b"2"])
     info = await buf.session_info(S)
-    assert "early" not in info.sequences
+    assert info.sequences["early"] == SequenceInfo(3, 2, 0)
+    assert info.sequences["late"] == SequenceInfo(3, 4, 2)
+    for named in (None, "early"):
+        check_resumed(await buf.resolve(S, early[-1], named), [], "early")
+        check_failed(await buf.resolve(S, early[0], named), Verdict.BELOW_FLOOR, torn_down=False)
+    # the origin: events are gone
     res = await buf.resolve(S, str(info.origin), "early")
-    check_failed(res, Verdict.UNKNOWN_SEQUENCE, torn_down=False)
-    # the early cursor itself is below the floor
-    check_failed(await buf.resolve(S, early), Verdict.BELOW_FLOOR, torn_down=False)
+    check_failed(res, Verdict.BELOW_FLOOR, torn_down=False)
+    # it goes on where it stopped: the client at its newest event gets exactly the new one
+    more = await buf.append(S, "early", b"e3")
+    assert Cursor.parse(more).ordinal == 2
+    res = await buf.resolve_and_replay(S, early[-1], "early")
+    check_resumed(res, [(more, "early", 5, b"e3")], "early")
+    assert (await buf.session_info(S)).sequences["early"] == SequenceInfo(5, 5, 1)
 
 
 # -- not_retained (storage damaged behind the backend's back) ------------------
@@ -577,6 +604,7 @@ async def _provoke(buf, case, kind: str) -> tuple[str, str | None]:
     if kind == "foreign_cursor":
         return "0123456789ab-2" if info.epoch != "0123456789ab" else "ba9876543210-2", None
     if kind == "below_floor":
+        await buf.append(S, "b", b"b3")  # a2 evicted after a1
         return a[0], "a"
     if kind == "ahead_of_high_water":
         return f"{info.epoch}-8", None
@@ -767,14 +795,21 @@ async def test_session_info_exact_after_count_eviction(make_buffer):
     info = await buf.session_info(S)
     assert (info.floor, info.high_water, info.retained) == (6, 10, 5)
     assert info.sequences == {"a": SequenceInfo(6, 7, 2), "b": SequenceInfo(8, 10, 3)}
-    # b's chain now starts at 8: its older cursors are below the floor
-    check_failed(await buf.resolve(S, log[4][0]), Verdict.BELOW_FLOOR, torn_down=False)
+    # b's chain now starts at 8: its older cursors are below the floor, except
+    # its newest evicted event (5), after which nothing of b is gone
+    check_failed(await buf.resolve(S, log[3][0]), Verdict.BELOW_FLOOR, torn_down=False)
+    check_resumed(await buf.resolve(S, log[4][0], "b"), [], "b")  # a bare id: named
     check_resumed(await buf.resolve_and_replay(S, log[5][0]), [log[6]], "a")
     check_resumed(await buf.resolve_and_replay(S, log[7][0]), after(log, "b", 8), "b")
     await buf.append_many(S, "c", [b"c"] * 5)
     info = await buf.session_info(S)
     assert (info.floor, info.high_water, info.retained) == (11, 15, 5)
-    assert info.sequences == {"c": SequenceInfo(11, 15, 5)}
+    # a and b are emptied: still known, nothing retained
+    assert info.sequences == {
+        "a": SequenceInfo(8, 7, 0),
+        "b": SequenceInfo(11, 10, 0),
+        "c": SequenceInfo(11, 15, 5),
+    }
 
 
 async def test_session_info_exact_after_age_eviction(make_buffer):
@@ -785,17 +820,26 @@ async def test_session_info_exact_after_age_eviction(make_buffer):
     new = await append_plan(buf, S, [("a", b"5"), ("b", b"6"), ("a", b"7")])
     info = await buf.session_info(S)
     assert (info.floor, info.high_water, info.retained) == (5, 7, 3)
-    assert info.sequences == {"a": SequenceInfo(5, 7, 2), "b": SequenceInfo(6, 6, 1)}
+    assert info.sequences == {
+        "a": SequenceInfo(5, 7, 2),
+        "b": SequenceInfo(6, 6, 1),
+        "gone": SequenceInfo(3, 2, 0),
+    }
     check_resumed(await buf.resolve_and_replay(S, new[0][0]), [new[2]], "a")
-    check_failed(await buf.resolve(S, old[3][0], "a"), Verdict.BELOW_FLOOR, torn_down=False)
-    check_failed(await buf.resolve(S, new[0][0], "gone"), Verdict.UNKNOWN_SEQUENCE, torn_down=False)
+    # a's newest aged-out event: nothing of a after it is gone
+    check_resumed(await buf.resolve_and_replay(S, old[3][0], "a"), [new[0], new[2]], "a")
+    check_failed(await buf.resolve(S, old[0][0], "a"), Verdict.BELOW_FLOOR, torn_down=False)
+    res = await buf.resolve(S, new[0][0], "gone")
+    check_failed(res, Verdict.SEQUENCE_MISMATCH, torn_down=False)
     # everything ages out: nothing retained, floor one past the high-water
     await anyio.sleep(0.5)
     info = await buf.session_info(S)
     assert info is not None
     assert (info.floor, info.high_water, info.retained) == (8, 7, 0)
-    assert info.sequences == {}
-    res = await buf.resolve_and_replay(S, new[2][0])
+    assert {name: s.retained for name, s in info.sequences.items()} == {"a": 0, "b": 0, "gone": 0}
+    # an idle client at a's newest event missed nothing
+    check_resumed(await buf.resolve_and_replay(S, new[2][0], "a"), [], "a")
+    res = await buf.resolve_and_replay(S, new[0][0])
     check_failed(res, Verdict.BELOW_FLOOR, torn_down=True)
 
 
@@ -867,16 +911,21 @@ async def test_append_many_over_max_events_is_atomic_and_consistent(make_buffer)
     assert [pos(i) for i in ids] == list(range(2, 10))
     info = await buf.session_info(S)
     assert (info.floor, info.high_water, info.retained) == (5, 9, 5)
-    assert info.sequences == {"a": SequenceInfo(5, 9, 5)}
-    check_failed(await buf.resolve(S, early), Verdict.BELOW_FLOOR, torn_down=False)
-    check_failed(await buf.resolve(S, ids[2]), Verdict.BELOW_FLOOR, torn_down=False)
+    assert info.sequences == {"x": SequenceInfo(2, 1, 0), "a": SequenceInfo(5, 9, 5)}
+    check_resumed(await buf.resolve(S, early), [], "x")  # nothing of x after it is gone
+    check_failed(await buf.resolve(S, ids[1]), Verdict.BELOW_FLOOR, torn_down=False)
+    check_resumed(await buf.resolve(S, ids[2]), [], "a")  # a's newest evicted event
     res = await buf.resolve_and_replay(S, ids[3])
     check_resumed(res, [(ids[i], "a", i + 2, f"e{i}".encode()) for i in range(4, 8)], "a")
     # a batch far over the limit keeps only its own tail
     big = await buf.append_many(S, "b", [b"%d" % i for i in range(50)])
     info = await buf.session_info(S)
     assert (info.floor, info.high_water, info.retained) == (55, 59, 5)
-    assert info.sequences == {"b": SequenceInfo(55, 59, 5)}
+    assert info.sequences == {
+        "x": SequenceInfo(2, 1, 0),
+        "a": SequenceInfo(10, 9, 0),
+        "b": SequenceInfo(55, 59, 5),
+    }
     res = await buf.resolve_and_replay(S, big[-5])
     check_resumed(res, [(big[i], "b", pos(big[i]), b"%d" % i) for i in range(46, 50)], "b")
 

@@ -51,7 +51,7 @@ async def test_all_keys_of_a_session_in_one_slot(cluster_server: ServerHandle, p
     try:
         for session in ["plain", "8c2f0d6e-1b4a-4c1e-9a57-3f1e2d4c5b6a", *BRACED]:
             keys = keys_of(buf, session, ("q", "_GET_stream", "{x}"))
-            assert len(keys) == 9
+            assert len(keys) == 10
             slots = {int(await node.execute_command("CLUSTER", "KEYSLOT", k)) for k in keys}
             assert len(slots) == 1, (session, keys, slots)
     finally:

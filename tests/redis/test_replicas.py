@@ -60,7 +60,7 @@ async def _scenario(url: str, prefix: str) -> None:
             ("s2", f"{s2.epoch}-0", "only", V.RESUMED, [1, 2, 3]),
             ("s2", s2_ids[0], None, V.RESUMED, [2, 3]),
             ("s1", alpha[0], None, V.BELOW_FLOOR, None),
-            ("s1", alpha[1], "alpha", V.BELOW_FLOOR, None),
+            ("s1", alpha[1], "alpha", V.RESUMED, [4, 7, 8]),  # alpha's newest evicted event
             ("s1", f"{epoch}-0", "alpha", V.BELOW_FLOOR, None),
             ("s1", f"{epoch}-0", None, V.BELOW_FLOOR, None),
             ("s1", f"{other_epoch}-4", None, V.FOREIGN_CURSOR, None),

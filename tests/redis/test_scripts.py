@@ -448,9 +448,11 @@ async def test_a_sequence_created_again_gets_the_fast_path_back(
     scratch_server: ServerHandle, prefix: str
 ) -> None:
     """The list offset a client learnt for a sequence goes stale when the
-    sequence is evicted whole and created again (its list starts over at
-    offset 0). The first resume after that is judged by the script; it
-    makes the client forget the offset, so the next one is read directly."""
+    session is closed and opened again (a new incarnation: its lists start
+    over at offset 0). The first resume after that is judged by the script;
+    it makes the client forget the offset, so the next one is read directly.
+    A sequence whose events were all evicted goes on where it stopped, with
+    its offset: that costs no script at all."""
     async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_events=10) as buf:
         counter = _CountingClient(buf.backend)
         await buf.open_session("s")
@@ -462,6 +464,13 @@ async def test_a_sequence_created_again_gets_the_fast_path_back(
         assert counter.take() == ["PIPELINE"]
         for i in range(10):  # evicts all of q
             await buf.append("s", "r", b"%d" % i)
+        more = [await buf.append("s", "q", b"more %d" % i) for i in range(3)]
+        counter.take()
+        going_on = await buf.resolve_and_replay("s", more[0])
+        assert [e.payload for e in going_on.events] == [b"more 1", b"more 2"]
+        assert counter.take() == ["PIPELINE"]
+        await buf.close_session("s")
+        await buf.open_session("s")
         fresh = [await buf.append("s", "q", b"new %d" % i) for i in range(3)]
         counter.take()
         first = await buf.resolve_and_replay("s", fresh[0])

@@ -9,7 +9,9 @@
 --   KEYS[3] g  set of sequence tags whose list holds evicted elements
 --   KEYS[4] t  tombstone string (JSON) left by a teardown or a close
 --   KEYS[5] k, KEYS[6] k2  idempotency keys: this generation, the previous one
---   KEYS[7..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]:
+--   KEYS[7] x  sorted set of the tags of emptied sequences (every event evicted,
+--              state kept), scored by their high-water; at most EVICTED_SEQUENCES
+--   KEYS[8..] q:<tag>  one list per sequence, the tags listed in ARGV[2..1+ARGV[1]]:
 --              element "<position>,<stamp>:<payload>", or "<position>,<stamp>" for a
 --              priming event; <stamp> is the server clock (ms) when it was stored
 -- ARGV: the number of lists, their tags, then the operation's own arguments
@@ -17,16 +19,16 @@
 -- The same code runs as a function library (FCALL: defined once, called by
 -- name) or as one EVAL script per operation; `run` sets these per call.
 local KS, AV
-local M, I, G, T, K, K2
+local M, I, G, T, K, K2, X
 local Q = {}
 local A = 1 -- script arguments start at AV[A + 1]
 
 local function setup(keys, argv)
   KS, AV = keys, argv
-  M, I, G, T, K, K2 = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  M, I, G, T, K, K2, X = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
   local nq = tonumber(argv[1])
   Q = {}
-  for j = 1, nq do Q[argv[1 + j]] = keys[6 + j] end
+  for j = 1, nq do Q[argv[1 + j]] = keys[7 + j] end
   A = 1 + nq
 end
 
@@ -72,6 +74,22 @@ local function adopt(key)
     local left = redis.call('PTTL', M)
     if left > 0 then redis.call('PEXPIRE', key, left) end
   end
+end
+
+-- Every event of the sequence `tag` (state `s`) is evicted. Its state stays
+-- (floor one past its high-water), because the high-water and its stamp prove
+-- that a client holding that newest event missed nothing; the newest
+-- EVICTED_SEQUENCES of these are kept, an older one is forgotten (its list
+-- goes with the next sweep) and resumes from it fail closed.
+local function emptied(tag, s)
+  s.floor = s.hw + 1
+  if redis.call('ZADD', X, s.hw, tag) == 1 and redis.call('ZCARD', X) > EVICTED_SEQUENCES then
+    local old = redis.call('ZPOPMIN', X)[1]
+    redis.call('HDEL', M, 's:' .. old)
+    redis.call('SADD', G, old)
+    adopt(G)
+  end
+  adopt(X)
 end
 
 local function element_position(el)
@@ -135,8 +153,9 @@ local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_t
       if s then
         s.first = s.first + k
         if s.first >= s.next then
-          redis.call('HDEL', M, 's:' .. run.tag)
           nseq = nseq - 1
+          emptied(run.tag, s)
+          if not mine then save(run.tag, s) end
         else
           if floor < stop then
             s.floor = floor
@@ -201,7 +220,7 @@ local function bury(tomb, ttl_ms)
   for _, tag in ipairs(redis.call('SMEMBERS', G)) do
     if not Q[tag] then out[#out + 1] = tag end
   end
-  redis.call('DEL', M, I, G, K, K2)
+  redis.call('DEL', M, I, G, K, K2, X)
   for _, q in pairs(Q) do redis.call('DEL', q) end
   redis.call('SET', T, tomb .. ',"at":' .. now_ms() .. '}', 'PX', ttl_ms)
   return out
@@ -219,7 +238,7 @@ local function refresh(ttl_ms, now, due)
   local keep = math.floor(ttl_ms * 0.9)
   local left = redis.call('PTTL', M)
   if left >= 0 and left >= keep then return {}, now and now + left - keep end
-  for _, key in ipairs({M, I, G, K, K2}) do redis.call('PEXPIRE', key, ttl_ms) end
+  for _, key in ipairs({M, I, G, K, K2, X}) do redis.call('PEXPIRE', key, ttl_ms) end
   for _, key in pairs(Q) do redis.call('PEXPIRE', key, ttl_ms) end
   return all_tags(), now and now + ttl_ms - keep
 end

@@ -74,7 +74,7 @@ local new_list = not s
 -- newest event (then the run is this sequence's and its ordinals line up),
 -- unless it is older than the split time; otherwise a new run starts.
 local run_tag, run_at = nil, nil
-if meta[9] and s and s.hw == top then
+if meta[9] and s and s.hw == top and s.first < s.next then
   run_tag = tag
   if split > 0 then run_at = tonumber(string.match(meta[9], ',(%d+)$')) or 0 end
 end
@@ -86,7 +86,7 @@ local kinds = arg(3)
 local first = A + 5 -- the first payload
 for j = first, #AV do
   local priming = kinds ~= '' and string.byte(kinds, j - first + 1) == 112 -- 'p'
-  if s and priming and s.priming == 1 then
+  if s and priming and s.priming == 1 and s.first < s.next then
     -- only the newest of consecutive priming events is kept: hand out its id again
     ids[#ids + 1] = s.hw .. '.' .. (s.next - 1) .. '.' .. s.stamp
   else
@@ -95,6 +95,11 @@ for j = first, #AV do
       redis.call('DEL', q) -- leftovers of an earlier sequence of this name
       s = {hw = top, stamp = now, floor = top, first = 0, next = 0, base = 0, priming = 0,
            name = name}
+      nseq = nseq + 1
+    elseif s.first == s.next then
+      -- every event of it was evicted: it goes on where it stopped
+      redis.call('ZREM', X, tag)
+      s.floor = top
       nseq = nseq + 1
     end
     if run_tag ~= tag or (split > 0 and now - run_at >= split) then
@@ -132,15 +137,14 @@ if lost then
   return out
 end
 local fields = {'top', top, 'floor', floor, 'count', count, 'nseq', nseq}
-if s.first < s.next then
-  if s.first - s.base >= 64 then
-    -- this sequence's own evicted head, dropped in place now and then
-    redis.call('LTRIM', q, s.first - s.base, -1)
-    s.base = s.first
-  end
-  fields[#fields + 1] = 's:' .. tag
-  fields[#fields + 1] = state_text(s)
+if s.first - s.base > 64 then
+  -- this sequence's own evicted head, dropped in place now and then; its
+  -- newest evicted event stays (it proves a cursor at it continuous)
+  redis.call('LTRIM', q, s.first - 1 - s.base, -1)
+  s.base = s.first - 1
 end
+fields[#fields + 1] = 's:' .. tag
+fields[#fields + 1] = state_text(s)
 if pushed then
   fields[#fields + 1] = 'lr'
   fields[#fields + 1] = pushed

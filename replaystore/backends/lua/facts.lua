@@ -61,6 +61,27 @@ if has_cursor and p >= 1 and p >= floor and p <= top then
     out[SLOT.record_tag], out[SLOT.record_ordinal], out[SLOT.record_element] = tag, ord, el
     chain_tag, chain_from = tag, ord + 1
   end
+elseif has_cursor and p >= 1 and p < floor then
+  -- The cursor's event is evicted. It resumes only if it is the newest evicted
+  -- event of its sequence (the named one, else the hinted one): the state of
+  -- an emptied sequence names it (high-water and stamp), otherwise it is the
+  -- element kept just before the first retained one. The client checks the
+  -- stamp and decides.
+  local tag = named_tag
+  if tag == '' then tag = hint_tag end
+  local s = tag ~= '' and load(tag)
+  if s then
+    if s.first >= s.next then
+      if s.hw == p then chain_tag = tag end
+    elseif s.first > s.base then
+      if not Q[tag] then return need(tag) end
+      local el = redis.call('LINDEX', Q[tag], s.first - 1 - s.base)
+      if element_position(el) == p then
+        out[SLOT.evicted_element] = el
+        chain_tag = tag
+      end
+    end
+  end
 elseif has_cursor and p == 0 and floor <= 1 then
   if named_tag ~= '' then
     chain_tag = named_tag

@@ -6,7 +6,7 @@ local touch = {}
 if redis.call('EXISTS', M) == 0 then
   -- Leftovers of an earlier incarnation must not leak into this one. Sequence
   -- lists are reset when their sequence is created.
-  redis.call('DEL', I, G, K, K2, T)
+  redis.call('DEL', I, G, K, K2, T, X)
   redis.call('HSET', M, 'epoch', arg(1), 'top', 0, 'floor', 1, 'count', 0, 'nseq', 0, 'gc', 0)
   redis.call('PEXPIRE', M, ttl)
 else
