@@ -256,9 +256,11 @@ class SessionEventStore(EventStore):
         The session remembers (in the store) the last GET-stream event handed
         to a GET connection, or an anchor stored when the session began. A
         plain GET resumes from that mark, so messages stored while no GET was
-        attached are delivered; if the mark can no longer be resumed from and
-        messages were stored after it, this is a failed resumption like any
-        other. Otherwise a priming event starts a fresh stream, so the client
+        attached are delivered. The store proves it per sequence: the mark
+        resumes even when its own event was evicted, as long as no event of
+        the GET stream after it was; otherwise this is a failed resumption
+        like any other (404), never a fresh stream that silently skips them.
+        Without a mark, a priming event starts a fresh stream, so the client
         holds a resumable cursor at once.
         """
         await self._watch()
@@ -274,9 +276,7 @@ class SessionEventStore(EventStore):
     async def _attach_get(self, prime: bool) -> Attachment:
         mark = await self._current_get_mark()
         if mark is not None:
-            probe = await self.buffer.resolve(self.session_id, mark, GET_STREAM)
-            if probe.ok or await self._get_messages_after(mark):
-                return await self._resume(mark, sequence=GET_STREAM, prime=prime)
+            return await self._resume(mark, sequence=GET_STREAM, prime=prime)
         if self._dead:
             return Attachment(_vanished(self.session_id))
         try:
@@ -608,14 +608,6 @@ class SessionEventStore(EventStore):
             return self._get_mark
         mark = record.get("get") or self._get_mark
         return mark
-
-    async def _get_messages_after(self, mark: str) -> bool:
-        info = await self.buffer.session_info(self.session_id)
-        if info is None:
-            return False
-        get = info.sequences.get(GET_STREAM)
-        position = Cursor.try_parse(mark)
-        return get is not None and position is not None and get.high_water > position.position
 
     async def _take_over(self, sequence: str) -> None:
         """The newest connection takes a stream over: end whatever carried it before, everywhere."""
