@@ -36,6 +36,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from .errors import ReplayStoreError
+
 __all__ = [
     "EPOCH_LENGTH",
     "MAX_CURSOR_LENGTH",
@@ -68,7 +70,7 @@ _EPOCH_RE = re.compile(rf"[0-9a-f]{{{EPOCH_LENGTH}}}")
 _TAG_RE = re.compile(rf"[0-9a-f]{{{TAG_LENGTH}}}")
 
 
-class CursorError(ValueError):
+class CursorError(ReplayStoreError, ValueError):
     """A string that is not a replaystore cursor."""
 
 

@@ -27,7 +27,12 @@ from urllib.parse import urlsplit
 
 from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ..cursor import Cursor, new_epoch, sequence_tag
-from ..errors import InvalidInputError, UnknownSessionError, UnsupportedURLError
+from ..errors import (
+    IdempotencyKeyReusedError,
+    SequenceTagCollisionError,
+    UnknownSessionError,
+    UnsupportedURLError,
+)
 from ..info import SessionInfo
 from ..retention import IDEMPOTENCY_KEYS, Retention, run_split_ms
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
@@ -278,7 +283,7 @@ class MemoryBackend(Backend):
                 done = state.keys.get(idempotency_key) or state.old_keys.get(idempotency_key)
                 if done is not None:
                     if len(done) != len(payloads):
-                        raise InvalidInputError("idempotency key reused for a different batch")
+                        raise IdempotencyKeyReusedError(idempotency_key)
                     state.touched = now
                     return list(done)
             ids = self._store_events(state, sequence, payloads, _ms(now))
@@ -298,7 +303,7 @@ class MemoryBackend(Backend):
         for payload in payloads:
             seq = state.seqs.get(tag)
             if seq is not None and seq.name != sequence:
-                raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
+                raise SequenceTagCollisionError(sequence)
             if seq is not None and payload is None and seq.priming:
                 # Only the newest of consecutive priming events is kept: the
                 # client already holds its id, and nothing real came after it.
