@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
-from ..cursor import Cursor, new_epoch, sequence_tag
+from ..cursor import Cursor, event_id, new_epoch, sequence_tag
 from ..errors import (
     IdempotencyKeyReusedError,
     SequenceTagCollisionError,
@@ -309,7 +309,7 @@ class MemoryBackend(Backend):
                 # client already holds its id, and nothing real came after it.
                 newest = seq.events[-1] if seq.events else None
                 stamp = newest.stamp if newest is not None else 0
-                ids.append(_event_id(state.epoch, seq.high_water, tag, seq.next - 1, stamp))
+                ids.append(event_id(state.epoch, seq.high_water, tag, seq.next - 1, stamp))
                 continue
             state.top += 1
             position = state.top
@@ -324,7 +324,7 @@ class MemoryBackend(Backend):
             ):
                 state.runs.append(_Run(position, tag, seq.next, now_ms))
             seq.events.append(Record(position, sequence, seq.next, payload, now_ms))
-            ids.append(_event_id(state.epoch, position, tag, seq.next, now_ms))
+            ids.append(event_id(state.epoch, position, tag, seq.next, now_ms))
             seq.next += 1
             seq.high_water = position
             seq.priming = payload is None
@@ -377,10 +377,6 @@ class MemoryBackend(Backend):
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
-
-
-def _event_id(epoch: str, position: int, tag: str, ordinal: int, stamp: int) -> str:
-    return f"{epoch}-{position}.{tag}.{ordinal}.{stamp}"
 
 
 def _info(session: str, state: _Session) -> SessionInfo:

@@ -72,7 +72,7 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
-from ..cursor import Cursor, new_epoch, sequence_tag
+from ..cursor import Cursor, event_id, new_epoch, sequence_tag
 from ..errors import (
     IdempotencyKeyReusedError,
     SequenceTagCollisionError,
@@ -565,8 +565,8 @@ class RedisBackend(Backend):
         if status == b"collision":
             raise SequenceTagCollisionError(sequence)
         ids = [
-            f"{epoch}-{pos}.{tag}.{rest}"
-            for pos, _, rest in (item.partition(".") for item in out[2].decode().split(","))
+            event_id(epoch, pos, tag, ordinal, stamp)
+            for pos, ordinal, stamp in (item.split(".") for item in out[2].decode().split(","))
         ]
         if status == b"dup":
             if len(ids) != len(payloads):
