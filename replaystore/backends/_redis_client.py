@@ -55,6 +55,11 @@ from redis.exceptions import (
 from redis.maint_notifications import MaintNotificationsConfig
 
 from ..errors import UnsupportedURLError
+from ._redis_version import require
+
+# redis-py 7.0 to 8.0 get this far but lack an option build_client sets: say
+# so here, not as an unknown keyword argument at the first connection.
+require()
 
 __all__ = ["build_client"]
 
