@@ -5,8 +5,9 @@ The backend turns maintenance notifications off on its asyncio connections
 An older redis-py either fails to import (``redis.maint_notifications`` came
 with 7.0) or fails at the first connection with an error about an unknown
 keyword argument; neither says that the fix is a newer redis-py. So the
-version is checked before the backend is imported, by reading the installed
-package's metadata: this module imports nothing of redis-py.
+version is checked from the installed package's metadata (this module
+imports nothing of redis-py): before a Redis URL's backend is imported, and
+when the backend is imported directly.
 """
 
 from __future__ import annotations
