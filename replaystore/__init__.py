@@ -9,16 +9,17 @@ from .backends import Backend, register_backend
 from .buffer import ReplayBuffer
 from .cursor import Cursor, CursorError
 from .errors import (
+    IdempotencyKeyReusedError,
     InvalidInputError,
     ReplayStoreError,
-    ResumptionDesyncError,
+    SequenceTagCollisionError,
     StorageError,
     UnknownSessionError,
     UnsupportedURLError,
 )
 from .info import SequenceInfo, SessionInfo
 from .retention import Retention
-from .verdicts import Event, Evidence, Resumption, Tombstone, Verdict
+from .verdicts import Event, Evidence, Resumption, ResumptionDesyncError, Tombstone, Verdict
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "CursorError",
     "Event",
     "Evidence",
+    "IdempotencyKeyReusedError",
     "InvalidInputError",
     "ReplayBuffer",
     "ReplayStoreError",
@@ -35,6 +37,7 @@ __all__ = [
     "ResumptionDesyncError",
     "Retention",
     "SequenceInfo",
+    "SequenceTagCollisionError",
     "SessionInfo",
     "StorageError",
     "Tombstone",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
 
-from .cursor import MAX_CURSOR_LENGTH, Cursor, sequence_tag
+from .cursor import MAX_CURSOR_LENGTH, Cursor, event_id_format, sequence_tag
 from .info import SequenceInfo
 from .verdicts import REASONS, Event, Evidence, Tombstone, Verdict, reason_text
 
@@ -116,7 +116,7 @@ class Chain:
             return []
         name = self.sequence
         ordinals = range(self.first_ordinal, self.first_ordinal + len(self.positions))
-        event_id = f"{epoch.replace('%', '%%')}-%d.{sequence_tag(name)}.%d.%s".__mod__
+        event_id = event_id_format(epoch, sequence_tag(name)).__mod__
         ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
         rows = zip(ids, repeat(name), self.positions, self.payloads, strict=False)  # repeat: no end
         return list(map(_new_tuple, repeat(Event), rows))

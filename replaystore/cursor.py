@@ -36,13 +36,18 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from .errors import ReplayStoreError
+
 __all__ = [
     "EPOCH_LENGTH",
+    "EVENT_ID",
     "MAX_CURSOR_LENGTH",
     "MAX_POSITION",
     "TAG_LENGTH",
     "Cursor",
     "CursorError",
+    "event_id",
+    "event_id_format",
     "new_epoch",
     "sequence_tag",
 ]
@@ -67,9 +72,35 @@ _CURSOR_RE = re.compile(
 _EPOCH_RE = re.compile(rf"[0-9a-f]{{{EPOCH_LENGTH}}}")
 _TAG_RE = re.compile(rf"[0-9a-f]{{{TAG_LENGTH}}}")
 
+#: The id of a stored event, as a ``%`` format of (epoch, position, tag,
+#: ordinal, stamp): the spelling :meth:`Cursor.parse` reads back. Every
+#: backend issues ids through :func:`event_id` or :func:`event_id_format`.
+EVENT_ID = "%s-%s.%s.%s.%s"
 
-class CursorError(ValueError):
+
+class CursorError(ReplayStoreError, ValueError):
     """A string that is not a replaystore cursor."""
+
+
+def event_id(
+    epoch: str, position: int | str, tag: str, ordinal: int | str, stamp: int | str
+) -> str:
+    """The id of one stored event.
+
+    Numbers may come as their decimal text: a backend that reads them from
+    storage as text passes them through without a round trip to ``int``.
+    """
+    return EVENT_ID % (epoch, position, tag, ordinal, stamp)
+
+
+def event_id_format(epoch: str, tag: str) -> str:
+    """:data:`EVENT_ID` with the epoch and the tag filled in.
+
+    A ``%`` format of (position, ordinal, stamp), for a loop that spells many
+    ids of one sequence: its ``__mod__`` mapped over the rows runs no Python
+    code per id.
+    """
+    return EVENT_ID % (epoch.replace("%", "%%"), "%d", tag.replace("%", "%%"), "%d", "%s")
 
 
 def new_epoch() -> str:
@@ -172,6 +203,7 @@ class Cursor:
         return Cursor(self.epoch, self.position)
 
     def __str__(self) -> str:
-        if self.tag is None:
+        tag, ordinal, stamp = self.tag, self.ordinal, self.stamp
+        if tag is None or ordinal is None or stamp is None:
             return f"{self.epoch}-{self.position}"
-        return f"{self.epoch}-{self.position}.{self.tag}.{self.ordinal}.{self.stamp}"
+        return event_id(self.epoch, self.position, tag, ordinal, stamp)

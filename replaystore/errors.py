@@ -3,20 +3,28 @@
 Resumption failures are *verdicts*, not exceptions: :meth:`ReplayBuffer.resolve_and_replay`
 returns them. Exceptions are for calls a caller got wrong (bad names, oversized
 payloads, a session that does not exist when appending) and for callers who
-prefer raising (:class:`ResumptionDesyncError`).
+prefer raising (:class:`~replaystore.ResumptionDesyncError`, which lives with
+the verdicts it carries).
+
+Every exception replaystore raises on purpose derives from
+:class:`ReplayStoreError`, so one ``except`` clause catches them all. This
+module imports nothing else of the package, so every other module can import
+it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .verdicts import Resumption, Verdict
+    from .verdicts import ResumptionDesyncError as ResumptionDesyncError
 
 __all__ = [
+    "IdempotencyKeyReusedError",
     "InvalidInputError",
     "ReplayStoreError",
     "ResumptionDesyncError",
+    "SequenceTagCollisionError",
     "StorageError",
     "UnknownSessionError",
     "UnsupportedURLError",
@@ -29,6 +37,39 @@ class ReplayStoreError(Exception):
 
 class InvalidInputError(ReplayStoreError, ValueError):
     """A name, payload or count outside the documented limits; nothing was stored."""
+
+
+class SequenceTagCollisionError(InvalidInputError):
+    """Another sequence of the session has the same tag as this name; nothing was stored.
+
+    Keys and event ids carry a sequence's tag (64 bits of a hash of its name),
+    not the name, so two names of one session must not share one. That
+    happens about once in 2**64 pairs of names; another name stores fine.
+    """
+
+    def __init__(self, sequence: str) -> None:
+        super().__init__(
+            f"sequence {sequence!r} has the tag of another sequence of this session: "
+            "use another name"
+        )
+        self.sequence = sequence
+
+
+class IdempotencyKeyReusedError(InvalidInputError):
+    """The idempotency key was used in this session for a batch of another length.
+
+    A key stands for one batch: a retry sends the same events again and gets
+    the ids of the first attempt. A batch of another length under that key
+    cannot be a retry (the first attempt's ids do not fit it), so nothing was
+    stored. The key, not the content, identifies a batch: one of the same
+    length is taken for a retry.
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} was already used in this session for another batch"
+        )
+        self.key = key
 
 
 class UnknownSessionError(ReplayStoreError, LookupError):
@@ -51,17 +92,11 @@ class UnsupportedURLError(ReplayStoreError, ValueError):
     """No backend is registered for the URL's scheme, or the URL is malformed."""
 
 
-class ResumptionDesyncError(ReplayStoreError, RuntimeError):
-    """A ``Last-Event-ID`` could not be proven continuous with the retained log.
+def __getattr__(name: str) -> Any:
+    # ``replaystore.errors.ResumptionDesyncError`` keeps working without this
+    # module importing the verdicts: the name is looked up on first use.
+    if name == "ResumptionDesyncError":
+        from .verdicts import ResumptionDesyncError
 
-    Carries the :class:`Resumption` so the verdict and its evidence travel with it.
-    """
-
-    def __init__(self, resumption: Resumption) -> None:
-        evidence = resumption.evidence
-        super().__init__(f"{resumption.verdict.value}: {evidence.reason}")
-        self.resumption = resumption
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.resumption.verdict
+        return ResumptionDesyncError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,9 +16,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from .cursor import Cursor
-from .errors import ResumptionDesyncError
+from .errors import ReplayStoreError
 
-__all__ = ["REASONS", "Event", "Evidence", "Resumption", "Tombstone", "Verdict", "reason_text"]
+__all__ = [
+    "REASONS",
+    "Event",
+    "Evidence",
+    "Resumption",
+    "ResumptionDesyncError",
+    "Tombstone",
+    "Verdict",
+    "reason_text",
+]
 
 
 class Verdict(enum.StrEnum):
@@ -200,3 +209,19 @@ class Resumption:
         if not self.ok:
             raise ResumptionDesyncError(self)
         return self
+
+
+class ResumptionDesyncError(ReplayStoreError, RuntimeError):
+    """A ``Last-Event-ID`` could not be proven continuous with the retained log.
+
+    Carries the :class:`Resumption` so the verdict and its evidence travel with it.
+    """
+
+    def __init__(self, resumption: Resumption) -> None:
+        evidence = resumption.evidence
+        super().__init__(f"{resumption.verdict.value}: {evidence.reason}")
+        self.resumption = resumption
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.resumption.verdict

@@ -51,15 +51,28 @@ def backend_from_url(url: str, retention: Retention, **options: Any) -> Backend:
         raise UnsupportedURLError(f"not a storage URL: {url!r} (try 'memory://')")
     scheme = urlsplit(url).scheme.lower()
     if scheme not in _REGISTRY and scheme in _LAZY:
-        try:
-            importlib.import_module(_LAZY[scheme])
-        except ImportError as exc:  # an optional extra is missing
-            raise UnsupportedURLError(
-                f"{scheme}:// needs an optional extra: pip install 'replaystore[redis]' ({exc})"
-            ) from exc
+        _import_builtin(scheme)
     backend = _REGISTRY.get(scheme)
     if backend is None:
         raise UnsupportedURLError(
             f"no backend for scheme {scheme!r}; known: {', '.join(registered_schemes())}"
         )
     return backend.from_url(url, retention, **options)
+
+
+def _import_builtin(scheme: str) -> None:
+    """Import the built-in backend of ``scheme``; say what to install when that fails."""
+    module = _LAZY[scheme]
+    if module == _LAZY["memory"]:
+        importlib.import_module(module)
+        return
+    from . import _redis_version  # reads package metadata: only for Redis URLs
+
+    try:
+        # First: an older redis-py may import fine and fail only at the first connection.
+        _redis_version.require()
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UnsupportedURLError(
+            f"{scheme}:// is unavailable: {_redis_version.explain(exc)}"
+        ) from exc

@@ -52,9 +52,17 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
-from redis.maint_notifications import MaintNotificationsConfig
 
 from ..errors import UnsupportedURLError
+from ._redis_version import require
+
+try:
+    from redis.maint_notifications import MaintNotificationsConfig
+finally:
+    # Say which redis-py is needed, rather than that this module is missing
+    # (before 7.0) or, at the first connection, that build_client passes an
+    # unknown keyword argument (7.0 to 8.0).
+    require()
 
 __all__ = ["build_client"]
 

@@ -26,8 +26,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
-from ..cursor import Cursor, new_epoch, sequence_tag
-from ..errors import InvalidInputError, UnknownSessionError, UnsupportedURLError
+from ..cursor import Cursor, event_id, new_epoch, sequence_tag
+from ..errors import (
+    IdempotencyKeyReusedError,
+    SequenceTagCollisionError,
+    UnknownSessionError,
+    UnsupportedURLError,
+)
 from ..info import SessionInfo
 from ..retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_split_ms
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
@@ -305,7 +310,7 @@ class MemoryBackend(Backend):
                 done = state.keys.get(idempotency_key) or state.old_keys.get(idempotency_key)
                 if done is not None:
                     if len(done) != len(payloads):
-                        raise InvalidInputError("idempotency key reused for a different batch")
+                        raise IdempotencyKeyReusedError(idempotency_key)
                     state.touched = now
                     return list(done)
             ids = self._store_events(state, sequence, payloads, _ms(now))
@@ -325,13 +330,13 @@ class MemoryBackend(Backend):
         for payload in payloads:
             seq = state.seqs.get(tag)
             if seq is not None and seq.name != sequence:
-                raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
+                raise SequenceTagCollisionError(sequence)
             if seq is not None and payload is None and seq.priming and seq.events:
                 # Only the newest of consecutive priming events is kept: the
                 # client already holds its id, and nothing real came after it.
                 newest = seq.events[-1] if seq.events else None
                 stamp = newest.stamp if newest is not None else 0
-                ids.append(_event_id(state.epoch, seq.high_water, tag, seq.next - 1, stamp))
+                ids.append(event_id(state.epoch, seq.high_water, tag, seq.next - 1, stamp))
                 continue
             state.top += 1
             position = state.top
@@ -349,7 +354,7 @@ class MemoryBackend(Backend):
             ):
                 state.runs.append(_Run(position, tag, seq.next, now_ms))
             seq.events.append(Record(position, sequence, seq.next, payload, now_ms))
-            ids.append(_event_id(state.epoch, position, tag, seq.next, now_ms))
+            ids.append(event_id(state.epoch, position, tag, seq.next, now_ms))
             seq.next += 1
             seq.high_water = position
             seq.priming = payload is None
@@ -402,10 +407,6 @@ class MemoryBackend(Backend):
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
-
-
-def _event_id(epoch: str, position: int, tag: str, ordinal: int, stamp: int) -> str:
-    return f"{epoch}-{position}.{tag}.{ordinal}.{stamp}"
 
 
 def _info(session: str, state: _Session) -> SessionInfo:

@@ -72,8 +72,14 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
-from ..cursor import Cursor, new_epoch, sequence_tag
-from ..errors import InvalidInputError, StorageError, UnknownSessionError, UnsupportedURLError
+from ..cursor import Cursor, event_id, new_epoch, sequence_tag
+from ..errors import (
+    IdempotencyKeyReusedError,
+    SequenceTagCollisionError,
+    StorageError,
+    UnknownSessionError,
+    UnsupportedURLError,
+)
 from ..info import SessionInfo
 from ..retention import EVICTED_SEQUENCES, Retention, run_split_ms
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
@@ -559,14 +565,14 @@ class RedisBackend(Backend):
             await self._sweep_lists(session, out[2:])
             raise UnknownSessionError(session)
         if status == b"collision":
-            raise InvalidInputError(f"sequence tag collision in session: {sequence!r}")
+            raise SequenceTagCollisionError(sequence)
         ids = [
-            f"{epoch}-{pos}.{tag}.{rest}"
-            for pos, _, rest in (item.partition(".") for item in out[2].decode().split(","))
+            event_id(epoch, pos, tag, ordinal, stamp)
+            for pos, ordinal, stamp in (item.split(".") for item in out[2].decode().split(","))
         ]
         if status == b"dup":
             if len(ids) != len(payloads):
-                raise InvalidInputError("idempotency key reused for a different batch")
+                raise IdempotencyKeyReusedError(idempotency_key or "")
             return ids
         if len(out) > 3:  # sweeps or a TTL refresh due
             await self._maintain(session, out[3], out[4])

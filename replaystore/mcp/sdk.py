@@ -26,6 +26,8 @@ from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
+from ..errors import ReplayStoreError
+
 __all__ = [
     "TESTED_FASTMCP",
     "TESTED_MCP",
@@ -42,8 +44,12 @@ TESTED_MCP = ">=2.3,<2.4"
 TESTED_FASTMCP = ">=4.2,<4.3"
 
 
-class SDKCompatibilityError(ImportError):
-    """The installed MCP SDK (or FastMCP) lacks a private name this package overrides."""
+class SDKCompatibilityError(ReplayStoreError, ImportError):
+    """The installed MCP SDK (or FastMCP) lacks a private name this package overrides.
+
+    An :class:`ImportError` too: it is raised while :mod:`replaystore.mcp` is
+    imported, where code that treats the MCP layer as optional looks for one.
+    """
 
 
 @dataclass(frozen=True, slots=True)

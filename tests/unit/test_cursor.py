@@ -14,6 +14,8 @@ from replaystore.cursor import (
     MAX_CURSOR_LENGTH,
     MAX_POSITION,
     TAG_LENGTH,
+    event_id,
+    event_id_format,
     new_epoch,
     sequence_tag,
 )
@@ -249,3 +251,26 @@ def test_sequence_tags_are_fixed_length_hex():
         tag = sequence_tag(name)
         assert re.fullmatch(r"[0-9a-f]{16}", tag)
     assert sequence_tag("a") != sequence_tag("b")
+
+
+_numbers = st.integers(min_value=0, max_value=MAX_POSITION)
+
+
+@given(st.integers(min_value=1, max_value=MAX_POSITION), _numbers, _numbers, st.booleans())
+def test_event_ids_parse_back_to_what_they_were_spelled_from(position, ordinal, stamp, as_text):
+    """Both spellings (the function, the format of the replay loop) give the one parsed id."""
+    epoch, tag = new_epoch(), sequence_tag(str(ordinal))
+    text = event_id(epoch, position, tag, str(ordinal) if as_text else ordinal, stamp)
+    assert text == event_id_format(epoch, tag) % (
+        position,
+        ordinal,
+        str(stamp) if as_text else stamp,
+    )
+    assert Cursor.parse(text) == Cursor(epoch, position, tag, ordinal, stamp)
+    assert str(Cursor.parse(text)) == text
+
+
+def test_event_id_format_leaves_only_the_numbers_to_fill():
+    assert event_id_format("0123456789ab", "9c1f0e2a7b3d4c5e") % (4471, 1088, "1764694800123") == (
+        "0123456789ab-4471.9c1f0e2a7b3d4c5e.1088.1764694800123"
+    )
