@@ -249,3 +249,16 @@ def test_sequence_tags_are_fixed_length_hex():
         tag = sequence_tag(name)
         assert re.fullmatch(r"[0-9a-f]{16}", tag)
     assert sequence_tag("a") != sequence_tag("b")
+
+
+def test_the_malformed_reason_spells_the_form_real_ids_have() -> None:
+    """The text a client reads in a 404 names every part of an issued id, the stamp too."""
+    from replaystore.verdicts import reason_text
+
+    with pytest.raises(CursorError) as caught:
+        Cursor.parse("4471")
+    form = str(caught.value).rsplit(" ", 1)[-1]
+    assert form == "<epoch>-<position>[.<tag>.<ordinal>.<stamp>]"
+    assert reason_text("malformed").endswith(form)
+    issued = str(Cursor("3f9a1c0b7d2e", 4471, "9c1f0e2a7b3d4c5e", 1088, 1764694800123))
+    assert issued.count(".") == form.count(".")
