@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
         "example-server",
         help="serve the example MCP server over streamable HTTP",
         description="Serve an example MCP server at /mcp (streamable HTTP, resumable), with "
-        "Prometheus metrics at /metrics. Processes on one store URL are replicas of each "
+        "Prometheus metrics at /metrics (with prometheus_client installed: "
+        "pip install 'replaystore[prometheus]'). Processes on one store URL are replicas of each "
         "other: any of them serves any session.",
     )
     server.add_argument(
@@ -204,6 +205,17 @@ async def _check_store(url: str) -> None:
         pass
 
 
+def _say_if_metrics_are_off() -> None:
+    """/metrics exists only with prometheus_client: say so at start, not with a bare 404 later."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        logging.getLogger("replaystore").warning(
+            "no metrics at /metrics: prometheus_client is not installed "
+            "(pip install 'replaystore[prometheus]')"
+        )
+
+
 class _BoundedFormatter(logging.Formatter):
     """One line per record, at most ``limit`` characters, whatever a peer put in it.
 
@@ -243,6 +255,7 @@ def _run(args: argparse.Namespace) -> int:
 
         _configure_logging(args.log_level)
         anyio.run(_check_store, args.url)
+        _say_if_metrics_are_off()
         serve(
             args.host,
             args.port,

@@ -379,6 +379,29 @@ def test_example_server_log_level_reaches_the_server(
     longest = max(len(line) for line in info.splitlines())
     assert longest <= 2100 and len(info) < 64_000, (longest, len(info))
     assert " characters)" in info, "the long record was cut, not dropped"
+    assert "no metrics at /metrics" not in info, "prometheus_client is installed here"
+
+
+def test_example_server_says_when_metrics_are_off(tmp_path: Path) -> None:
+    """Without prometheus_client /metrics is a 404: the log says why, at start."""
+    port = find_free_port()
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "from replaystore.cli import main\n"
+        f"sys.exit(main(['example-server', '--port', '{port}', '--url', 'memory://']))\n"
+    )
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_port(port, proc, log)
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text(errors="replace")
+    assert "no metrics at /metrics: prometheus_client is not installed" in text, text
+    assert "pip install 'replaystore[prometheus]'" in text
 
 
 def _initialize(port: int) -> str:
