@@ -159,9 +159,10 @@ def _known_keywords(family: str) -> frozenset[str]:
     names = set(_known_query_options()) | {"max_connections"}
     if family == "cluster":
         names |= _parameters(RedisCluster.__init__)
-    elif family == "sentinel":
-        names |= _parameters(Sentinel.__init__) - {"sentinels"}
     else:
+        # A Sentinel passes what it does not take itself to the master's pool.
+        if family == "sentinel":
+            names |= _parameters(Sentinel.__init__) - {"sentinels"}
         names |= _parameters(connection.BlockingConnectionPool.__init__)
         names |= _parameters(connection.ConnectionPool.__init__)
     return frozenset(names)
