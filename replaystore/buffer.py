@@ -16,6 +16,7 @@ from typing import Any
 from ._rules import EVIDENCE_CURSOR
 from .backends import Backend, backend_from_url
 from .cursor import Cursor
+from .errors import InvalidInputError
 from .info import SessionInfo
 from .retention import (
     Retention,
@@ -46,6 +47,15 @@ class ReplayBuffer:
     """
 
     def __init__(self, backend: Backend, *, teardown_on_failure: bool = True) -> None:
+        if not isinstance(backend, Backend):
+            hint = " (for a URL: ReplayBuffer.from_url(...))" if isinstance(backend, str) else ""
+            raise InvalidInputError(f"ReplayBuffer needs a Backend, not {backend!r}{hint}")
+        # Only a real bool: teardown_on_failure="no" would be truthy, and quietly
+        # keep the teardown its caller meant to turn off.
+        if not isinstance(teardown_on_failure, bool):
+            raise InvalidInputError(
+                f"teardown_on_failure must be True or False, not {teardown_on_failure!r}"
+            )
         self.backend = backend
         self.retention = backend.retention
         self.teardown_on_failure = teardown_on_failure
@@ -149,17 +159,19 @@ class ReplayBuffer:
         )
 
     async def resolve_and_replay(
-        self, session: str, last_event_id: str, sequence: str | None = None
+        self, session: str, last_event_id: str | Cursor, sequence: str | None = None
     ) -> Resumption:
         """Judge ``last_event_id`` and, when it resumes, return exactly the missed events.
 
-        Never raises for bad input: any string gives a verdict. A failed
+        ``last_event_id`` is an event id as a client sends it, or a
+        :class:`Cursor` (:attr:`SessionInfo.origin` replays a sequence from its
+        start). Never raises for bad input: any string gives a verdict. A failed
         verdict tears the session down (unless ``teardown_on_failure`` is off).
         """
         return await self._resolve(session, last_event_id, sequence, replay=True)
 
     async def resolve(
-        self, session: str, last_event_id: str, sequence: str | None = None
+        self, session: str, last_event_id: str | Cursor, sequence: str | None = None
     ) -> Resumption:
         """The verdict :meth:`resolve_and_replay` would give, without replay or side effects."""
         return await self._resolve(session, last_event_id, sequence, replay=False)
@@ -167,6 +179,8 @@ class ReplayBuffer:
     async def _resolve(
         self, session: str, last_event_id: object, sequence: object, *, replay: bool
     ) -> Resumption:
+        if isinstance(last_event_id, Cursor):
+            last_event_id = str(last_event_id)
         raw = last_event_id if isinstance(last_event_id, str) else repr(last_event_id)
         if not is_valid_session(session):
             evidence = Evidence(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +28,35 @@ _MAX_LOG_RECORD = 2000
 _MAX_ERROR = 300
 
 
+def _port(text: str) -> int:
+    """A TCP port to listen on; 0 lets the system choose one."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite duration: ``nan`` would start a server that fails every request."""
+    seconds = float(text)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return seconds
+
+
+# argparse names the type in its error ("invalid _port value: 'x'"): name them for a person.
+_port.__name__ = "port"
+_positive_int.__name__ = "positive integer"
+_seconds.__name__ = "duration"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replaystore", description=_DESCRIPTION)
     parser.add_argument(
@@ -47,19 +77,20 @@ def _parser() -> argparse.ArgumentParser:
         "example-server",
         help="serve the example MCP server over streamable HTTP",
         description="Serve an example MCP server at /mcp (streamable HTTP, resumable), with "
-        "Prometheus metrics at /metrics. Processes on one store URL are replicas of each "
+        "Prometheus metrics at /metrics (with prometheus_client installed: "
+        "pip install 'replaystore[prometheus]'). Processes on one store URL are replicas of each "
         "other: any of them serves any session.",
     )
     server.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
     )
     server.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
+        "--port", type=_port, default=8000, help="port to listen on (default: %(default)s)"
     )
     server.add_argument("--url", default="memory://", help=f"{_URL_HELP} (default: memory://)")
     server.add_argument(
         "--max-events",
-        type=int,
+        type=_positive_int,
         default=10_000,
         help="events kept per session before the oldest is evicted (default: %(default)s)",
     )
@@ -71,14 +102,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--lease-seconds",
-        type=float,
+        type=_seconds,
         default=5.0,
         help="how long a request's lease lasts unrenewed: a client whose request's replica "
         "stopped gets an error after about this long (default: %(default)s)",
     )
     server.add_argument(
         "--max-payload",
-        type=int,
+        type=_positive_int,
         default=8 << 20,
         help="largest message stored, in bytes; a larger result is answered with an error "
         "(default: %(default)s)",
@@ -160,11 +191,10 @@ async def _probe(url: str, session: str, cursor: str, sequence: str | None) -> i
             counting = ReplayBuffer(buf.backend, teardown_on_failure=False)
             replay = await counting.resolve_and_replay(session, cursor, sequence)
             would_replay = len(replay.events) if replay.ok else None
-    body = {
-        "verdict": res.verdict.value,
-        "would_replay": would_replay,
-        "evidence": res.evidence.as_dict(),
-    }
+    evidence = res.evidence.as_dict()
+    # A probe replays nothing: its "replayed" would read 0 beside would_replay.
+    evidence.pop("replayed", None)
+    body = {"verdict": res.verdict.value, "would_replay": would_replay, "evidence": evidence}
     print(json.dumps(body, indent=2))
     return 0 if res.ok else 1
 
@@ -173,6 +203,17 @@ async def _check_store(url: str) -> None:
     """Connect once before serving, so an unreachable store is one line, not a traceback."""
     async with ReplayBuffer.from_url(url):
         pass
+
+
+def _say_if_metrics_are_off() -> None:
+    """/metrics exists only with prometheus_client: say so at start, not with a bare 404 later."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        logging.getLogger("replaystore").warning(
+            "no metrics at /metrics: prometheus_client is not installed "
+            "(pip install 'replaystore[prometheus]')"
+        )
 
 
 class _BoundedFormatter(logging.Formatter):
@@ -214,6 +255,7 @@ def _run(args: argparse.Namespace) -> int:
 
         _configure_logging(args.log_level)
         anyio.run(_check_store, args.url)
+        _say_if_metrics_are_off()
         serve(
             args.host,
             args.port,

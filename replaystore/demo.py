@@ -170,10 +170,11 @@ async def run_demo(url: str = "memory://", out: Callable[[str], None] = print) -
     """Play the scenario; return the number of attempts whose verdict was not the expected one."""
     max_events = len(_scenario()) - FLOOR + 1  # the ring size that leaves the floor at 4401
     session = f"demo-{secrets.token_hex(6)}"
+    # The store first: an unreachable one is an error alone, with no header above it.
+    buf, ids = await _fresh(url, max_events, session)
     out(f"replaystore demo on {url}: session {session!r}, ring buffer of {max_events} events")
     out(f"streams {TOP!r} (client cursor {TOP_CURSOR}) and {SUB!r} (client cursor {SUB_CURSOR});")
     out(f"retention has evicted everything up to {FLOOR - 1}.\n")
-    buf, ids = await _fresh(url, max_events, session)
     naive = _NaiveStore(_scenario(), max_events)
     # (title, Last-Event-ID template, sequence named, stream the client wants, expected verdict)
     attempts: list[tuple[str, str, str | None, str, str]] = [

@@ -43,5 +43,10 @@ class SessionInfo:
 
     @property
     def origin(self) -> Cursor:
-        """The cursor "before the first event": resuming from it replays everything."""
+        """The cursor "before the first event": resuming from it replays everything.
+
+        Pass it to :meth:`ReplayBuffer.resolve_and_replay` as it is (or as
+        ``str(info.origin)``), with the sequence name when the session has more
+        than one sequence.
+        """
         return Cursor(self.epoch, 0)

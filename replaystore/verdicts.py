@@ -67,7 +67,7 @@ REASONS: dict[str, tuple[Verdict, str]] = {
     ),
     "malformed": (
         Verdict.MALFORMED_CURSOR,
-        "the cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>]",
+        "the cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>.<stamp>]",
     ),
     "foreign": (
         Verdict.FOREIGN_CURSOR,

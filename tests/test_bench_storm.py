@@ -8,12 +8,16 @@ counted, the table, the plots), not how fast anything is.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from replaystore.bench import main
 from replaystore.bench.stores import Reply
@@ -149,18 +153,32 @@ def test_replica_failure_is_reported_and_the_pool_stops() -> None:
     assert not pool._workers  # stopped and joined
 
 
+def _keys(handle: ServerHandle) -> set[bytes]:
+    client = redis.Redis(port=handle.ports[0])
+    try:
+        return set(client.scan_iter(count=1000))
+    finally:
+        client.close()
+
+
 @pytest.mark.realserver
 def test_storm_over_http_through_example_server_replicas(
     tmp_path: Path, redis_handle: ServerHandle
 ) -> None:
     out = tmp_path / "http.json"
+    plots = tmp_path / "plots"
     command = [
         sys.executable, "-m", "replaystore", "bench", "storm", "--http",
         "--url", redis_handle.url, "--replicas", "2", "--sessions", "24", "--no-progress",
-        "--json", str(out),
+        "--json", str(out), "--plots", str(plots),
     ]  # fmt: skip
+    before = _keys(redis_handle)
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+    left = _keys(redis_handle) - before
+    assert not left, f"the run left its sessions in Redis: {sorted(left)[:5]}"
+    # No history sweep over HTTP: the plots that have data, on axes that can show it.
+    assert sorted(p.name for p in plots.iterdir()) == ["latency_cdf.png", "throughput.png"]
     (row,) = json.loads(out.read_text())["stores"]
     assert row["name"].startswith("replaystore-http")
     assert row["reconnects"] == 24
@@ -232,3 +250,87 @@ def test_bad_options_are_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(f"replaystore bench: {bad[0]} must ")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_plots_without_matplotlib_are_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a run of many minutes whose table is lost to an ImportError at the end."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    argv = ["storm", "--sessions", "10", "--no-progress", "--plots", str(tmp_path / "p")]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("replaystore bench: --plots needs matplotlib")
+    assert len(out.err.strip().splitlines()) == 1 and out.out == ""
+    assert not (tmp_path / "p").exists()
+
+
+def test_plots_of_latencies_that_round_to_zero(tmp_path: Path) -> None:
+    """A log axis takes only positive values: a 0.000 ms latency must not cost the plot."""
+    from replaystore.bench.plots import write_plots
+
+    store = {
+        "name": "fast",
+        "latency_cdf_ms": [0.0] * 101,
+        "resumes_per_s": 10.0,
+        "appends_per_s": None,
+        "resume_by_history": {"10": {"p50_ms": 0.0}, "100": {"p50_ms": 0.0}},
+    }
+    report = {"meta": {"options": {"sessions": 1, "replicas": 1}, "backend": "memory"}}
+    paths = write_plots({**report, "stores": [store]}, tmp_path / "zero")
+    assert [p.name for p in paths] == ["latency_cdf.png", "throughput.png", "cost_by_history.png"]
+    for path in paths:
+        assert path.read_bytes()[:8] == PNG
+    # A run without a history sweep (--http): no empty plot on log axes.
+    store["resume_by_history"] = {}
+    paths = write_plots({**report, "stores": [store]}, tmp_path / "http")
+    assert [p.name for p in paths] == ["latency_cdf.png", "throughput.png"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://x", "--url must be memory:// or redis://"),
+        ("redis://127.0.0.1:1/abc", "database number"),
+        ("memory://a/b", "memory://"),
+    ],
+)
+def test_a_url_the_storm_cannot_use_is_one_line_and_exit_2(url: str, message: str) -> None:
+    command = [sys.executable, "-m", "replaystore", "bench", "storm", "--url", url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("replaystore bench: ") and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
+
+
+@pytest.mark.realserver
+@pytest.mark.parametrize("http", [False, True], ids=["replicas", "http"])
+def test_ctrl_c_ends_the_run_quietly_and_deletes_its_keys(
+    redis_handle: ServerHandle, http: bool
+) -> None:
+    """Ctrl-C reaches every process of the terminal's group: one line, status 130, no keys."""
+    before = _keys(redis_handle)
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm", "--url", redis_handle.url,
+        "--replicas", "2", "--sessions", "3000", "--no-progress", *(["--http"] if http else []),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_keys(redis_handle) - before) < 200:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run stored nothing"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    assert err == "replaystore bench: interrupted\n", err[-3000:]
+    assert out == ""
+    left = _keys(redis_handle) - before
+    assert not left, f"{len(left)} keys left, e.g. {sorted(left)[:3]}"

@@ -206,6 +206,44 @@ def test_probe_and_inspect_on_an_unknown_session(capsys: pytest.CaptureFixture[s
     assert body["verdict"] == "unknown_session" and body["would_replay"] is None
 
 
+def test_demo_on_an_unreachable_store_prints_only_the_error() -> None:
+    out = run_cli("demo", "--url", f"redis://127.0.0.1:{find_free_port()}/0", timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == "", "the demo's header came before the error"
+    assert out.stderr.startswith("replaystore: ")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--lease-seconds", "-1"),
+        ("--lease-seconds", "0"),
+        ("--lease-seconds", "nan"),
+        ("--lease-seconds", "inf"),
+        ("--port", "99999"),
+        ("--port", "-1"),
+        ("--max-events", "0"),
+        ("--max-payload", "0"),
+    ],
+)
+@pytest.mark.parametrize("command", [["example-server"], ["-m", "replaystore.mcp.example"]])
+def test_example_server_refuses_bad_options_before_it_starts(
+    option: str, value: str, command: list[str]
+) -> None:
+    """An argparse error (status 2, usage), not a traceback, nor a server answering 500."""
+    args = [sys.executable, *command] if command[0] == "-m" else [*COMMAND, *command]
+    out = subprocess.run(
+        [*args, option, value, "--url", "memory://"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"error: argument {option}: " in out.stderr, out.stderr
+
+
 def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "S", "--url", "nope://"]) == 2
     assert "no backend for scheme" in capsys.readouterr().err
@@ -272,6 +310,7 @@ def test_probe_says_how_many_events_a_resume_would_replay(
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert body["verdict"] == "resumed" and body["would_replay"] == 4
+    assert "replayed" not in body["evidence"], "a probe replays nothing: would_replay says it"
     assert body["evidence"]["sequence"] == "tool-1"
     out = run_cli("probe", "S", ids[-1], "--url", url)
     assert json.loads(out.stdout)["would_replay"] == 0
@@ -340,6 +379,29 @@ def test_example_server_log_level_reaches_the_server(
     longest = max(len(line) for line in info.splitlines())
     assert longest <= 2100 and len(info) < 64_000, (longest, len(info))
     assert " characters)" in info, "the long record was cut, not dropped"
+    assert "no metrics at /metrics" not in info, "prometheus_client is installed here"
+
+
+def test_example_server_says_when_metrics_are_off(tmp_path: Path) -> None:
+    """Without prometheus_client /metrics is a 404: the log says why, at start."""
+    port = find_free_port()
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "from replaystore.cli import main\n"
+        f"sys.exit(main(['example-server', '--port', '{port}', '--url', 'memory://']))\n"
+    )
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_port(port, proc, log)
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text(errors="replace")
+    assert "no metrics at /metrics: prometheus_client is not installed" in text, text
+    assert "pip install 'replaystore[prometheus]'" in text
 
 
 def _initialize(port: int) -> str:

@@ -36,6 +36,8 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import math
+import re
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any, cast
@@ -99,6 +101,14 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
     unknown = sorted(set(query) - _known_query_options())
     if unknown:
         raise UnsupportedURLError(f"unknown option(s) in redis URL: {', '.join(unknown)}")
+    family = _family(scheme)
+    unknown = sorted(set(options) - _known_keywords(family))
+    if unknown:
+        raise UnsupportedURLError(
+            f"unknown option(s) for a {scheme}:// store: {', '.join(unknown)}"
+        )
+    _check_bounds(query, options)
+    _check_path(family, parts.path, query)
     try:
         pool_timeout = float(
             options.pop("pool_timeout", query.pop("pool_timeout", DEFAULT_POOL_TIMEOUT))
@@ -133,6 +143,112 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
     except (ValueError, TypeError) as exc:
         raise UnsupportedURLError(f"bad redis URL {url!r}: {exc}") from exc
     return client, prefix, True
+
+
+def _family(scheme: str) -> str:
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        return "cluster"
+    if scheme == "redis+sentinel":
+        return "sentinel"
+    if scheme in ("redis+unix", "unix"):
+        return "unix"
+    return "standalone"
+
+
+@functools.cache
+def _known_keywords(family: str) -> frozenset[str]:
+    """Keywords the client of ``family`` takes, so a typo fails in ``from_url``.
+
+    Unchecked, a wrong keyword would reach redis-py as a ``TypeError`` at the
+    first call, far from the line that caused it.
+    """
+    from redis.asyncio import connection
+
+    names = set(_known_query_options()) | {"max_connections"}
+    if family == "cluster":
+        names |= _parameters(RedisCluster.__init__)
+    else:
+        # A Sentinel passes what it does not take itself to the master's pool.
+        if family == "sentinel":
+            names |= _parameters(Sentinel.__init__) - {"sentinels"}
+        names |= _parameters(connection.BlockingConnectionPool.__init__)
+        names |= _parameters(connection.ConnectionPool.__init__)
+    return frozenset(names)
+
+
+def _parameters(function: Any) -> set[str]:
+    return {
+        name
+        for name, p in inspect.signature(function).parameters.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+
+
+_ABSENT = object()
+
+
+def _check_bounds(query: dict[str, str], options: dict[str, Any]) -> None:
+    """Refuse bounds that cannot bound anything, wherever they come from.
+
+    A timeout of zero or less makes every call fail with a timeout that looks
+    like an unreachable server, and ``None`` would wait for ever; past this
+    check, each call of the backend is bounded as the module says.
+    """
+    for name in ("socket_timeout", "socket_connect_timeout", "pool_timeout"):
+        for where, value in (
+            ("URL", query.get(name, _ABSENT)),
+            ("keyword", options.get(name, _ABSENT)),
+        ):
+            if value is _ABSENT:
+                continue
+            seconds = _number(value, float)
+            if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+                raise UnsupportedURLError(
+                    f"{name} ({where}) must be a positive number of seconds, not {value!r}"
+                )
+    for where, value in (
+        ("URL", query.get("max_connections", _ABSENT)),
+        ("keyword", options.get("max_connections", _ABSENT)),
+    ):
+        if value is _ABSENT:
+            continue
+        count = _number(value, int)
+        if count is None or count < 1:
+            raise UnsupportedURLError(
+                f"max_connections ({where}) must be at least 1, not {value!r}"
+            )
+
+
+def _number(value: Any, kind: type[float] | type[int]) -> float | int | None:
+    """``value`` (a query string or a keyword) as a ``kind``, or ``None`` if it is not one."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return kind(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _check_path(family: str, path: str, query: dict[str, str]) -> None:
+    """The database a URL names: a number where redis-py would silently fall back to 0.
+
+    ``redis://host/abc`` or ``redis://host/0/extra`` would otherwise use
+    database 0, the data of another application perhaps.
+    """
+    if "db" in query and (_number(query["db"], int) is None or int(query["db"]) < 0):
+        raise UnsupportedURLError(f"db must be a database number, not {query['db']!r}")
+    if family == "standalone" and not re.fullmatch(r"/?|/(0|[1-9][0-9]*)/?", path):
+        raise UnsupportedURLError(
+            f"the path of a redis URL is the database number (/0, /1 ...), not {path!r}"
+        )
+    if family == "cluster" and not re.fullmatch(r"/?(0/?)?", path):
+        raise UnsupportedURLError(f"a Redis Cluster has database 0 only, not {path!r}")
+    if family == "sentinel":
+        names = [p for p in path.split("/") if p]
+        if len(names) > 2 or (len(names) == 2 and not re.fullmatch(r"0|[1-9][0-9]*", names[1])):
+            raise UnsupportedURLError(
+                f"a redis+sentinel:// path is /service or /service/db, not {path!r}"
+            )
 
 
 @functools.cache

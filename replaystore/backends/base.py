@@ -40,7 +40,7 @@ class Backend(ABC):
     @classmethod
     @abstractmethod
     def from_url(cls, url: str, retention: Retention, **options: Any) -> Backend:
-        """Build the backend a URL names; unknown options raise ``TypeError``."""
+        """Build the backend a URL names; unknown options raise :class:`UnsupportedURLError`."""
 
     async def connect(self) -> None:  # noqa: B027 - optional hook
         """Prepare connections (optional; operations connect lazily anyway)."""

@@ -243,6 +243,14 @@ class MemoryBackend(Backend):
         parts = urlsplit(url)
         if parts.path.strip("/") or parts.query or parts.fragment:
             raise UnsupportedURLError(f"memory:// takes at most a store name: {url!r}")
+        # Checked here, not left to the constructor's TypeError: a Redis option
+        # (socket_timeout=...) with a memory:// URL is a configuration mistake
+        # to name, not a crash.
+        unknown = sorted(set(options) - {"name", "clock"})
+        if unknown:
+            raise UnsupportedURLError(
+                f"unknown option(s) for a memory:// store: {', '.join(unknown)}"
+            )
         if parts.netloc:
             options.setdefault("name", parts.netloc)
         return cls(retention, **options)

@@ -443,6 +443,10 @@ class RedisBackend(Backend):
                 await self.client.initialize()
             else:
                 await self.client.ping()
+        except ResponseError as exc:
+            # Reached, then refused: a database past the server's `databases`
+            # setting is a configuration to fix, not a server to wait for.
+            raise StorageError(f"redis refused the connection: {exc}") from exc
         except (RedisError, RedisClusterException) as exc:
             raise StorageError(f"cannot reach redis: {exc}") from exc
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shlex
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ..buffer import ReplayBuffer
+from ..errors import ReplayStoreError
 from .catalog import CATALOG
 from .stores import is_redis_url
-from .storm import Options, run_storm, storm_meta
+from .storm import RUN_PREFIX, Options, delete_run_keys, run_storm, storm_meta
 
 __all__ = ["main"]
 
@@ -117,16 +121,25 @@ def _unreachable(url: str) -> str | None:
 def _run_http(options: Options) -> dict[str, Any]:
     from .http import run_http_storm
 
+    # The replicas' sessions go under a prefix of this run, deleted when it
+    # ends however it ends: a shared Redis keeps nothing of the benchmark.
+    prefix = f"{RUN_PREFIX}{secrets.token_hex(4)}:http:"
+    parts = urlsplit(options.url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
+    url = urlunsplit(parts._replace(query=urlencode([*query, ("prefix", prefix)])))
     began = time.monotonic()
-    row = run_http_storm(
-        options.url,
-        sessions=options.sessions,
-        replicas=options.replicas,
-        concurrency=options.concurrency,
-        pathology_rate=options.pathology_rate,
-        seed=options.seed,
-        progress=options.progress,
-    )
+    try:
+        row = run_http_storm(
+            url,
+            sessions=options.sessions,
+            replicas=options.replicas,
+            concurrency=options.concurrency,
+            pathology_rate=options.pathology_rate,
+            seed=options.seed,
+            progress=options.progress,
+        )
+    finally:
+        delete_run_keys(urlunsplit(parts._replace(query=urlencode(query))), prefix)
     meta = storm_meta(options, options.replicas, redis=True)
     meta["seconds"] = round(time.monotonic() - began, 1)
     meta["http"] = True
@@ -134,9 +147,38 @@ def _run_http(options: Options) -> dict[str, Any]:
     return {"meta": meta, "stores": [row], "unavailable": [], "ratios": {}, "targets": []}
 
 
+def _bad_url(url: str) -> str | None:
+    """Why the storm cannot run on ``url``, or ``None``: checked before anything starts."""
+    if not (is_redis_url(url) or url.split(":", 1)[0].lower() == "memory"):
+        return f"--url must be memory:// or redis://host:port/db (or rediss://), not {url!r}"
+    try:
+        ReplayBuffer.from_url(url)
+    except ReplayStoreError as exc:
+        return str(exc)
+    return None
+
+
+def _no_plots() -> str | None:
+    """Why ``--plots`` cannot be written, or ``None``: known before a long run, not after it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "--plots needs matplotlib: pip install 'replaystore[bench]' (or drop --plots)"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    try:
+        return _main(args, argv)
+    except KeyboardInterrupt:
+        # The replicas are stopped and the run's keys deleted on the way out.
+        print("replaystore bench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
     from .plots import write_plots
     from .report import markdown
 
@@ -149,6 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         (0 <= args.pathology_rate <= 1, "--pathology-rate must be between 0 and 1"),
         (args.append_rate >= 0, "--append-rate must not be negative"),
     ]
+    if not args.spawn_redis:
+        why = _bad_url(args.url)
+        checks.append((why is None, why or ""))
+    if args.plots is not None:
+        why = _no_plots()
+        checks.append((why is None, why or ""))
     for ok, message in checks:
         if not ok:
             print(f"replaystore bench: {message}", file=sys.stderr)
@@ -190,8 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")
         written.append(f"JSON: {args.json}")
+    status = 0
     if args.plots is not None:
-        written += [f"plot: {path}" for path in write_plots(report, args.plots)]
+        try:
+            written += [f"plot: {path}" for path in write_plots(report, args.plots)]
+        except Exception as exc:  # the run's figures are worth more than its pictures
+            print(f"replaystore bench: plots not written: {exc}", file=sys.stderr)
+            status = 1
     try:
         print(markdown(report))
         print("", *written, sep="\n")
@@ -199,4 +252,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    return 0
+    return status

@@ -201,7 +201,11 @@ async def _bounded(jobs: list[Any], concurrency: int) -> None:
         for job in it:
             await job
 
-    await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
+    try:
+        await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
+    finally:
+        for job in it:  # interrupted: jobs never started are closed, not left to warn
+            job.close()
 
 
 async def _storm(

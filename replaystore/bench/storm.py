@@ -40,9 +40,32 @@ from .stores import EVICTED_PREFIX, StoreSpec, is_redis_url
 from .truth import Tally, judge
 from .workload import PATHOLOGIES, Reconnect, SessionPlan, plan_reconnects, plan_sessions
 
-__all__ = ["Options", "run_storm", "storm_meta"]
+__all__ = ["RUN_PREFIX", "Options", "delete_run_keys", "run_storm", "storm_meta"]
 
 _WORKER = "replaystore.bench.worker:serve"
+
+#: Every key a run stores on Redis starts with this, then the run's id.
+RUN_PREFIX = "rsbench:"
+
+
+def delete_run_keys(url: str, prefix: str) -> int:
+    """Delete the keys under ``prefix`` on the Redis at ``url``; how many (0 if unreachable).
+
+    Runs in an event loop of its own, after the run's loop and replicas are
+    gone, so it also works after an interrupt.
+    """
+
+    async def delete() -> int:
+        probe = RedisProbe(url)
+        try:
+            return await probe.delete_prefix(prefix)
+        finally:
+            await probe.aclose()
+
+    try:
+        return asyncio.run(delete())
+    except Exception:  # the store went away: nothing more can be cleaned up
+        return 0
 
 
 @dataclass(slots=True)
@@ -90,31 +113,38 @@ def run_storm(options: Options) -> dict[str, Any]:
         "unavailable": [{"name": n, "reason": why} for n, why in unavailable.items()],
     }
     began = time.monotonic()
-    with (
-        asyncio.Runner() as runner,
-        Bar(enabled=options.progress) as bar,
-        ReplicaPool(_WORKER, replicas, threads=not redis) as pool,
-    ):
-        probe = RedisProbe(options.url) if redis else None
-        try:
-            if probe is not None:
-                report["meta"]["redis"] = runner.run(probe.server())
-            for name in runnable:
-                spec = StoreSpec(
-                    name,
-                    options.url,
-                    f"rsbench:{run_id}:{name}:",
-                    options.retention,
-                    options.small_retention,
-                )
-                measure = _Measure(runner, probe if CATALOG[name].backend else None)
-                result = _run_one(pool, spec, sessions, options, replicas, bar, measure)
-                report["stores"].append(result)
+    try:
+        with (
+            asyncio.Runner() as runner,
+            Bar(enabled=options.progress) as bar,
+            ReplicaPool(_WORKER, replicas, threads=not redis) as pool,
+        ):
+            probe = RedisProbe(options.url) if redis else None
+            try:
                 if probe is not None:
-                    runner.run(probe.delete_prefix(spec.prefix))
-        finally:
-            if probe is not None:
-                runner.run(probe.aclose())
+                    report["meta"]["redis"] = runner.run(probe.server())
+                for name in runnable:
+                    spec = StoreSpec(
+                        name,
+                        options.url,
+                        f"{RUN_PREFIX}{run_id}:{name}:",
+                        options.retention,
+                        options.small_retention,
+                    )
+                    measure = _Measure(runner, probe if CATALOG[name].backend else None)
+                    result = _run_one(pool, spec, sessions, options, replicas, bar, measure)
+                    report["stores"].append(result)
+                    if probe is not None:
+                        runner.run(probe.delete_prefix(spec.prefix))
+            finally:
+                if probe is not None:
+                    runner.run(probe.aclose())
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed: the replicas are stopped by now, so
+        # nothing writes any more; delete what this run stored on a shared Redis.
+        if redis:
+            delete_run_keys(options.url, f"{RUN_PREFIX}{run_id}:")
+        raise
     report["meta"]["seconds"] = round(time.monotonic() - began, 1)
     report["meta"]["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ratios"] = _ratios(report["stores"])

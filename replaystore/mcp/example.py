@@ -198,26 +198,30 @@ def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from ..cli import _port, _positive_int, _seconds
+
     parser = argparse.ArgumentParser(
         prog="python -m replaystore.mcp.example", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=_port, default=8000)
     parser.add_argument(
         "--url", default="memory://", help="replay store URL (memory://, redis://…)"
     )
-    parser.add_argument("--max-events", type=int, default=10_000, help="events kept per session")
+    parser.add_argument(
+        "--max-events", type=_positive_int, default=10_000, help="events kept per session"
+    )
     parser.add_argument("--log-level", default="warning")
     parser.add_argument(
         "--lease-seconds",
-        type=float,
+        type=_seconds,
         default=DEFAULT_LEASE_TTL,
         help="how long a request's lease lasts unrenewed: a client whose request's replica "
         "stopped gets an error after about this long",
     )
     parser.add_argument(
         "--max-payload",
-        type=int,
+        type=_positive_int,
         default=DEFAULT_MAX_PAYLOAD,
         help="largest message stored, in bytes; a larger result is answered with an error",
     )

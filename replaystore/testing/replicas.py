@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
+import signal
 import threading
 import time
 import traceback
@@ -39,7 +40,14 @@ def _resolve(target: str) -> Callable[[Connection], None]:
 
 
 def run_worker(target: str, conn: Connection) -> None:
-    """Entry point of a replica: run ``target(conn)``; report a crash instead of vanishing."""
+    """Entry point of a replica: run ``target(conn)``; report a crash instead of vanishing.
+
+    A replica process ignores SIGINT: Ctrl-C in a terminal reaches every
+    process of the group, and the parent, not each replica with a traceback
+    of its own, decides how the run ends (it stops the replicas itself).
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _resolve(target)(conn)
     except BaseException:
@@ -72,7 +80,9 @@ class ReplicaPool:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        # After a failure or an interrupt the replicas are mid-command and will
+        # not read the request to return: do not wait long before stopping them.
+        self.stop(10.0 if exc_type is None else 1.0)
 
     def start(self) -> ReplicaPool:
         """Start every replica and wait until each says it is ready."""

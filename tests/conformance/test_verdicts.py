@@ -170,6 +170,23 @@ async def test_origin_replays_a_single_sequence_whole(make_buffer):
         assert res.evidence.cursor_position == 0
 
 
+async def test_the_origin_cursor_object_is_accepted_as_it_is(make_buffer):
+    """``SessionInfo.origin`` is a ``Cursor``: passed as it is, it resumes like its text."""
+    buf = await make_buffer()
+    await buf.open_session(S)
+    log = await append_plan(buf, S, [("only", b"x"), ("only", b"y")])
+    origin = (await buf.session_info(S)).origin
+    assert isinstance(origin, Cursor)
+    probe = await buf.resolve(S, origin)
+    assert probe.verdict is Verdict.RESUMED
+    res = await buf.resolve_and_replay(S, origin, "only")
+    check_resumed(res, log, "only")
+    assert res.evidence.cursor == str(origin)
+    # Any cursor object: the same verdict as its text.
+    res = await buf.resolve_and_replay(S, Cursor.parse(log[0][0]))
+    check_resumed(res, log[1:], "only")
+
+
 async def test_origin_with_two_sequences_needs_a_name(make_buffer):
     buf = await make_buffer()
     await buf.open_session(S)

@@ -99,3 +99,57 @@ def test_sentinel_gets_the_bounds() -> None:
 def test_bad_bound_is_refused(url: str) -> None:
     with pytest.raises(UnsupportedURLError):
         build_client(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "message"),
+    [
+        ("redis://127.0.0.1:6390/abc", {}, "database number"),
+        ("redis://127.0.0.1:6390/0/extra", {}, "database number"),
+        ("redis://127.0.0.1:6390/-1", {}, "database number"),
+        ("redis://127.0.0.1:6390/0?db=x", {}, "db must be"),
+        ("redis+cluster://127.0.0.1:6390/2", {}, "database 0 only"),
+        ("redis+sentinel://127.0.0.1:26390/mymaster/0/extra", {}, "/service/db"),
+        ("redis+sentinel://127.0.0.1:26390/mymaster/abc", {}, "/service/db"),
+        ("redis://127.0.0.1:6390/0?socket_timeout=0", {}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0?socket_timeout=-1", {}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0?socket_timeout=nan", {}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0", {"socket_timeout": 0}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0", {"socket_timeout": -1.0}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0", {"socket_timeout": None}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0", {"socket_connect_timeout": 0}, "socket_connect_timeout"),
+        ("redis+cluster://127.0.0.1:6390", {"socket_timeout": 0}, "socket_timeout"),
+        ("redis+sentinel://127.0.0.1:26390/m?socket_timeout=-2", {}, "socket_timeout"),
+        ("redis://127.0.0.1:6390/0?pool_timeout=0", {}, "pool_timeout"),
+        ("redis://127.0.0.1:6390/0", {"max_connections": 0}, "max_connections"),
+        ("redis://127.0.0.1:6390/0", {"sockettimeout": 1}, "sockettimeout"),
+        ("redis+unix:///tmp/none.sock", {"bogus": 1}, "bogus"),
+        ("redis+cluster://127.0.0.1:6390", {"bogus": 1}, "bogus"),
+        ("redis+sentinel://127.0.0.1:26390/m", {"bogus": 1}, "bogus"),
+    ],
+)
+def test_what_redis_py_would_take_silently_or_fail_on_later_is_refused(
+    url: str, options: dict[str, Any], message: str
+) -> None:
+    """A database path redis-py would read as 0, a bound that bounds nothing, a typo:
+    each an ``UnsupportedURLError`` naming it, at ``from_url``, not at the first call."""
+    with pytest.raises(UnsupportedURLError, match=message):
+        build_client(url, **options)
+
+
+@pytest.mark.parametrize(
+    ("url", "options"),
+    [
+        ("redis://127.0.0.1:6390", {}),
+        ("redis://127.0.0.1:6390/", {}),
+        ("redis://127.0.0.1:6390/15", {}),
+        ("redis://127.0.0.1:6390/0?db=3", {}),
+        ("redis+cluster://127.0.0.1:6390/0", {}),
+        ("redis+sentinel://127.0.0.1:26390/mymaster/2", {}),
+        ("redis://127.0.0.1:6390/0", {"health_check_interval": 5, "client_name": "x"}),
+        ("redis+cluster://127.0.0.1:6390", {"require_full_coverage": True}),
+        ("redis+sentinel://127.0.0.1:26390/m", {"sentinel_kwargs": {"socket_timeout": 1}}),
+    ],
+)
+def test_valid_paths_and_keywords_still_build(url: str, options: dict[str, Any]) -> None:
+    _client(url, **options)

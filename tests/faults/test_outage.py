@@ -314,3 +314,40 @@ async def _session_survived(buf: ReplayBuffer, session: str, ids: list[str]) -> 
         await buf.append(session, "q", b"after")
     except UnknownSessionError:
         pytest.fail("the session must outlive a hang or a partition")
+
+
+async def test_a_hung_redis_costs_each_call_at_most_its_stated_bound(
+    server: ServerHandle, prefix: str
+) -> None:
+    """The README's bound: one socket timeout for an append without a key, at most
+    2 x (connect + socket timeout) for a call that is sent once more."""
+    connect, read = 0.5, 0.5
+    repeated = 2 * (connect + read)
+    async with ReplayBuffer.from_url(server.url + TIMEOUTS, prefix=prefix) as buf:
+        ids = await _warm(buf, "s")
+        bounds: list[tuple[str, Operation, float]] = [
+            (name, op, read if name in ("append", "append_many") else repeated)
+            for name, op in OPERATIONS
+        ]
+        bounds.append(
+            ("keyed append", lambda b, s, c: b.append(s, "q", b"k", idempotency_key="k"), repeated)
+        )
+        (pid,) = server.pids()
+        loop = asyncio.get_running_loop()
+        took: dict[str, float] = {}
+
+        async def timed(name: str, op: Operation) -> None:
+            began = loop.time()
+            with pytest.raises(StorageError):
+                await asyncio.wait_for(op(buf, "s", ids[0]), HANG_GUARD)
+            took[name] = loop.time() - began
+
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.gather(*(timed(name, op) for name, op, _ in bounds))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    slack = 0.3  # scheduling on a loaded machine
+    over = {n: round(took[n], 2) for n, _, bound in bounds if took[n] > bound + slack}
+    assert not over, f"past the stated bound: {over} (all: {took})"
+    assert min(took.values()) >= read - 0.05, took

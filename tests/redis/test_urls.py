@@ -217,3 +217,23 @@ async def test_unknown_query_option_is_refused(redis_server: ServerHandle) -> No
     async with ReplayBuffer.from_url(f"{redis_server.url}?socket_timeout=1&prefix=ok:") as buf:
         info = await buf.open_session("s")
         assert info.high_water == 0
+
+
+async def test_a_database_past_the_servers_count_says_so(redis_server: ServerHandle) -> None:
+    """Redis answered and refused the database: not "cannot reach redis"."""
+    buf = ReplayBuffer.from_url(f"redis://127.0.0.1:{redis_server.ports[0]}/99")
+    with anyio.fail_after(5), pytest.raises(StorageError) as caught:
+        async with buf:
+            pass
+    await buf.aclose()
+    assert "cannot reach" not in str(caught.value)
+    assert "refused" in str(caught.value) and "DB index is out of range" in str(caught.value)
+
+
+@pytest.mark.parametrize("path", ["/abc", "/0/extra"])
+async def test_a_path_that_is_no_database_number_is_refused(
+    redis_server: ServerHandle, path: str
+) -> None:
+    """redis-py would use database 0 for these, silently."""
+    with pytest.raises(UnsupportedURLError, match="database number"):
+        ReplayBuffer.from_url(f"redis://127.0.0.1:{redis_server.ports[0]}{path}")

@@ -274,3 +274,16 @@ def test_event_id_format_leaves_only_the_numbers_to_fill():
     assert event_id_format("0123456789ab", "9c1f0e2a7b3d4c5e") % (4471, 1088, "1764694800123") == (
         "0123456789ab-4471.9c1f0e2a7b3d4c5e.1088.1764694800123"
     )
+
+
+def test_the_malformed_reason_spells_the_form_real_ids_have() -> None:
+    """The text a client reads in a 404 names every part of an issued id, the stamp too."""
+    from replaystore.verdicts import reason_text
+
+    with pytest.raises(CursorError) as caught:
+        Cursor.parse("4471")
+    form = str(caught.value).rsplit(" ", 1)[-1]
+    assert form == "<epoch>-<position>[.<tag>.<ordinal>.<stamp>]"
+    assert reason_text("malformed").endswith(form)
+    issued = str(Cursor("3f9a1c0b7d2e", 4471, "9c1f0e2a7b3d4c5e", 1088, 1764694800123))
+    assert issued.count(".") == form.count(".")

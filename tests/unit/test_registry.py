@@ -141,3 +141,24 @@ def test_query_options_reach_cluster_and_sentinel_clients() -> None:
     assert pool.connection_kwargs["password"] == "pw"
     assert pool.connection_kwargs["db"] == 2
     assert pool.sentinel_manager.sentinel_kwargs["socket_timeout"] == 2.5
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"socket_timeout": 1}, {"prefix": "app:"}, {"bogus": 1}], ids=lambda k: next(iter(k))
+)
+def test_memory_refuses_options_it_does_not_take(kwargs: dict[str, Any]) -> None:
+    """A Redis option on memory:// is named, not a TypeError from a constructor."""
+    with pytest.raises(UnsupportedURLError, match=f"memory://.*{next(iter(kwargs))}"):
+        ReplayBuffer.from_url("memory://", **kwargs)
+
+
+def test_a_buffer_needs_a_backend_and_a_real_bool() -> None:
+    with pytest.raises(InvalidInputError, match="from_url"):
+        ReplayBuffer("memory://")  # type: ignore[arg-type]
+    backend = ReplayBuffer.from_url().backend
+    for value in ("no", 0, None):
+        with pytest.raises(InvalidInputError, match="teardown_on_failure"):
+            ReplayBuffer(backend, teardown_on_failure=value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="teardown_on_failure"):
+        ReplayBuffer.from_url("memory://", teardown_on_failure="no")  # type: ignore[arg-type]
+    assert ReplayBuffer(backend, teardown_on_failure=False).teardown_on_failure is False
