@@ -33,6 +33,7 @@ from ..retention import IDEMPOTENCY_KEYS, Retention, run_split_ms
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from .base import Backend
+from .coordination import InProcess
 
 __all__ = ["MemoryBackend"]
 
@@ -214,6 +215,10 @@ class MemoryBackend(Backend):
         if parts.netloc:
             options.setdefault("name", parts.netloc)
         return cls(retention, **options)
+
+    def coordination(self) -> InProcess:
+        """Replicas sharing this store all run in this process: they call each other directly."""
+        return InProcess(self._store)
 
     # -- bookkeeping -------------------------------------------------------
 
