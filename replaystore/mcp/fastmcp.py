@@ -20,9 +20,9 @@ from typing import Any
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..buffer import ReplayBuffer
-from . import sdk
 from .manager import ReplaySessionManager, as_event_store
 from .metrics import ResumptionObserver
+from .sdk import check as check_sdk
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .view import ReplayEventStore
 
@@ -46,7 +46,7 @@ def fastmcp_http_app(
     ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
     mount it with ``lifespan=app.lifespan`` as usual.
     """
-    sdk.check(fastmcp=True)
+    check_sdk(fastmcp=True)
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
     if kwargs.get("transport", "http") not in ("http", "streamable-http"):

@@ -52,10 +52,10 @@ from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
-from . import sdk as _sdk  # checks the SDK's private names at import
-from .forwarding import ReplicaDispatcher
 from .metrics import ResumptionObserver
+from .overrides import ManagerOverrides, ReplicaDispatcher
 from .replica import Replica
+from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .transport import RETRY_AFTER, ReplayTransport
 from .view import ReplayEventStore, SessionView
@@ -104,7 +104,7 @@ def _requestor(scope: Scope) -> Any:
     return authorization_context(user) if isinstance(user, AuthenticatedUser) else None
 
 
-class ReplaySessionManager(StreamableHTTPSessionManager):
+class ReplaySessionManager(ManagerOverrides):
     """The SDK's session manager, with sessions in the store and any replica serving any session.
 
     Construct it like the SDK's manager (``server`` a low-level ``Server`` or
@@ -150,7 +150,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
         )
         # An MCPServer wraps the low-level Server the SDK's manager drives.
-        super().__init__(_sdk.lowlevel_server(app), event_store=store, **kwargs)
+        super().__init__(lowlevel_server(app), event_store=store, **kwargs)
         self._setup(store, settings)
 
     def _setup(self, store: ReplayEventStore, settings: Settings) -> None:
@@ -223,7 +223,9 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
 
     # ---------------------------------------------------------------- requests
 
-    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+    # (called by the overrides of the SDK's private methods, in overrides.py)
+
+    async def answer_unserved(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Adopt a session the store knows before the SDK looks it up in this process."""
         request = Request(scope, receive)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
@@ -237,11 +239,11 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
                     str(exc)[:256],
                 )
                 await _unavailable()(scope, receive, send)
-                return
+                return True
             if refused is not None:
                 await refused(scope, receive, send)
-                return
-        await super()._handle_stateful_request(scope, receive, send)
+                return True
+        return False
 
     async def _adopt_session(self, session_id: str, requestor: Any) -> Response | None:
         """Serve a session created elsewhere, if the store knows it (else the SDK answers 404)."""
@@ -293,43 +295,19 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
                 view = self._bind(transport)
                 view.adopted(record)
                 assert self._task_group is not None
-                await self._task_group.start(partial(self._run_session, transport, record))
+                await self._task_group.start(partial(self.run_session, transport, record))
                 logger.info("adopted session %s from the store", session_id)
                 return None
         finally:
             if not lock.locked():
                 self._adopting.pop(session_id, None)
 
-    def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
-        transport = super()._admit_session(requestor)
-        if transport is not None:
-            view = self._bind(transport)
-            view.owner = _fingerprint(requestor)
-        return transport
+    def admitted(self, transport: StreamableHTTPServerTransport, requestor: Any) -> None:
+        """A new session was admitted: its transport gets its view, before anything is stored."""
+        view = self._bind(transport)
+        view.owner = _fingerprint(requestor)
 
-    async def _serve_opening_request(
-        self,
-        http_transport: StreamableHTTPServerTransport,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-    ) -> None:
-        """The SDK's opening request, with this package's session loop."""
-        session_id = http_transport.mcp_session_id
-        assert session_id is not None
-        established = False
-        try:
-            assert self._task_group is not None
-            await self._task_group.start(partial(self._run_session, http_transport, None))
-            status = await _send_and_report_status(
-                http_transport.handle_request, scope, receive, send
-            )
-            established = status is not None and status < 400
-        finally:
-            if not established:
-                await self._discard_session(session_id, http_transport)
-
-    async def _run_session(
+    async def run_session(
         self,
         transport: StreamableHTTPServerTransport,
         record: dict[str, str] | None,
@@ -384,11 +362,8 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         self._replica.followers[session_id] = view.live
         return view
 
-    async def _discard_session(
-        self, session_id: str, transport: StreamableHTTPServerTransport
-    ) -> None:
-        """Forget the session in this process only: it lives on in the store and elsewhere."""
-        await super()._discard_session(session_id, transport)
+    def discarded(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        """Forgotten in this process only: the session lives on in the store and elsewhere."""
         view = transport._event_store
         if isinstance(view, SessionView):
             view.close_local()
@@ -474,21 +449,6 @@ def _unavailable() -> Response:
         media_type="application/json",
         headers={"Retry-After": str(RETRY_AFTER)},
     )
-
-
-async def _send_and_report_status(
-    app: Any, scope: Scope, receive: Receive, send: Send
-) -> int | None:
-    status: int | None = None
-
-    async def watch_status(message: Any) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        await send(message)
-
-    await app(scope, receive, watch_status)
-    return status
 
 
 class _ServesStreamableHTTP(Protocol):

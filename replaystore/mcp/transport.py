@@ -1,7 +1,8 @@
 """Fail-closed resumption, live tails from the store, and forwarding, over the SDK's transport.
 
 The stock SDK (``mcp`` 2.3) transport is kept for everything it does right;
-these overrides close its gaps:
+this package closes its gaps (the hooks into the SDK's private methods are in
+:mod:`replaystore.mcp.overrides`, the answers here):
 
 1. **Silent 200.** ``_replay_events`` starts the SSE response (status 200)
    *before* it asks the store, so an unknown or evicted ``Last-Event-ID``
@@ -51,7 +52,6 @@ from mcp.server.streamable_http import (
     MCP_SESSION_ID_HEADER,
     EventMessage,
     SSEEvent,
-    StreamableHTTPServerTransport,
     check_accept_headers,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
@@ -60,7 +60,7 @@ from mcp_types.version import is_version_at_least
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from ..errors import StorageError, UnknownSessionError
 from ..verdicts import Resumption
@@ -68,6 +68,7 @@ from .forwarding import route
 from .live import Attachment, _vanished
 from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response, sequence_name
+from .overrides import TransportOverrides
 from .tail import Tail
 from .view import SessionView
 
@@ -82,7 +83,7 @@ PRIMING_SINCE = "2025-11-25"
 RETRY_AFTER = 1
 
 
-class ReplayTransport(StreamableHTTPServerTransport):
+class ReplayTransport(TransportOverrides):
     """The SDK transport with fail-closed resumption, store-fed live tails and forwarding.
 
     It has no ``__init__`` and no state of its own (the per-session state is
@@ -97,42 +98,40 @@ class ReplayTransport(StreamableHTTPServerTransport):
         view = self._event_store
         return view if isinstance(view, SessionView) else None
 
-    # ------------------------------------------------------------ overrides
+    # ------------------------------------------------------------ requests
+    # (called by the overrides of the SDK's private methods, in overrides.py)
 
-    async def _handle_get_request(self, request: Request, send: Send) -> None:
+    async def answer_get(self, request: Request, send: Send) -> bool:
         """Plain GETs attach through the store; everything else is the SDK's path."""
         view = self.view
         _, has_sse = check_accept_headers(request)
         if view is None or not has_sse or request.headers.get(LAST_EVENT_ID_HEADER):
-            # Validation errors, and GET + Last-Event-ID (-> _replay_events below).
-            await super()._handle_get_request(request, send)
-            return
+            # Validation errors, and GET + Last-Event-ID (-> answer_resume below).
+            return False
         if not await self._validate_request_headers(request, send):
-            return
+            return True
         prime = _primes(request)
         await self._attach(lambda: view.live.attach_get(prime=prime), request, send, prime)
+        return True
 
-    async def _replay_events(self, last_event_id: str, request: Request, send: Send) -> None:
+    async def answer_resume(self, last_event_id: str, request: Request, send: Send) -> bool:
         """Resolve first, answer after: 404 + verdict on failure, never an empty 200."""
         view = self.view
         if view is None:  # pragma: no cover - only with a foreign event store
-            await super()._replay_events(last_event_id, request, send)
-            return
+            return False
         prime = _primes(request)
         cursor = _header_text(last_event_id)
         await self._attach(
             lambda: view.live.attach_resume(cursor, prime=prime), request, send, prime
         )
+        return True
 
-    async def _handle_post_request(
-        self, scope: Scope, request: Request, receive: Receive, send: Send
-    ) -> None:
+    async def answer_post(self, request: Request, send: Send) -> bool:
         """Forward what belongs to another replica; lease the requests that run here."""
         view = self.view
         replica = view.replica if view is not None else None
         if view is None or replica is None:
-            await super()._handle_post_request(scope, request, receive, send)
-            return
+            return False
         body = await request.body()  # cached: the SDK reads it again from this request
         message = _peek(body)
         request_id = _request_id(message)
@@ -146,7 +145,7 @@ class ReplayTransport(StreamableHTTPServerTransport):
                 if await self._validate_request_headers(request, send):
                     await replica.forward(destination, view.session_id, body)
                     await self._json(request, send, HTTPStatus.ACCEPTED, None)
-                return
+                return True
         except StorageError as exc:
             logger.warning(
                 "request of session %s refused: the replay store cannot be reached (%s)",
@@ -154,12 +153,11 @@ class ReplayTransport(StreamableHTTPServerTransport):
                 str(exc)[:256],
             )
             await self._unavailable(request, send)
-            return
-        await super()._handle_post_request(scope, request, receive, send)
+            return True
+        return False
 
-    async def _handle_delete_request(self, request: Request, send: Send) -> None:
+    async def deleted(self) -> None:
         """DELETE ends the session in the store and on every replica, not only here."""
-        await super()._handle_delete_request(request, send)
         view = self.view
         if view is not None and self.is_terminated:
             await view.end_everywhere()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from collections.abc import Callable
@@ -16,9 +17,12 @@ from replaystore.backends.memory import MemoryBackend
 from replaystore.backends.redis import RedisBackend
 from replaystore.mcp import sdk
 from replaystore.mcp.bus import End, Forward, MemoryBus, Takeover, Wake, decode, encode
-from replaystore.mcp.forwarding import ReplicaDispatcher, Route, replica_of, route
+from replaystore.mcp.forwarding import Route, replica_of, route
+from replaystore.mcp.manager import ReplaySessionManager
+from replaystore.mcp.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
 from replaystore.mcp.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
 from replaystore.mcp.replica import Replica
+from replaystore.mcp.transport import ReplayTransport
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import (
     ServerHandle,
@@ -72,6 +76,57 @@ def test_a_missing_parameter_is_reported() -> None:
     gone = sdk.Requirement("serve", "lifespan_state", "parameter", "drives a loop")
     with pytest.raises(sdk.SDKCompatibilityError, match=r"serve\.lifespan_state"):
         sdk.check([gone], owners={"serve": lambda: serve})
+
+
+def test_every_private_sdk_method_overridden_is_in_one_module_and_listed() -> None:
+    """Overrides of private SDK methods live in overrides.py only, each listed with a digest."""
+
+    def private_methods(cls: type) -> set[str]:
+        return {
+            name
+            for name, value in vars(cls).items()
+            if name.startswith("_") and not name.startswith("__") and inspect.isfunction(value)
+        }
+
+    found = set()
+    for cls in (TransportOverrides, ManagerOverrides, ReplicaDispatcher):
+        for name in private_methods(cls):
+            base = next(b for b in cls.__mro__[1:] if name in vars(b))
+            found.add((base.__name__, name))
+    listed = {(r.owner, r.name) for r in sdk.requirements() if r.source}
+    assert found == listed
+    for cls, seam in (
+        (ReplayTransport, TransportOverrides),
+        (ReplaySessionManager, ManagerOverrides),
+    ):
+        sdk_names = {name for base in seam.__mro__[1:] for name in vars(base)}
+        assert not private_methods(cls) & sdk_names, cls.__name__
+
+
+def test_the_upstream_source_of_every_overridden_method_is_the_one_reviewed() -> None:
+    """An SDK upgrade that changes an overridden method fails here until the override is re-read.
+
+    Then update ``source=`` of that entry in ``replaystore/mcp/sdk.py`` to the
+    installed digest this message shows.
+    """
+    assert sdk.changed_sources() == []
+
+
+def test_a_changed_upstream_method_is_reported_with_both_digests() -> None:
+    class Upstream:
+        def _handle(self) -> int:
+            return 1
+
+    reviewed = sdk.source_digest(Upstream._handle)
+
+    class Upgraded:
+        def _handle(self) -> int:
+            return 2
+
+    entry = sdk.Requirement("Upstream", "_handle", "method", "x", source=reviewed)
+    assert sdk.changed_sources([entry], {"Upstream": lambda: Upstream}) == []
+    (changed,) = sdk.changed_sources([entry], {"Upstream": lambda: Upgraded})
+    assert changed.startswith("Upstream._handle: reviewed " + reviewed)
 
 
 # ---------------------------------------------------------------- routing
