@@ -5,9 +5,9 @@ memory, so a second replica answers 404 for a session it did not create.
 :class:`ReplaySessionManager` keeps the SDK's manager and changes four
 things:
 
-- each session gets its own view (:class:`~replaystore.mcp.view.SessionView`) and the
-  :class:`~replaystore.mcp.transport.ReplayTransport`, before anything is
-  stored;
+- each session gets its own view (:class:`~replaystore.mcp.view.SessionView`)
+  and the :class:`~replaystore.mcp.transport.ReplayTransport`, before
+  anything is stored;
 - when ``initialize`` is answered, the session's record (negotiated version,
   the client's ``initialize`` parameters, the credential that created it) is
   written to the store; a replica receiving any request for a session it has
@@ -172,6 +172,8 @@ class ReplaySessionManager(ManagerOverrides):
         builds its manager inline and hands that very object to both the route
         and the lifespan, so replacing the object is not possible without
         rebuilding the whole app. Must run before the first request.
+        ``settings`` (:class:`~replaystore.mcp.settings.Settings`) times the
+        replica; the defaults when omitted.
         """
         if store is None:
             found = getattr(manager, "_shared_event_store", None) or manager.event_store
