@@ -25,10 +25,10 @@ import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
+from .backends.coordination import Coordinated, OnRedis
 from .buffer import ReplayBuffer
 from .verdicts import Resumption
 
@@ -105,22 +105,19 @@ async def _fresh(url: str, max_events: int, session: str) -> tuple[ReplayBuffer,
 async def _delete_keys(buf: ReplayBuffer, session: str) -> None:
     """Delete every key the demo's session left in a shared store, tombstones included.
 
-    Only backends with a Redis client keep anything beyond the process. Every
+    Only a backend on Redis keeps anything beyond the process; it says so, with
+    its client and key layout, through the coordination it declares. Every
     key of a session carries the session in its cluster hash tag, so one SCAN
     pattern finds them on a standalone server and on every cluster node.
     """
-    backend: Any = buf.backend
-    client = getattr(backend, "client", None)
-    if client is None:
+    backend = buf.backend
+    redis = backend.coordination() if isinstance(backend, Coordinated) else None
+    if not isinstance(redis, OnRedis):
         return
-    key_base = getattr(backend, "key_base", None)
-    if callable(key_base):
-        pattern = _glob_escape(key_base(session)) + "*"
-    else:
-        pattern = f"{_glob_escape(backend.prefix)}*{_glob_escape(session)}*"
-    keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+    pattern = _glob_escape(redis.key_base(session)) + "*"
+    keys = [key async for key in redis.client.scan_iter(match=pattern, count=1000)]
     for key in keys:  # one by one: a cluster refuses multi-key commands across slots
-        await client.delete(key)
+        await redis.client.delete(key)
 
 
 def _glob_escape(text: str) -> str:

@@ -108,6 +108,12 @@ REASONS: dict[str, tuple[Verdict, str]] = {
         Verdict.NOT_RETAINED,
         "the sequence's retained events do not reach its high-water",
     ),
+    # Reached by replaystore.mcp, outside the store's judgement:
+    "attached_live": (Verdict.RESUMED, "attached live"),  # a plain GET with nothing to replay
+    "vanished": (
+        Verdict.UNKNOWN_SESSION,
+        "the session does not exist in the replay store",  # gone under a live SDK session
+    ),
 }
 
 

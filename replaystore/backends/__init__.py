@@ -3,7 +3,8 @@
 Built-in schemes: ``memory://`` (in-process, the default), ``redis://``,
 ``rediss://``, ``redis+unix://``, ``redis+cluster://``, ``redis+sentinel://``.
 A third-party backend subclasses :class:`Backend` and calls
-:func:`register_backend`.
+:func:`register_backend`; to serve MCP replicas it also declares how they
+coordinate (:mod:`replaystore.backends.coordination`).
 """
 
 from __future__ import annotations

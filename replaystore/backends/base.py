@@ -29,7 +29,9 @@ class Backend(ABC):
 
     Subclasses set ``schemes`` and are registered with
     :func:`replaystore.backends.register_backend` so that
-    :meth:`ReplayBuffer.from_url` can find them.
+    :meth:`ReplayBuffer.from_url` can find them. Optional capabilities are
+    declared apart from these operations: replica coordination, which MCP
+    replicas need, in :mod:`replaystore.backends.coordination`.
     """
 
     schemes: ClassVar[tuple[str, ...]] = ()

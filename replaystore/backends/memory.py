@@ -38,6 +38,7 @@ from ..retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_spli
 from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from .base import Backend
+from .coordination import InProcess
 
 __all__ = ["MemoryBackend"]
 
@@ -254,6 +255,10 @@ class MemoryBackend(Backend):
         if parts.netloc:
             options.setdefault("name", parts.netloc)
         return cls(retention, **options)
+
+    def coordination(self) -> InProcess:
+        """Replicas sharing this store all run in this process: they call each other directly."""
+        return InProcess(self._store)
 
     # -- bookkeeping -------------------------------------------------------
 

@@ -86,6 +86,7 @@ from ..verdicts import Resumption, Tombstone, Verdict, reason_text
 from . import register_backend
 from ._redis_client import build_client
 from .base import Backend
+from .coordination import OnRedis
 
 __all__ = ["RedisBackend"]
 
@@ -245,6 +246,10 @@ class RedisBackend(Backend):
         return cls(
             retention, client, prefix=prefix or DEFAULT_PREFIX, owns_client=owns, **durability
         )
+
+    def coordination(self) -> OnRedis:
+        """Replicas share this Redis: registry keys beside the session's, pub/sub notifications."""
+        return OnRedis(self.client, self.prefix, self.key_base)
 
     # -- keys ----------------------------------------------------------------
 

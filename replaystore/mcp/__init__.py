@@ -18,32 +18,27 @@ FastMCP 4::
 
 Processes (or apps) on one buffer URL are replicas of each other: any of
 them serves any session, behind any load balancer. See ``docs/mcp.md`` for
-what changes on the wire and why, and ``docs/deployment.md`` for replicas.
+what changes on the wire and why, ``docs/deployment.md`` for replicas, and
+``docs/architecture.md`` for where each part lives. Everything else is
+internal to the package and may change between releases.
 """
 
 from __future__ import annotations
 
 from .fastmcp import fastmcp_http_app
 from .manager import ReplaySessionManager, streamable_http_app
-from .messages import GET_STREAM
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
-from .replica import Replica
 from .sdk import SDKCompatibilityError
-from .store import ReplayEventStore, SessionEventStore
-from .transport import ReplayTransport
+from .view import ReplayEventStore
 
 __all__ = [
-    "GET_STREAM",
     "STORAGE_ERROR",
     "CountingObserver",
     "PrometheusObserver",
     "ReplayEventStore",
     "ReplaySessionManager",
-    "ReplayTransport",
-    "Replica",
     "ResumptionObserver",
     "SDKCompatibilityError",
-    "SessionEventStore",
     "fastmcp_http_app",
     "streamable_http_app",
 ]

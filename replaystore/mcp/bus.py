@@ -16,6 +16,10 @@ On Redis this is classic pub/sub on one dedicated connection (on a cluster,
 ``PUBLISH`` reaches subscribers on every node); wake-ups are coalesced and
 published by one background task, so an append never waits for them. On
 ``memory://NAME`` the replicas of one process call each other directly.
+Which of the two a store gets is what its backend declares
+(:mod:`replaystore.backends.coordination`). Messages are typed values
+(:class:`Wake`, :class:`End`, :class:`Takeover`, :class:`Forward`), put on
+the wire and read back in one place (:func:`encode`, :func:`decode`).
 """
 
 from __future__ import annotations
@@ -25,18 +29,118 @@ import logging
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from ..buffer import ReplayBuffer
+from ..backends.coordination import Coordination, OnRedis
 
-__all__ = ["Bus", "MemoryBus", "RedisBus", "bus_for"]
+__all__ = [
+    "Bus",
+    "End",
+    "Forward",
+    "Gap",
+    "MemoryBus",
+    "Message",
+    "RedisBus",
+    "Takeover",
+    "Wake",
+    "bus_for",
+    "decode",
+    "encode",
+]
 
 logger = logging.getLogger("replaystore.mcp")
 
-Handler = Callable[[dict[str, Any]], None]
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """``stream`` of ``session`` has new events (read them from the store)."""
+
+    session: str
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """``session`` ended (DELETE, failed verdict): forget it and close its connections."""
+
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """A newer connection took ``stream`` of ``session`` over: close the one carrying it here."""
+
+    session: str
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """A client message (JSON text) for a request of ``session`` running where it is sent."""
+
+    session: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Notifications may have been lost (the subscription dropped): every live connection re-reads.
+
+    Raised locally by a bus that reconnects; never sent.
+    """
+
+
+Message = Wake | End | Takeover | Forward | Gap
+
+Handler = Callable[[Message], None]
+
+
+def encode(message: Message, sender: str) -> str:
+    """The wire form of a message: one JSON object, the same for every bus and every replica."""
+    match message:
+        case Wake(session, stream):
+            fields = {"t": "wake", "s": session, "q": stream}
+        case End(session):
+            fields = {"t": "end", "s": session}
+        case Takeover(session, stream):
+            fields = {"t": "takeover", "s": session, "q": stream}
+        case Forward(session, body):
+            fields = {"t": "fwd", "s": session, "m": body}
+        case Gap():
+            raise ValueError("a gap is noticed locally, never sent")
+    return json.dumps({**fields, "from": sender})
+
+
+def decode(text: str | bytes) -> tuple[Message, str] | None:
+    """A message and its sender from the wire, or None for anything malformed or unknown.
+
+    Tolerant: a notification is a hint, so one that cannot be read is dropped
+    (the periodic store checks catch up), never an error.
+    """
+    try:
+        fields = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(fields, dict):
+        return None
+    kind, session, sender = fields.get("t"), fields.get("s"), fields.get("from")
+    if not isinstance(session, str):
+        return None
+    sender = sender if isinstance(sender, str) else ""
+    stream, body = fields.get("q"), fields.get("m")
+    if kind == "wake" and isinstance(stream, str):
+        return Wake(session, stream), sender
+    if kind == "end":
+        return End(session), sender
+    if kind == "takeover" and isinstance(stream, str):
+        return Takeover(session, stream), sender
+    if kind == "fwd" and isinstance(body, str):
+        return Forward(session, body), sender
+    return None
 
 
 class Bus(ABC):
@@ -72,11 +176,11 @@ class Bus(ABC):
         """Tell the other replicas that ``stream`` of ``session`` has new events (never blocks)."""
 
     @abstractmethod
-    async def broadcast(self, message: dict[str, Any]) -> None:
+    async def broadcast(self, message: Message) -> None:
         """Send a control message to every replica."""
 
     @abstractmethod
-    async def send(self, replica: str, message: dict[str, Any]) -> None:
+    async def send(self, replica: str, message: Message) -> None:
         """Send a message to one replica."""
 
     @abstractmethod
@@ -85,8 +189,8 @@ class Bus(ABC):
     @abstractmethod
     async def _unsubscribe(self, session: str) -> None: ...
 
-    def _deliver(self, message: dict[str, Any]) -> None:
-        if message.get("from") == self.replica:
+    def _deliver(self, message: Message, sender: str) -> None:
+        if sender == self.replica:
             return  # our own publication, already handled locally
         try:
             self._handler(message)
@@ -102,13 +206,13 @@ class _Group:
         self.members: weakref.WeakSet[MemoryBus] = weakref.WeakSet()
 
 
-_GROUPS: weakref.WeakKeyDictionary[Any, _Group] = weakref.WeakKeyDictionary()
+_GROUPS: weakref.WeakKeyDictionary[object, _Group] = weakref.WeakKeyDictionary()
 
 
 class MemoryBus(Bus):
     """The replicas of one process sharing a memory store."""
 
-    def __init__(self, replica: str, handler: Handler, key: Any) -> None:
+    def __init__(self, replica: str, handler: Handler, key: object) -> None:
         super().__init__(replica, handler)
         group = _GROUPS.get(key)
         if group is None:
@@ -130,21 +234,20 @@ class MemoryBus(Bus):
         pass
 
     def wake(self, session: str, stream: str) -> None:
-        message = {"t": "wake", "s": session, "q": stream, "from": self.replica}
+        message = Wake(session, stream)
         for member in list(self._group.members):
             if member is not self and session in member._watching:
-                member._deliver(message)
+                member._deliver(message, self.replica)
 
-    async def broadcast(self, message: dict[str, Any]) -> None:
-        message = {**message, "from": self.replica}
+    async def broadcast(self, message: Message) -> None:
         for member in list(self._group.members):
             if member is not self:
-                member._deliver(message)
+                member._deliver(message, self.replica)
 
-    async def send(self, replica: str, message: dict[str, Any]) -> None:
+    async def send(self, replica: str, message: Message) -> None:
         for member in list(self._group.members):
             if member.replica == replica:
-                member._deliver({**message, "from": self.replica})
+                member._deliver(message, self.replica)
 
 
 # ---------------------------------------------------------------- redis
@@ -153,14 +256,14 @@ class MemoryBus(Bus):
 class RedisBus(Bus):
     """Classic pub/sub on one dedicated connection per replica."""
 
-    def __init__(self, replica: str, handler: Handler, backend: Any) -> None:
+    def __init__(self, replica: str, handler: Handler, redis: OnRedis) -> None:
         super().__init__(replica, handler)
-        self._client = backend.client
-        prefix = str(getattr(backend, "prefix", ""))
+        self._client = redis.client
+        prefix = redis.prefix
         self._session_prefix = f"{prefix}mcp:s:"
         self._all = f"{prefix}mcp:all"
         self._mine = f"{prefix}mcp:r:{replica}"
-        self._pubsub: Any = None
+        self._pubsub: Any = None  # redis-py's PubSub (untyped)
         self._pending: dict[tuple[str, str], None] = {}
         self._kick = anyio.Event()
         self._confirmed: dict[str, anyio.Event] = {}
@@ -190,7 +293,7 @@ class RedisBus(Bus):
             except Exception as exc:
                 logger.warning("replica notifications interrupted (%s); reconnecting", exc)
                 await anyio.sleep(0.5)
-                self._handler({"t": "gap"})  # what was published meanwhile is lost
+                self._handler(Gap())  # what was published meanwhile is lost
                 continue
             if raw is None:
                 continue
@@ -204,12 +307,9 @@ class RedisBus(Bus):
                 continue
             if kind != "message":
                 continue
-            try:
-                message = json.loads(raw["data"])
-            except (ValueError, TypeError):
-                continue
-            if isinstance(message, dict):
-                self._deliver(message)
+            decoded = decode(raw.get("data", b""))
+            if decoded is not None:
+                self._deliver(*decoded)
 
     async def _publisher(self) -> None:
         while True:
@@ -217,7 +317,7 @@ class RedisBus(Bus):
             self._kick = anyio.Event()
             batch, self._pending = list(self._pending), {}
             for session, stream in batch:
-                message = json.dumps({"t": "wake", "s": session, "q": stream, "from": self.replica})
+                message = encode(Wake(session, stream), self.replica)
                 try:
                     await self._client.publish(self._channel(session), message)
                 except Exception as exc:
@@ -251,23 +351,22 @@ class RedisBus(Bus):
         self._pending[(session, stream)] = None
         self._kick.set()
 
-    async def broadcast(self, message: dict[str, Any]) -> None:
+    async def broadcast(self, message: Message) -> None:
         await self._publish(self._all, message)
 
-    async def send(self, replica: str, message: dict[str, Any]) -> None:
+    async def send(self, replica: str, message: Message) -> None:
         await self._publish(self._mine.rsplit(":", 1)[0] + ":" + replica, message)
 
-    async def _publish(self, channel: str, message: dict[str, Any]) -> None:
-        text = json.dumps({**message, "from": self.replica})
+    async def _publish(self, channel: str, message: Message) -> None:
+        text = encode(message, self.replica)
         try:
             await self._client.publish(channel, text)
         except Exception as exc:
             logger.warning("could not notify the other replicas: %s", exc)
 
 
-def bus_for(buffer: ReplayBuffer, replica: str, handler: Handler) -> Bus:
-    """The notification channels of ``buffer``'s store."""
-    backend = buffer.backend
-    if hasattr(backend, "client") and hasattr(backend, "prefix"):
-        return RedisBus(replica, handler, backend)
-    return MemoryBus(replica, handler, getattr(backend, "_store", backend))
+def bus_for(coordination: Coordination, replica: str, handler: Handler) -> Bus:
+    """The notification channels a backend's coordination declares."""
+    if isinstance(coordination, OnRedis):
+        return RedisBus(replica, handler, coordination)
+    return MemoryBus(replica, handler, coordination.scope)

@@ -40,7 +40,7 @@ from starlette.routing import Route
 from ..buffer import ReplayBuffer
 from .manager import streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
-from .replica import DEFAULT_LEASE_TTL
+from .settings import DEFAULT_LEASE_TTL
 
 __all__ = ["build_app", "build_server", "main", "serve"]
 

@@ -20,11 +20,11 @@ from typing import Any
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..buffer import ReplayBuffer
-from . import sdk
 from .manager import ReplaySessionManager, as_event_store
 from .metrics import ResumptionObserver
-from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT
-from .store import ReplayEventStore
+from .sdk import check as check_sdk
+from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .view import ReplayEventStore
 
 __all__ = ["fastmcp_http_app"]
 
@@ -46,12 +46,15 @@ def fastmcp_http_app(
     ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
     mount it with ``lifespan=app.lifespan`` as usual.
     """
-    sdk.check(fastmcp=True)
+    check_sdk(fastmcp=True)
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
     if kwargs.get("transport", "http") not in ("http", "streamable-http"):
         raise ValueError("resumability needs the streamable HTTP transport")
     store = as_event_store(buffer, observer)
+    settings = Settings(
+        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+    )
     app = mcp.http_app(event_store=store, **kwargs)
     inner = app.router.lifespan_context
 
@@ -62,13 +65,7 @@ def fastmcp_http_app(
             if not managers and not kwargs.get("stateless_http"):
                 raise RuntimeError("FastMCP app has no streamable HTTP session manager to adopt")
             for manager in managers:
-                adopted = ReplaySessionManager.adopt(
-                    manager,
-                    store,
-                    lease_ttl=lease_ttl,
-                    check_interval=check_interval,
-                    store_timeout=store_timeout,
-                )
+                adopted = ReplaySessionManager.adopt(manager, store, settings)
                 # FastMCP entered the manager's run() before it could be adopted.
                 await stack.enter_async_context(adopted.replicating())
             yield state

@@ -3,7 +3,8 @@
 A request runs where its POST landed, but the client's answers to what that
 request asked (sampling, elicitation, roots) and its ``notifications/cancelled``
 may land on any replica. Server-to-client request ids name the replica that
-sent them (``"<n>@<replica>"``, see :class:`ReplicaDispatcher`), so an answer
+sent them (``"<n>@<replica>"``, see
+:class:`~replaystore.mcp.overrides.ReplicaDispatcher`), so an answer
 is routed by its id alone; a cancellation is routed by the lease of the
 request it cancels. Exactly one replica receives each forwarded message.
 """
@@ -13,26 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-
-__all__ = ["ReplicaDispatcher", "Route", "replica_of", "route"]
+__all__ = ["Route", "replica_of", "route", "server_request_id"]
 
 _SEPARATOR = "@"
 
 
-class ReplicaDispatcher(JSONRPCDispatcher[Any]):
-    """The SDK's dispatcher, numbering its requests to the client ``"<n>@<replica>"``.
-
-    Every replica serving a session has its own dispatcher with its own
-    counter; bare numbers would collide between replicas, and an answer could
-    not tell which replica waits for it.
-    """
-
-    replica: str = ""
-
-    def _allocate_id(self) -> str:  # type: ignore[override]
-        self._next_id += 1
-        return f"{self._next_id}{_SEPARATOR}{self.replica}"
+def server_request_id(number: int, replica: str) -> str:
+    """The id of a server-to-client request: its number on ``replica``, and that replica."""
+    return f"{number}{_SEPARATOR}{replica}"
 
 
 def replica_of(request_id: object) -> str | None:

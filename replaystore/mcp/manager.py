@@ -5,9 +5,9 @@ memory, so a second replica answers 404 for a session it did not create.
 :class:`ReplaySessionManager` keeps the SDK's manager and changes four
 things:
 
-- each session gets its own store view (:class:`SessionEventStore`) and the
-  :class:`~replaystore.mcp.transport.ReplayTransport`, before anything is
-  stored;
+- each session gets its own view (:class:`~replaystore.mcp.view.SessionView`)
+  and the :class:`~replaystore.mcp.transport.ReplayTransport`, before
+  anything is stored;
 - when ``initialize`` is answered, the session's record (negotiated version,
   the client's ``initialize`` parameters, the credential that created it) is
   written to the store; a replica receiving any request for a session it has
@@ -52,12 +52,13 @@ from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
-from . import sdk as _sdk  # checks the SDK's private names at import
-from .forwarding import ReplicaDispatcher
 from .metrics import ResumptionObserver
-from .replica import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Replica
-from .store import ReplayEventStore, SessionEventStore
+from .overrides import ManagerOverrides, ReplicaDispatcher
+from .replica import Replica
+from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
+from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .transport import RETRY_AFTER, ReplayTransport
+from .view import ReplayEventStore, SessionView
 
 __all__ = ["ReplaySessionManager", "as_event_store", "streamable_http_app"]
 
@@ -103,7 +104,7 @@ def _requestor(scope: Scope) -> Any:
     return authorization_context(user) if isinstance(user, AuthenticatedUser) else None
 
 
-class ReplaySessionManager(StreamableHTTPSessionManager):
+class ReplaySessionManager(ManagerOverrides):
     """The SDK's session manager, with sessions in the store and any replica serving any session.
 
     Construct it like the SDK's manager (``server`` a low-level ``Server`` or
@@ -145,30 +146,16 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         **kwargs: Any,
     ) -> None:
         store = as_event_store(event_store, observer)
+        settings = Settings(
+            lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+        )
         # An MCPServer wraps the low-level Server the SDK's manager drives.
-        super().__init__(_sdk.lowlevel_server(app), event_store=store, **kwargs)
-        self._setup(
-            store, lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
-        )
+        super().__init__(lowlevel_server(app), event_store=store, **kwargs)
+        self._setup(store, settings)
 
-    def _setup(
-        self,
-        store: ReplayEventStore,
-        *,
-        lease_ttl: float,
-        check_interval: float,
-        store_timeout: float,
-    ) -> None:
+    def _setup(self, store: ReplayEventStore, settings: Settings) -> None:
         self._replay_store = store
-        self._replica = Replica(
-            store.buffer,
-            lease_ttl=lease_ttl,
-            check_interval=check_interval,
-            store_timeout=store_timeout,
-        )
-        self._replica.on_end = self._ended_elsewhere
-        self._replica.on_forward = self._forwarded
-        self._replica.on_takeover = self._taken_over
+        self._replica = Replica(store.buffer, self, settings)
         self._adopting = {}
         self._replicating = False
 
@@ -177,10 +164,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         cls,
         manager: StreamableHTTPSessionManager,
         store: ReplayEventStore | None = None,
-        *,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
-        check_interval: float = DEFAULT_CHECK_INTERVAL,
-        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        settings: Settings | None = None,
     ) -> ReplaySessionManager:
         """Make an existing manager (SDK's or a subclass, e.g. FastMCP's) serve ``store``.
 
@@ -188,6 +172,8 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         builds its manager inline and hands that very object to both the route
         and the lifespan, so replacing the object is not possible without
         rebuilding the whole app. Must run before the first request.
+        ``settings`` (:class:`~replaystore.mcp.settings.Settings`) times the
+        replica; the defaults when omitted.
         """
         if store is None:
             found = getattr(manager, "_shared_event_store", None) or manager.event_store
@@ -196,9 +182,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             store = found
         manager.__class__ = _combine(cls, type(manager))
         adopted = cast(ReplaySessionManager, manager)
-        adopted._setup(
-            store, lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
-        )
+        adopted._setup(store, settings if settings is not None else Settings())
         return adopted
 
     @property
@@ -236,12 +220,14 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             for session_id, transport in list(self._server_instances.items()):
                 self._server_instances.pop(session_id, None)
                 view = transport._event_store
-                if isinstance(view, SessionEventStore):
+                if isinstance(view, SessionView):
                     view.close_local()
 
     # ---------------------------------------------------------------- requests
 
-    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+    # (called by the overrides of the SDK's private methods, in overrides.py)
+
+    async def answer_unserved(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Adopt a session the store knows before the SDK looks it up in this process."""
         request = Request(scope, receive)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
@@ -255,11 +241,11 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
                     str(exc)[:256],
                 )
                 await _unavailable()(scope, receive, send)
-                return
+                return True
             if refused is not None:
                 await refused(scope, receive, send)
-                return
-        await super()._handle_stateful_request(scope, receive, send)
+                return True
+        return False
 
     async def _adopt_session(self, session_id: str, requestor: Any) -> Response | None:
         """Serve a session created elsewhere, if the store knows it (else the SDK answers 404)."""
@@ -270,7 +256,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             async with lock:
                 if session_id in self._server_instances:
                     return None
-                with anyio.fail_after(self._replica.store_timeout):
+                with anyio.fail_after(self._replica.settings.store_timeout):
                     record = await self._replica.registry.get_session(session_id)
                     # The record and the events end together; if the events
                     # are gone (expired, torn down) the record is stale.
@@ -311,43 +297,19 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
                 view = self._bind(transport)
                 view.adopted(record)
                 assert self._task_group is not None
-                await self._task_group.start(partial(self._run_session, transport, record))
+                await self._task_group.start(partial(self.run_session, transport, record))
                 logger.info("adopted session %s from the store", session_id)
                 return None
         finally:
             if not lock.locked():
                 self._adopting.pop(session_id, None)
 
-    def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
-        transport = super()._admit_session(requestor)
-        if transport is not None:
-            view = self._bind(transport)
-            view.owner = _fingerprint(requestor)
-        return transport
+    def admitted(self, transport: StreamableHTTPServerTransport, requestor: Any) -> None:
+        """A new session was admitted: its transport gets its view, before anything is stored."""
+        view = self._bind(transport)
+        view.owner = _fingerprint(requestor)
 
-    async def _serve_opening_request(
-        self,
-        http_transport: StreamableHTTPServerTransport,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-    ) -> None:
-        """The SDK's opening request, with this package's session loop."""
-        session_id = http_transport.mcp_session_id
-        assert session_id is not None
-        established = False
-        try:
-            assert self._task_group is not None
-            await self._task_group.start(partial(self._run_session, http_transport, None))
-            status = await _send_and_report_status(
-                http_transport.handle_request, scope, receive, send
-            )
-            established = status is not None and status < 400
-        finally:
-            if not established:
-                await self._discard_session(session_id, http_transport)
-
-    async def _run_session(
+    async def run_session(
         self,
         transport: StreamableHTTPServerTransport,
         record: dict[str, str] | None,
@@ -370,7 +332,7 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
                     if record is not None:
                         _restore(connection, record)
                     view = transport._event_store
-                    if isinstance(view, SessionEventStore):
+                    if isinstance(view, SessionView):
                         view.connection = connection
                     await serve_connection(
                         self.app,
@@ -385,8 +347,8 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
             finally:
                 await self._discard_session(session_id, transport)
 
-    def _bind(self, transport: StreamableHTTPServerTransport) -> SessionEventStore:
-        """Give a session's transport its own store view, before any event is stored.
+    def _bind(self, transport: StreamableHTTPServerTransport) -> SessionView:
+        """Give a session's transport its own view, before any event is stored.
 
         The transport is built by the SDK (arguments vary between versions);
         only its class is changed, to :class:`ReplayTransport` layered over
@@ -394,60 +356,75 @@ class ReplaySessionManager(StreamableHTTPSessionManager):
         """
         session_id = transport.mcp_session_id
         assert session_id is not None
-        view = self._replay_store.for_session(session_id, self._replica)
-
-        async def discard() -> None:
-            await self._discard_session(session_id, transport)
-
-        def on_failure(exc: BaseException) -> None:
-            self._replica.spawn(discard)
-            if self._task_group is not None and not self._replica.running:
-                self._task_group.start_soon(discard)
-
-        view.discard = discard
-        view.on_failure = on_failure
+        view = self._replay_store.for_session(
+            session_id, self._replica, _Hosted(self, session_id, transport)
+        )
         transport._event_store = view
         transport.__class__ = _combine(ReplayTransport, type(transport))
-        self._replica.views[session_id] = view
+        self._replica.followers[session_id] = view.live
         return view
 
-    async def _discard_session(
-        self, session_id: str, transport: StreamableHTTPServerTransport
-    ) -> None:
-        """Forget the session in this process only: it lives on in the store and elsewhere."""
-        await super()._discard_session(session_id, transport)
+    def discarded(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        """Forgotten in this process only: the session lives on in the store and elsewhere."""
         view = transport._event_store
-        if isinstance(view, SessionEventStore):
+        if isinstance(view, SessionView):
             view.close_local()
-            if self._replica.views.get(session_id) is view:
-                del self._replica.views[session_id]
+            if self._replica.followers.get(session_id) is view.live:
+                del self._replica.followers[session_id]
             self._replica.release_session(session_id)
 
     # ---------------------------------------------------------------- other replicas
+    # (the replica's Sessions protocol: what other replicas tell this process)
 
     def _transport(self, session_id: str) -> ReplayTransport | None:
         transport = self._server_instances.get(session_id)
         return transport if isinstance(transport, ReplayTransport) else None
 
-    def _ended_elsewhere(self, session_id: str) -> None:
-        transport = self._transport(session_id)
+    def ended_elsewhere(self, session: str) -> None:
+        """``session`` ended on another replica: forget it here."""
+        transport = self._transport(session)
         if transport is not None:
-            self._replica.spawn(self._discard_session, session_id, transport)
+            self._replica.spawn(self._discard_session, session, transport)
 
-    def _forwarded(self, session_id: str, body: str) -> None:
-        transport = self._transport(session_id)
+    def forwarded(self, session: str, body: str) -> None:
+        """A client message for a request of ``session`` running here enters its loop."""
+        transport = self._transport(session)
         if transport is None:
-            logger.info("forwarded message for session %s, which is not served here", session_id)
+            logger.info("forwarded message for session %s, which is not served here", session)
             return
         self._replica.spawn(transport.deliver_forwarded, body)
 
-    def _taken_over(self, session_id: str, sequence: str) -> None:
-        transport = self._transport(session_id)
+    def taken_over(self, session: str, stream: str) -> None:
+        """A newer connection took ``stream`` over: close the one carrying it here."""
+        transport = self._transport(session)
         if transport is not None:
-            view = transport.replay_store
+            view = transport.view
             if view is not None:
-                view.close_stream(sequence)
-            transport.close_sdk_stream(sequence)
+                view.live.close_stream(stream)
+            transport.close_sdk_stream(stream)
+
+
+class _Hosted:
+    """How one session's view reports to the manager (its :class:`SessionHost`)."""
+
+    def __init__(
+        self,
+        manager: ReplaySessionManager,
+        session_id: str,
+        transport: StreamableHTTPServerTransport,
+    ) -> None:
+        self._manager = manager
+        self._session_id = session_id
+        self._transport = transport
+
+    async def discard(self) -> None:
+        await self._manager._discard_session(self._session_id, self._transport)
+
+    def failed(self, exc: BaseException) -> None:
+        manager = self._manager
+        manager._replica.spawn(self.discard)
+        if manager._task_group is not None and not manager._replica.running:
+            manager._task_group.start_soon(self.discard)
 
 
 def _restore(connection: Connection, record: dict[str, str]) -> None:
@@ -474,21 +451,6 @@ def _unavailable() -> Response:
         media_type="application/json",
         headers={"Retry-After": str(RETRY_AFTER)},
     )
-
-
-async def _send_and_report_status(
-    app: Any, scope: Scope, receive: Receive, send: Send
-) -> int | None:
-    status: int | None = None
-
-    async def watch_status(message: Any) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        await send(message)
-
-    await app(scope, receive, watch_status)
-    return status
 
 
 class _ServesStreamableHTTP(Protocol):
@@ -521,13 +483,10 @@ def streamable_http_app(
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
     store = as_event_store(buffer, observer)
+    settings = Settings(
+        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+    )
     typed = cast(_ServesStreamableHTTP, server)
     app = typed.streamable_http_app(event_store=store, **kwargs)
-    ReplaySessionManager.adopt(
-        typed.session_manager,
-        store,
-        lease_ttl=lease_ttl,
-        check_interval=check_interval,
-        store_timeout=store_timeout,
-    )
+    ReplaySessionManager.adopt(typed.session_manager, store, settings)
     return app

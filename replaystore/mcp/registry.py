@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from ..buffer import ReplayBuffer
+from ..backends.coordination import Coordination, OnRedis
 from ..errors import StorageError
 
 __all__ = ["FINISHED", "MemoryRegistry", "RedisRegistry", "Registry", "registry_for"]
@@ -111,7 +111,7 @@ class _MemoryState:
             del self.ends[end]
 
 
-_MEMORY: weakref.WeakKeyDictionary[Any, _MemoryState] = weakref.WeakKeyDictionary()
+_MEMORY: weakref.WeakKeyDictionary[object, _MemoryState] = weakref.WeakKeyDictionary()
 
 
 def _now() -> float:
@@ -121,7 +121,7 @@ def _now() -> float:
 class MemoryRegistry(Registry):
     """The registry of a memory store, shared by every buffer using that store."""
 
-    def __init__(self, key: Any) -> None:
+    def __init__(self, key: object) -> None:
         state = _MEMORY.get(key)
         if state is None:
             state = _MEMORY[key] = _MemoryState()
@@ -216,13 +216,13 @@ _UPDATE = (
 class RedisRegistry(Registry):
     """The registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own."""
 
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self._client = backend.client
+    def __init__(self, redis: OnRedis) -> None:
+        self._key_base = redis.key_base
+        self._client = redis.client
 
     def _base(self, session: str) -> str:
         """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
-        return str(self._backend.key_base(session))
+        return self._key_base(session)
 
     def _record(self, session: str) -> str:
         return f"{self._base(session)}:mcp"
@@ -313,14 +313,8 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def registry_for(buffer: ReplayBuffer) -> Registry:
-    """The registry living in the same store as ``buffer``'s events."""
-    backend = buffer.backend
-    if hasattr(backend, "client") and hasattr(backend, "prefix"):
-        return RedisRegistry(backend)
-    return MemoryRegistry(_memory_key(backend))
-
-
-def _memory_key(backend: Any) -> Any:
-    """What buffers sharing one memory store have in common (the store itself)."""
-    return getattr(backend, "_store", backend)
+def registry_for(coordination: Coordination) -> Registry:
+    """The registry a backend's coordination declares: in its store, beside the events."""
+    if isinstance(coordination, OnRedis):
+        return RedisRegistry(coordination)
+    return MemoryRegistry(coordination.scope)

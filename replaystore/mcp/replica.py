@@ -1,11 +1,13 @@
 """One server process's membership in a set of replicas sharing a store.
 
 A :class:`Replica` has an id, the session registry and the notification bus
-of its store, the leases of the requests it runs (renewed by one background
-task), and the store views of the sessions it currently serves, to which it
-hands wake-ups, takeovers and session ends coming from the other replicas.
-Nothing here needs configuration: processes (or apps) on one buffer URL are
-replicas of each other.
+its store's backend declares (:mod:`replaystore.backends.coordination`), the
+leases of the requests it runs (renewed by one background task), and the live
+connections of the sessions it currently serves, to which it hands wake-ups;
+session ends, takeovers and forwarded messages from the other replicas go to
+the session manager (:class:`Sessions`, given at construction). Nothing here
+needs configuration: processes (or apps) on one buffer URL are replicas of
+each other.
 
 **Leases.** A POST's request takes a lease on its stream before it is
 dispatched, renewed every ``lease_ttl / 3`` seconds while it runs and
@@ -25,81 +27,69 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
+from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
-from .bus import Bus, bus_for
+from .bus import Bus, End, Forward, Gap, Message, Takeover, Wake, bus_for
 from .registry import FINISHED, Registry, registry_for
+from .settings import Settings
 
-if TYPE_CHECKING:
-    from .store import SessionEventStore
-
-__all__ = ["DEFAULT_CHECK_INTERVAL", "DEFAULT_LEASE_TTL", "DEFAULT_STORE_TIMEOUT", "Replica"]
+__all__ = ["Followers", "Replica", "Sessions"]
 
 logger = logging.getLogger("replaystore.mcp")
-
-#: Seconds a request's lease lasts without renewal: how long a client waits,
-#: at most, for the answer to a request whose replica stopped.
-DEFAULT_LEASE_TTL = 5.0
-
-#: Seconds between two store checks of a live connection (lost wake-ups, lapsed leases).
-DEFAULT_CHECK_INTERVAL = 1.0
-
-#: Seconds a request waits for the store before it is answered 503 (with
-#: ``Retry-After``): a store outage must not hold requests for long.
-DEFAULT_STORE_TIMEOUT = 1.0
-
-#: Live connections of the standalone GET stream re-check the store this many
-#: times less often than request streams: they have no lease to watch, and a
-#: lost notification (rare: the bus also wakes every connection after it
-#: reconnects) costs them latency only.
-GET_CHECK_FACTOR = 10
-
-#: Store reads of live connections in flight at once, per replica: however many
-#: clients are attached, the replica's connection pool does not grow for them.
-LIVE_READS = 8
 
 #: Seconds an end claim is remembered (long after any client gave up on the stream).
 _END_MEMORY = 3600.0
 
-Handler = Callable[[dict[str, Any]], None]
+
+class Sessions(Protocol):
+    """What a replica tells the session manager of its process (given at construction)."""
+
+    def ended_elsewhere(self, session: str) -> None:
+        """``session`` ended on another replica: forget it here."""
+
+    def forwarded(self, session: str, body: str) -> None:
+        """A client message (JSON text) for a request of ``session`` running here."""
+
+    def taken_over(self, session: str, stream: str) -> None:
+        """A newer connection took ``stream`` over: close the one carrying it here."""
+
+
+class Followers(Protocol):
+    """The live connections of one session on this replica (what a wake-up reaches)."""
+
+    def wake(self, sequence: str) -> None:
+        """New events of ``sequence`` may be in the store."""
+
+    def wake_all(self) -> None:
+        """Notifications may have been lost: every live connection re-reads the store."""
 
 
 class Replica:
     """This process's end of the replica set of one store."""
 
     def __init__(
-        self,
-        buffer: ReplayBuffer,
-        *,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
-        check_interval: float = DEFAULT_CHECK_INTERVAL,
-        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        self, buffer: ReplayBuffer, sessions: Sessions, settings: Settings | None = None
     ) -> None:
-        if lease_ttl <= 0 or check_interval <= 0 or store_timeout <= 0:
-            raise ValueError("lease_ttl, check_interval and store_timeout must be positive")
-        self.store_timeout = store_timeout
+        """Raises ``TypeError`` when the buffer's backend declares no replica coordination."""
+        coordination = coordination_of(buffer.backend)
+        self.settings = settings if settings is not None else Settings()
         self.id = uuid.uuid4().hex[:12]
         self.buffer = buffer
-        self.lease_ttl = lease_ttl
-        self.check_interval = check_interval
-        self.reads = anyio.CapacityLimiter(LIVE_READS)
-        self.registry: Registry = registry_for(buffer)
-        self.bus: Bus = bus_for(buffer, self.id, self._on_message)
-        self.views: dict[str, SessionEventStore] = {}
+        self.sessions = sessions
+        self.reads = anyio.CapacityLimiter(self.settings.live_reads)
+        self.registry: Registry = registry_for(coordination)
+        self.bus: Bus = bus_for(coordination, self.id, self._on_message)
+        #: The live connections of each session served here, by session id.
+        self.followers: dict[str, Followers] = {}
         self._leases: dict[tuple[str, str], None] = {}
         self._touched: dict[str, float] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
-        #: Set by the session manager: a session ended elsewhere (forget it here).
-        self.on_end: Callable[[str], None] | None = None
-        #: Set by the session manager: a client message for a request running here.
-        self.on_forward: Callable[[str, str], None] | None = None
-        #: Set by the session manager: another replica took a stream over.
-        self.on_takeover: Callable[[str, str], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -132,7 +122,7 @@ class Replica:
         Also keeps the session's record from expiring while the session is in
         use (at most one refresh per quarter of its lifetime).
         """
-        await self.registry.acquire(session, stream, self.id, self.lease_ttl)
+        await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl)
         self._leases[(session, stream)] = None
         ttl = self.buffer.retention.session_ttl
         now = time.monotonic()
@@ -178,13 +168,14 @@ class Replica:
                 await self._abandon(session, stream)
 
     async def _renew_loop(self) -> None:
+        ttl = self.settings.lease_ttl
         while True:
-            await anyio.sleep(self.lease_ttl / 3)
+            await anyio.sleep(ttl / 3)
             held = list(self._leases)
             if not held:
                 continue
             try:
-                kept = await self.registry.renew(held, self.id, self.lease_ttl)
+                kept = await self.registry.renew(held, self.id, ttl)
             except StorageError as exc:
                 logger.warning("could not renew %d request leases: %s", len(held), exc)
                 continue
@@ -218,42 +209,32 @@ class Replica:
 
     def wake(self, session: str, stream: str) -> None:
         """An event of ``stream`` was appended here: wake local and remote connections."""
-        view = self.views.get(session)
-        if view is not None:
-            view.wake_local(stream)
+        followers = self.followers.get(session)
+        if followers is not None:
+            followers.wake(stream)
         self.bus.wake(session, stream)
 
-    def _on_message(self, message: dict[str, Any]) -> None:
-        kind = message.get("t")
-        session = message.get("s")
-        if not isinstance(session, str) and kind != "gap":
-            return
-        session = str(session)
-        if kind == "wake":
-            view = self.views.get(session)
-            stream = message.get("q")
-            if view is not None and isinstance(stream, str):
-                view.wake_local(stream)
-        elif kind == "gap":  # notifications may have been lost: every live connection re-reads
-            for view in list(self.views.values()):
-                view.wake_all()
-        elif kind == "end":
-            if self.on_end is not None:
-                self.on_end(session)
-        elif kind == "takeover":
-            stream = message.get("q")
-            if self.on_takeover is not None and isinstance(stream, str):
-                self.on_takeover(session, stream)
-        elif kind == "fwd":
-            body = message.get("m")
-            if self.on_forward is not None and isinstance(body, str):
-                self.on_forward(session, body)
+    def _on_message(self, message: Message) -> None:
+        match message:
+            case Wake(session, stream):
+                followers = self.followers.get(session)
+                if followers is not None:
+                    followers.wake(stream)
+            case Gap():  # notifications may have been lost: every live connection re-reads
+                for followers in list(self.followers.values()):
+                    followers.wake_all()
+            case End(session):
+                self.sessions.ended_elsewhere(session)
+            case Takeover(session, stream):
+                self.sessions.taken_over(session, stream)
+            case Forward(session, body):
+                self.sessions.forwarded(session, body)
 
     async def announce_end(self, session: str) -> None:
-        await self.bus.broadcast({"t": "end", "s": session})
+        await self.bus.broadcast(End(session))
 
     async def announce_takeover(self, session: str, stream: str) -> None:
-        await self.bus.broadcast({"t": "takeover", "s": session, "q": stream})
+        await self.bus.broadcast(Takeover(session, stream))
 
     async def forward(self, replica: str, session: str, body: bytes) -> None:
-        await self.bus.send(replica, {"t": "fwd", "s": session, "m": body.decode("utf-8")})
+        await self.bus.send(replica, Forward(session, body.decode("utf-8")))

@@ -10,16 +10,24 @@ This module lists them all in one place and checks, when
 used here; if one is missing, the import fails with
 :class:`SDKCompatibilityError` naming the installed versions and the tested
 ranges, instead of misbehaving at run time.
+
+The methods :mod:`replaystore.mcp.overrides` replaces carry a digest of the
+SDK's own source of each (``source``): the import does not check it (a
+reworded upstream docstring must not stop a server), the test suite does, so
+an SDK upgrade that changes an overridden method fails the tests until the
+override is read again against the new code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from mcp.server import streamable_http_manager
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
@@ -33,9 +41,11 @@ __all__ = [
     "TESTED_MCP",
     "Requirement",
     "SDKCompatibilityError",
+    "changed_sources",
     "check",
     "lowlevel_server",
     "requirements",
+    "source_digest",
 ]
 
 #: The SDK and FastMCP ranges this package is tested against (also pinned in
@@ -54,12 +64,17 @@ class SDKCompatibilityError(ReplayStoreError, ImportError):
 
 @dataclass(frozen=True, slots=True)
 class Requirement:
-    """One private name: where it lives, what it is, and why it is needed."""
+    """One private name: where it lives, what it is, and why it is needed.
+
+    ``source`` is set for a method this package overrides: the
+    :func:`source_digest` of the SDK's own version it was written against.
+    """
 
     owner: str
     name: str
-    kind: str  # "method", "attribute" (on an instance), "parameter" (of a callable)
+    kind: str  # "method" (or function), "attribute" (on an instance), "parameter" (of a callable)
     why: str
+    source: str = ""
 
 
 # How to get an object to look a name up on, per owner.
@@ -72,6 +87,7 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "JSONRPCDispatcher": lambda: JSONRPCDispatcher,
     "Connection.for_loop": lambda: Connection.for_loop,
     "serve_connection": lambda: serve_connection,
+    "streamable_http_manager": lambda: streamable_http_manager,
     "FastMCPStreamableHTTPSessionManager()": lambda: _fastmcp_manager(),
 }
 
@@ -88,25 +104,35 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "StreamableHTTPSessionManager",
         "_admit_session",
         "method",
-        "gives each new session its store view before anything is stored",
+        "gives each new session its view before anything is stored",
+        source="be70a49c7998add8",
     ),
     Requirement(
         "StreamableHTTPSessionManager",
         "_discard_session",
         "method",
         "forgets a session in this process only",
+        source="29912d64573817be",
     ),
     Requirement(
         "StreamableHTTPSessionManager",
         "_handle_stateful_request",
         "method",
         "adopts a session the store knows before the SDK answers 404",
+        source="aaa548f3ce29008d",
     ),
     Requirement(
         "StreamableHTTPSessionManager",
         "_serve_opening_request",
         "method",
         "runs the session loop with replica-unique server request ids",
+        source="6940e25a2a3a1586",
+    ),
+    Requirement(
+        "streamable_http_manager",
+        "_send_and_report_status",
+        "method",
+        "the SDK's status check of a session's opening request, called as it is",
     ),
     Requirement(
         "StreamableHTTPSessionManager()",
@@ -141,24 +167,28 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "_handle_get_request",
         "method",
         "plain GETs attach through the store",
+        source="4169e339c24ca1d7",
     ),
     Requirement(
         "StreamableHTTPServerTransport",
         "_handle_post_request",
         "method",
         "client answers to another replica's requests are forwarded there",
+        source="cc4f2cd0c9e317a2",
     ),
     Requirement(
         "StreamableHTTPServerTransport",
         "_handle_delete_request",
         "method",
         "DELETE ends the session on every replica",
+        source="5cfabc881b4aa344",
     ),
     Requirement(
         "StreamableHTTPServerTransport",
         "_replay_events",
         "method",
         "GET + Last-Event-ID resolves before answering (404 on a failed verdict)",
+        source="fc5d049793525733",
     ),
     Requirement(
         "StreamableHTTPServerTransport",
@@ -176,7 +206,7 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "StreamableHTTPServerTransport()",
         "_event_store",
         "attribute",
-        "replaced by the session's store view",
+        "replaced by the session's view",
     ),
     Requirement(
         "StreamableHTTPServerTransport()",
@@ -208,6 +238,7 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "_allocate_id",
         "method",
         "server-to-client request ids name the replica that sent them",
+        source="a6f0d6f2cb32f4ff",
     ),
     Requirement(
         "Connection.for_loop",
@@ -238,6 +269,31 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
 def requirements() -> tuple[Requirement, ...]:
     """Every private SDK name used by :mod:`replaystore.mcp`."""
     return _REQUIREMENTS
+
+
+def source_digest(obj: Any) -> str:
+    """A short digest of the source of ``obj``: it changes when its code or comments change."""
+    return hashlib.sha256(inspect.getsource(obj).encode("utf-8")).hexdigest()[:16]
+
+
+def changed_sources(
+    reqs: Iterable[Requirement] | None = None,
+    owners: dict[str, Callable[[], Any]] | None = None,
+) -> list[str]:
+    """The overridden methods whose upstream source differs from the one reviewed, with digests.
+
+    Each entry reads ``"Owner.name: reviewed <digest>, installed <digest>"``.
+    ``reqs`` and ``owners`` default to this package's own list.
+    """
+    lookup = _OWNERS if owners is None else {**_OWNERS, **owners}
+    changed = []
+    for r in _REQUIREMENTS if reqs is None else reqs:
+        if not r.source:
+            continue
+        installed = source_digest(getattr(lookup[r.owner](), r.name))
+        if installed != r.source:
+            changed.append(f"{r.owner}.{r.name}: reviewed {r.source}, installed {installed}")
+    return changed
 
 
 def _missing(requirement: Requirement, owners: dict[str, Callable[[], Any]]) -> bool:

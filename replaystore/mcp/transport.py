@@ -1,7 +1,8 @@
 """Fail-closed resumption, live tails from the store, and forwarding, over the SDK's transport.
 
 The stock SDK (``mcp`` 2.3) transport is kept for everything it does right;
-these overrides close its gaps:
+this package closes its gaps (the hooks into the SDK's private methods are in
+:mod:`replaystore.mcp.overrides`, the answers here):
 
 1. **Silent 200.** ``_replay_events`` starts the SSE response (status 200)
    *before* it asks the store, so an unknown or evicted ``Last-Event-ID``
@@ -21,7 +22,7 @@ these overrides close its gaps:
    client may have given up on.
 3. **GET stream.** Standalone messages stored while no GET is attached are
    delivered to the next GET (see
-   :meth:`~replaystore.mcp.store.SessionEventStore.attach_get`); every GET
+   :meth:`~replaystore.mcp.live.LiveStreams.attach_get`); every GET
    carries a priming event in position order; a second GET takes the stream
    over instead of getting the SDK's 409.
 4. **Requests run where they land.** A POSTed request takes a lease on its
@@ -51,7 +52,6 @@ from mcp.server.streamable_http import (
     MCP_SESSION_ID_HEADER,
     EventMessage,
     SSEEvent,
-    StreamableHTTPServerTransport,
     check_accept_headers,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
@@ -60,14 +60,17 @@ from mcp_types.version import is_version_at_least
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from ..errors import StorageError, UnknownSessionError
 from ..verdicts import Resumption
 from .forwarding import route
+from .live import Attachment, _vanished
+from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response, sequence_name
-from .store import Attachment, SessionEventStore, _vanished
+from .overrides import TransportOverrides
 from .tail import Tail
+from .view import SessionView
 
 __all__ = ["PRIMING_SINCE", "ReplayTransport"]
 
@@ -80,59 +83,61 @@ PRIMING_SINCE = "2025-11-25"
 RETRY_AFTER = 1
 
 
-class ReplayTransport(StreamableHTTPServerTransport):
+class ReplayTransport(TransportOverrides):
     """The SDK transport with fail-closed resumption, store-fed live tails and forwarding.
 
     It has no ``__init__`` and no state of its own (the per-session state is
-    in its :class:`SessionEventStore`), so that the session manager can keep
-    the SDK's own construction of the transport and only change its class.
+    in its :class:`~replaystore.mcp.view.SessionView`), so that the session
+    manager can keep the SDK's own construction of the transport and only
+    change its class.
     """
 
     @property
-    def replay_store(self) -> SessionEventStore | None:
-        store = self._event_store
-        return store if isinstance(store, SessionEventStore) else None
+    def view(self) -> SessionView | None:
+        """The session's view (the SDK's ``_event_store``, replaced by the session manager)."""
+        view = self._event_store
+        return view if isinstance(view, SessionView) else None
 
-    # ------------------------------------------------------------ overrides
+    # ------------------------------------------------------------ requests
+    # (called by the overrides of the SDK's private methods, in overrides.py)
 
-    async def _handle_get_request(self, request: Request, send: Send) -> None:
+    async def answer_get(self, request: Request, send: Send) -> bool:
         """Plain GETs attach through the store; everything else is the SDK's path."""
-        view = self.replay_store
+        view = self.view
         _, has_sse = check_accept_headers(request)
         if view is None or not has_sse or request.headers.get(LAST_EVENT_ID_HEADER):
-            # Validation errors, and GET + Last-Event-ID (-> _replay_events below).
-            await super()._handle_get_request(request, send)
-            return
+            # Validation errors, and GET + Last-Event-ID (-> answer_resume below).
+            return False
         if not await self._validate_request_headers(request, send):
-            return
+            return True
         prime = _primes(request)
-        await self._attach(lambda: view.attach_get(prime=prime), request, send, prime)
+        await self._attach(lambda: view.live.attach_get(prime=prime), request, send, prime)
+        return True
 
-    async def _replay_events(self, last_event_id: str, request: Request, send: Send) -> None:
+    async def answer_resume(self, last_event_id: str, request: Request, send: Send) -> bool:
         """Resolve first, answer after: 404 + verdict on failure, never an empty 200."""
-        view = self.replay_store
+        view = self.view
         if view is None:  # pragma: no cover - only with a foreign event store
-            await super()._replay_events(last_event_id, request, send)
-            return
+            return False
         prime = _primes(request)
         cursor = _header_text(last_event_id)
-        await self._attach(lambda: view.attach_resume(cursor, prime=prime), request, send, prime)
+        await self._attach(
+            lambda: view.live.attach_resume(cursor, prime=prime), request, send, prime
+        )
+        return True
 
-    async def _handle_post_request(
-        self, scope: Scope, request: Request, receive: Receive, send: Send
-    ) -> None:
+    async def answer_post(self, request: Request, send: Send) -> bool:
         """Forward what belongs to another replica; lease the requests that run here."""
-        view = self.replay_store
+        view = self.view
         replica = view.replica if view is not None else None
         if view is None or replica is None:
-            await super()._handle_post_request(scope, request, receive, send)
-            return
+            return False
         body = await request.body()  # cached: the SDK reads it again from this request
         message = _peek(body)
         request_id = _request_id(message)
         leased = request_id is not None and message and message.get("method") != "initialize"
         try:
-            with _bounded(replica.store_timeout):
+            with _bounded(replica.settings.store_timeout):
                 destination = await self._destination(view, message)
                 if destination is None and leased and request_id is not None:
                     await replica.acquire(view.session_id, sequence_name(request_id))
@@ -140,7 +145,7 @@ class ReplayTransport(StreamableHTTPServerTransport):
                 if await self._validate_request_headers(request, send):
                     await replica.forward(destination, view.session_id, body)
                     await self._json(request, send, HTTPStatus.ACCEPTED, None)
-                return
+                return True
         except StorageError as exc:
             logger.warning(
                 "request of session %s refused: the replay store cannot be reached (%s)",
@@ -148,26 +153,25 @@ class ReplayTransport(StreamableHTTPServerTransport):
                 str(exc)[:256],
             )
             await self._unavailable(request, send)
-            return
-        await super()._handle_post_request(scope, request, receive, send)
+            return True
+        return False
 
-    async def _handle_delete_request(self, request: Request, send: Send) -> None:
+    async def deleted(self) -> None:
         """DELETE ends the session in the store and on every replica, not only here."""
-        await super()._handle_delete_request(request, send)
-        view = self.replay_store
+        view = self.view
         if view is not None and self.is_terminated:
             await view.end_everywhere()
 
     def close_sse_stream(self, request_id: Any) -> None:
         """Also end the connection when the stream is carried by one of ours (a resumed one)."""
         super().close_sse_stream(request_id)
-        view = self.replay_store
+        view = self.view
         if view is not None:
-            view.close_stream(sequence_name(str(request_id)))
+            view.live.close_stream(sequence_name(str(request_id)))
 
     async def terminate(self) -> None:
         await super().terminate()
-        view = self.replay_store
+        view = self.view
         if view is not None:
             view.close_local()
 
@@ -194,9 +198,7 @@ class ReplayTransport(StreamableHTTPServerTransport):
 
     # ------------------------------------------------------------ internals
 
-    async def _destination(
-        self, view: SessionEventStore, message: dict[str, Any] | None
-    ) -> str | None:
+    async def _destination(self, view: SessionView, message: dict[str, Any] | None) -> str | None:
         """The other replica a client message must go to, or None to handle it here."""
         replica = view.replica
         if replica is None or message is None:
@@ -243,11 +245,10 @@ class ReplayTransport(StreamableHTTPServerTransport):
 
     async def _fail_closed(self, resumption: Resumption, request: Request, send: Send) -> None:
         """End the session everywhere, then answer 404 with the verdict and its evidence."""
-        view = self.replay_store
+        view = self.view
         if view is not None:
             await view.end_everywhere()
-            if view.discard is not None:
-                await view.discard()
+            await view.discard()
         if not self.is_terminated:
             with anyio.CancelScope(shield=True):
                 await self.terminate()
@@ -301,7 +302,7 @@ class ReplayTransport(StreamableHTTPServerTransport):
         self, attachment: Attachment, request: Request, send: Send, prime: bool
     ) -> None:
         """Send the replay, then the live tail, as one SSE response."""
-        view = self.replay_store
+        view = self.view
         assert view is not None
         tail = attachment.tail
         stream = attachment.stream
@@ -324,13 +325,13 @@ class ReplayTransport(StreamableHTTPServerTransport):
                         for _, event in attachment.replay:
                             await writer.send(self._create_event_data(event))
                             if tail is not None:
-                                view.delivered(tail, cast(str, event.event_id))
+                                view.live.delivered(tail, cast(str, event.event_id))
                             if ends_with_response and is_response(event.message):
                                 return
                         if attachment.first is not None and tail is not None:
                             if prime:
                                 await writer.send(self._priming(attachment.first))
-                            view.delivered(tail, attachment.first)
+                            view.live.delivered(tail, attachment.first)
                         if tail is not None:
                             await self._follow(view, tail, writer, prime, ends_with_response)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
@@ -339,7 +340,7 @@ class ReplayTransport(StreamableHTTPServerTransport):
                 logger.exception("error in the SSE writer of stream %r", stream)
             finally:
                 if tail is not None:
-                    await view.detach(tail)
+                    await view.live.detach(tail)
 
         response = EventSourceResponse(content=reader, data_sender_callable=sender, headers=headers)
         try:
@@ -350,11 +351,11 @@ class ReplayTransport(StreamableHTTPServerTransport):
             await writer.aclose()
             await reader.aclose()
             if tail is not None:
-                await view.detach(tail)
+                await view.live.detach(tail)
 
     async def _follow(
         self,
-        view: SessionEventStore,
+        view: SessionView,
         tail: Tail,
         writer: Any,
         prime: bool,
@@ -362,13 +363,13 @@ class ReplayTransport(StreamableHTTPServerTransport):
     ) -> None:
         """Live delivery: after each wake-up (or check interval), read the rest from the store."""
         last_check = time.monotonic()
-        interval = view.check_interval(tail.sequence)
+        interval = view.live.check_interval(tail.sequence)
         while not tail.closed:
             await tail.wait(interval)
             if tail.closed:
                 return
             try:
-                caught = await view.catch_up(tail)
+                caught = await view.live.catch_up(tail)
             except StorageError as exc:
                 logger.warning(
                     "live stream %r of session %s ended: replay store unreachable (%s); "
@@ -388,25 +389,24 @@ class ReplayTransport(StreamableHTTPServerTransport):
                     caught.verdict.value,
                 )
                 await view.end_everywhere()
-                if view.discard is not None:
-                    await view.discard()
+                await view.discard()
                 return
             for event in caught.events:
                 tail.advance(event.event_id)
                 if event.payload is None:
                     if prime:
                         await writer.send(self._priming(event.event_id))
-                    view.delivered(tail, event.event_id)
+                    view.live.delivered(tail, event.event_id)
                     continue
                 message = decode_message(event.payload)
                 await writer.send(self._create_event_data(EventMessage(message, event.event_id)))
-                view.delivered(tail, event.event_id)
+                view.live.delivered(tail, event.event_id)
                 if ends_with_response and is_response(message):
                     return
             now = time.monotonic()
             if ends_with_response and not caught.events and now - last_check >= interval:
                 last_check = now
-                await view.end_if_lost(tail)
+                await end_if_lost(view, tail)
 
 
 def _primes(request: Request) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -10,12 +13,16 @@ import pytest
 from fakeredis import FakeAsyncRedis
 
 from replaystore import ReplayBuffer
+from replaystore.backends.memory import MemoryBackend
 from replaystore.backends.redis import RedisBackend
 from replaystore.mcp import sdk
-from replaystore.mcp.bus import MemoryBus
-from replaystore.mcp.forwarding import ReplicaDispatcher, Route, replica_of, route
+from replaystore.mcp.bus import End, Forward, MemoryBus, Takeover, Wake, decode, encode
+from replaystore.mcp.forwarding import Route, replica_of, route
+from replaystore.mcp.manager import ReplaySessionManager
+from replaystore.mcp.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
 from replaystore.mcp.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
 from replaystore.mcp.replica import Replica
+from replaystore.mcp.transport import ReplayTransport
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import (
     ServerHandle,
@@ -69,6 +76,57 @@ def test_a_missing_parameter_is_reported() -> None:
     gone = sdk.Requirement("serve", "lifespan_state", "parameter", "drives a loop")
     with pytest.raises(sdk.SDKCompatibilityError, match=r"serve\.lifespan_state"):
         sdk.check([gone], owners={"serve": lambda: serve})
+
+
+def test_every_private_sdk_method_overridden_is_in_one_module_and_listed() -> None:
+    """Overrides of private SDK methods live in overrides.py only, each listed with a digest."""
+
+    def private_methods(cls: type) -> set[str]:
+        return {
+            name
+            for name, value in vars(cls).items()
+            if name.startswith("_") and not name.startswith("__") and inspect.isfunction(value)
+        }
+
+    found = set()
+    for cls in (TransportOverrides, ManagerOverrides, ReplicaDispatcher):
+        for name in private_methods(cls):
+            base = next(b for b in cls.__mro__[1:] if name in vars(b))
+            found.add((base.__name__, name))
+    listed = {(r.owner, r.name) for r in sdk.requirements() if r.source}
+    assert found == listed
+    for cls, seam in (
+        (ReplayTransport, TransportOverrides),
+        (ReplaySessionManager, ManagerOverrides),
+    ):
+        sdk_names = {name for base in seam.__mro__[1:] for name in vars(base)}
+        assert not private_methods(cls) & sdk_names, cls.__name__
+
+
+def test_the_upstream_source_of_every_overridden_method_is_the_one_reviewed() -> None:
+    """An SDK upgrade that changes an overridden method fails here until the override is re-read.
+
+    Then update ``source=`` of that entry in ``replaystore/mcp/sdk.py`` to the
+    installed digest this message shows.
+    """
+    assert sdk.changed_sources() == []
+
+
+def test_a_changed_upstream_method_is_reported_with_both_digests() -> None:
+    class Upstream:
+        def _handle(self) -> int:
+            return 1
+
+    reviewed = sdk.source_digest(Upstream._handle)
+
+    class Upgraded:
+        def _handle(self) -> int:
+            return 2
+
+    entry = sdk.Requirement("Upstream", "_handle", "method", "x", source=reviewed)
+    assert sdk.changed_sources([entry], {"Upstream": lambda: Upstream}) == []
+    (changed,) = sdk.changed_sources([entry], {"Upstream": lambda: Upgraded})
+    assert changed.startswith("Upstream._handle: reviewed " + reviewed)
 
 
 # ---------------------------------------------------------------- routing
@@ -125,7 +183,7 @@ def _registry(name: str) -> Registry:
     if name == "memory":
         return MemoryRegistry(_Store())
     retention = ReplayBuffer.from_url("memory://").retention
-    return RedisRegistry(RedisBackend(retention, FakeAsyncRedis(), prefix="t:"))
+    return RedisRegistry(RedisBackend(retention, FakeAsyncRedis(), prefix="t:").coordination())
 
 
 @pytest.mark.parametrize("name", ["memory", "fakeredis"])
@@ -167,21 +225,68 @@ async def test_a_lease_lapses_when_not_renewed() -> None:
 # ---------------------------------------------------------------- replicas in one process
 
 
+class _Heard:
+    """What a replica hands to its process (its Sessions and one session's Followers), in order."""
+
+    def __init__(self, on_hear: Callable[[str, str], None] | None = None) -> None:
+        self.heard: list[tuple[str, str]] = []
+        self._on_hear = on_hear
+
+    def _add(self, what: str, detail: str) -> None:
+        self.heard.append((what, detail))
+        if self._on_hear is not None:
+            self._on_hear(what, detail)
+
+    def ended_elsewhere(self, session: str) -> None:
+        self._add("end", session)
+
+    def forwarded(self, session: str, body: str) -> None:
+        self._add("fwd", body)
+
+    def taken_over(self, session: str, stream: str) -> None:
+        self._add("takeover", stream)
+
+    def wake(self, sequence: str) -> None:
+        self._add("wake", sequence)
+
+    def wake_all(self) -> None:
+        self._add("*", "")  # every live connection re-reads the store
+
+
 async def test_replicas_on_one_memory_store_hear_each_other() -> None:
     """Two managers on memory://NAME: wake-ups, ends and forwarded messages reach the other one."""
     first = ReplayBuffer.from_url("memory://coordination")
     second = ReplayBuffer.from_url("memory://coordination")
-    one, two = Replica(first), Replica(second)
-    heard: list[tuple[str, str]] = []
-    two.on_end = lambda session: heard.append(("end", session))
-    two.on_forward = lambda session, body: heard.append(("fwd", body))
+    heard = _Heard()
+    one, two = Replica(first, _Heard()), Replica(second, heard)
     async with one.run(), two.run():
         assert isinstance(one.bus, MemoryBus)
         await one.registry.put_session("S", {"version": "v"}, None)
         assert await two.registry.get_session("S") == {"version": "v"}  # one registry
         await one.announce_end("S")
         await one.forward(two.id, "S", b'{"jsonrpc":"2.0","id":"1@x","result":{}}')
-    assert heard == [("end", "S"), ("fwd", '{"jsonrpc":"2.0","id":"1@x","result":{}}')]
+    assert heard.heard == [("end", "S"), ("fwd", '{"jsonrpc":"2.0","id":"1@x","result":{}}')]
+
+
+def test_a_backend_without_coordination_is_refused_by_name() -> None:
+    """A backend that declares no coordination gets a clear error, not a per-process registry."""
+
+    class Plain(MemoryBackend):
+        coordination = None  # type: ignore[assignment]
+
+    buffer = ReplayBuffer(Plain(ReplayBuffer.from_url("memory://").retention))
+    with pytest.raises(TypeError, match=r"Plain backend does not declare replica coordination"):
+        Replica(buffer, _Heard())
+
+
+def test_bus_messages_round_trip_and_junk_is_dropped() -> None:
+    for message in (Wake("S", "7"), End("S"), Takeover("S", "_GET_stream"), Forward("S", "{}")):
+        assert decode(encode(message, "r1")) == (message, "r1")
+    # The wire form other replicas of the same store read (and have read before).
+    wire = {"t": "wake", "s": "S", "q": "7", "from": "r1"}
+    assert json.loads(encode(Wake("S", "7"), "r1")) == wire
+    for junk in (b"", b"[]", b"{}", b'{"t":"wake","s":"S"}', b'{"t":"end","s":1}', b"\xff"):
+        assert decode(junk) is None
 
 
 @pytest.mark.parametrize("kind", ["redis", "cluster"])
@@ -201,23 +306,15 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
         ReplayBuffer.from_url(url, prefix=prefix) as first,
         ReplayBuffer.from_url(url, prefix=prefix) as second,
     ):
-        one, two = Replica(first), Replica(second)
-        heard: list[tuple[str, str]] = []
-        first, three = anyio.Event(), anyio.Event()
+        woke, three = anyio.Event(), anyio.Event()
 
         def hear(what: str, detail: str) -> None:
-            heard.append((what, detail))
-            first.set()
-            if len(heard) == 3:
+            woke.set()
+            if len(heard.heard) == 3:
                 three.set()
 
-        two.on_end = lambda session: hear("end", session)
-        two.on_forward = lambda session, body: hear("fwd", body)
-
-        class _View:
-            def wake_local(self, sequence: str) -> None:
-                hear("wake", sequence)
-
+        heard = _Heard(hear)
+        one, two = Replica(first, _Heard()), Replica(second, heard)
         async with one.run(), two.run():
             for session in ("S{1}", "T"):  # a brace in the id must not split the slot
                 await one.registry.put_session(session, {"version": "v"}, 60)
@@ -225,16 +322,16 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
                 await one.acquire(session, "7")
                 assert await two.registry.owner(session, "7") == one.id
                 assert not await two.lease_lapsed(session, "7")
-            two.views["T"] = _View()  # type: ignore[assignment]
+            two.followers["T"] = heard
             await two.bus.watch("T")
             with anyio.fail_after(10):
                 one.wake("T", "7")
-                await first.wait()  # the wake-up first, then the rest, in order
+                await woke.wait()  # the wake-up first, then the rest, in order
                 await one.announce_end("S{1}")
                 await one.forward(two.id, "T", b"{}")
                 await three.wait()
             await two.bus.unwatch("T")
-    assert heard == [("wake", "7"), ("end", "S{1}"), ("fwd", "{}")]
+    assert heard.heard == [("wake", "7"), ("end", "S{1}"), ("fwd", "{}")]
 
 
 async def test_notifications_resume_after_the_connection_is_cut(
@@ -250,25 +347,20 @@ async def test_notifications_resume_after_the_connection_is_cut(
             ReplayBuffer.from_url(handle.url, prefix=prefix) as first,
             ReplayBuffer.from_url(proxy.url(), prefix=prefix) as second,
         ):
-            one, two = Replica(first), Replica(second)
-            heard: list[str] = []
             again = anyio.Event()
 
-            class _View:
-                def wake_local(self, sequence: str) -> None:
-                    heard.append(sequence)
-                    if sequence == "after":
-                        again.set()
+            def hear(what: str, detail: str) -> None:
+                if detail == "after":
+                    again.set()
 
-                def wake_all(self) -> None:
-                    heard.append("*")  # every live connection re-reads the store
-
+            heard = _Heard(hear)
+            one, two = Replica(first, _Heard()), Replica(second, heard)
             async with one.run(), two.run():
-                two.views["T"] = _View()  # type: ignore[assignment]
+                two.followers["T"] = heard
                 await two.bus.watch("T")
                 assert proxy.sever_all() >= 1
                 with anyio.fail_after(20):
                     while not again.is_set():
                         one.wake("T", "after")
                         await anyio.sleep(0.2)
-    assert "*" in heard and "after" in heard
+    assert ("*", "") in heard.heard and ("wake", "after") in heard.heard

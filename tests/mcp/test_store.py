@@ -1,4 +1,4 @@
-"""The EventStore views in-process (no HTTP): scoping, encoding, the seam, the GET mark."""
+"""Session views in-process (no HTTP): scoping, encoding, the seam, the GET mark."""
 
 from __future__ import annotations
 
@@ -13,15 +13,10 @@ from mcp_types import (
 
 from replaystore import ReplayBuffer, ResumptionDesyncError, Verdict
 from replaystore.cursor import Cursor
-from replaystore.mcp import (
-    GET_STREAM,
-    CountingObserver,
-    PrometheusObserver,
-    ReplayEventStore,
-    SessionEventStore,
-)
-from replaystore.mcp.messages import decode_message, encode_message, sequence_name
+from replaystore.mcp import CountingObserver, PrometheusObserver, ReplayEventStore
+from replaystore.mcp.messages import GET_STREAM, decode_message, encode_message, sequence_name
 from replaystore.mcp.tail import Tail
+from replaystore.mcp.view import SessionView
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +39,7 @@ def make_store(max_events: int = 100) -> tuple[ReplayEventStore, CountingObserve
     return ReplayEventStore(buffer, observer=observer), observer
 
 
-async def collect(view: SessionEventStore, last_event_id: str) -> tuple[str | None, list[str]]:
+async def collect(view: SessionView, last_event_id: str) -> tuple[str | None, list[str]]:
     sent: list[str] = []
 
     async def send(event: object) -> None:
@@ -101,13 +96,13 @@ async def test_unbound_store_refuses_to_mix_sessions() -> None:
         await store.store_event("1", note(1))
 
 
-async def follow(view: SessionEventStore, tail: Tail, count: int) -> list[str]:
+async def follow(view: SessionView, tail: Tail, count: int) -> list[str]:
     """What a live connection reads: catch-ups from the store after each wake-up."""
     got: list[str] = []
     with anyio.fail_after(10):  # a lost event would wait forever
         while len(got) < count:
             await tail.wait(0.05)
-            caught = await view.catch_up(tail)
+            caught = await view.live.catch_up(tail)
             assert caught.ok
             for event in caught.events:
                 tail.advance(event.event_id)
@@ -133,7 +128,7 @@ async def test_resume_snapshot_and_live_tail_are_exact_under_concurrency() -> No
     async with anyio.create_task_group() as tg:
         tg.start_soon(producer)
         await anyio.lowlevel.checkpoint()
-        attachment = await view.attach_resume(first, prime=False)
+        attachment = await view.live.attach_resume(first, prime=False)
         assert attachment.ok and attachment.tail is not None
         got.extend(str(e.event_id) for _, e in attachment.replay)
         got.extend(await follow(view, attachment.tail, 300 - len(got)))
@@ -144,8 +139,8 @@ async def test_newest_connection_takes_the_stream_over() -> None:
     store, _ = make_store()
     view = store.for_session("s")
     first = await view.store_event("1", None)
-    old = await view.attach_resume(first, prime=True)
-    new = await view.attach_resume(first, prime=True)
+    old = await view.live.attach_resume(first, prime=True)
+    new = await view.live.attach_resume(first, prime=True)
     assert old.tail is not None and new.tail is not None
     assert old.tail.closed and old.tail.scope.cancel_called
     assert not new.tail.closed
@@ -155,7 +150,7 @@ async def test_newest_connection_takes_the_stream_over() -> None:
         new.first is not None and Cursor.parse(new.first).position == Cursor.parse(first).position
     )
     event_id = await view.store_event("1", note(1))
-    caught = await view.catch_up(new.tail)
+    caught = await view.live.catch_up(new.tail)
     assert [e.event_id for e in caught.events] == [event_id]
 
 
@@ -165,9 +160,9 @@ async def test_a_finished_stream_is_not_kept_open() -> None:
     first = await view.store_event("3", None)
     await view.store_event("3", note(1))
     last = await view.store_event("3", response(3))
-    replayed = await view.attach_resume(first, prime=True)
+    replayed = await view.live.attach_resume(first, prime=True)
     assert replayed.tail is None and len(replayed.replay) == 2
-    after_end = await view.attach_resume(last, prime=True)
+    after_end = await view.live.attach_resume(last, prime=True)
     assert after_end.ok and after_end.tail is None and after_end.replay == []
 
 
@@ -175,20 +170,20 @@ async def test_get_messages_stored_while_detached_are_replayed_once() -> None:
     store, _ = make_store()
     view = store.for_session("s")
     early = [await view.store_event(GET_STREAM, note(i)) for i in range(2)]
-    attachment = await view.attach_get(prime=True)
+    attachment = await view.live.attach_get(prime=True)
     assert [e.event_id for _, e in attachment.replay] == early
     assert attachment.tail is not None
     for _, event in attachment.replay:
-        view.delivered(attachment.tail, str(event.event_id))
-    await view.detach(attachment.tail)
+        view.live.delivered(attachment.tail, str(event.event_id))
+    await view.live.detach(attachment.tail)
     # Nothing missed since: nothing replayed, a priming event, nothing to read.
-    live = await view.attach_get(prime=True)
+    live = await view.live.attach_get(prime=True)
     assert live.replay == [] and live.tail is not None and live.first is not None
-    assert not (await view.catch_up(live.tail)).events
-    view.delivered(live.tail, live.first)
-    await view.detach(live.tail)
+    assert not (await view.live.catch_up(live.tail)).events
+    view.live.delivered(live.tail, live.first)
+    await view.live.detach(live.tail)
     later = await view.store_event(GET_STREAM, note(5))
-    again = await view.attach_get(prime=False)
+    again = await view.live.attach_get(prime=False)
     assert [e.event_id for _, e in again.replay] == [later]
 
 
@@ -197,7 +192,7 @@ async def test_get_messages_evicted_while_detached_fail_closed() -> None:
     view = store.for_session("s")
     for i in range(10):
         await view.store_event(GET_STREAM, note(i))
-    attachment = await view.attach_get(prime=True)
+    attachment = await view.live.attach_get(prime=True)
     assert not attachment.ok
     assert attachment.resumption.verdict is Verdict.BELOW_FLOOR
     assert observer.verdicts == {"below_floor": 1}
@@ -207,11 +202,11 @@ async def test_a_tail_that_falls_behind_eviction_gets_a_verdict_not_a_gap() -> N
     store, _ = make_store(max_events=5)
     view = store.for_session("s")
     first = await view.store_event("1", None)
-    attachment = await view.attach_resume(first, prime=False)
+    attachment = await view.live.attach_resume(first, prime=False)
     assert attachment.tail is not None
     for i in range(10):  # the connection reads nothing while these evict its position
         await view.store_event("1", note(i))
-    caught = await view.catch_up(attachment.tail)
+    caught = await view.live.catch_up(attachment.tail)
     assert caught.verdict is Verdict.BELOW_FLOOR and not caught.events
 
 
@@ -234,12 +229,12 @@ async def test_an_oversized_response_becomes_an_error_for_its_request() -> None:
     limit = store.buffer.retention.max_payload
     huge = JSONRPCResponse(jsonrpc="2.0", id=4, result={"text": "x" * (limit + 10)})
     await view.store_event("4", huge)
-    replayed = await view.attach_resume(first, prime=False)
+    replayed = await view.live.attach_resume(first, prime=False)
     assert replayed.ok and replayed.tail is None  # the stream ended with an answer
     ((_, answer),) = replayed.replay
     assert answer.message.id == 4  # type: ignore[union-attr]
     assert "size limit" in answer.message.error.message  # type: ignore[union-attr]
-    assert not view.is_closed  # the session is kept
+    assert not view.closed  # the session is kept
 
 
 def test_long_request_ids_map_to_bounded_names_deterministically() -> None:
@@ -279,7 +274,7 @@ async def test_a_failed_verdict_is_logged_once_with_its_evidence(
     view = store.for_session("s")
     await view.store_event("1", note(1))
     with caplog.at_level("WARNING", logger="replaystore.mcp"):
-        attachment = await view.attach_resume("000000000000-1", prime=True)
+        attachment = await view.live.attach_resume("000000000000-1", prime=True)
     assert attachment.resumption.verdict is Verdict.FOREIGN_CURSOR
     records = [r for r in caplog.records if r.name == "replaystore.mcp"]
     assert len(records) == 1

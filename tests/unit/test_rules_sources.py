@@ -3,7 +3,8 @@
 * The Lua scripts gather facts and never decide: no verdict value and no reason
   code appears in them, so there is no second copy of the rules to drift.
 * Every (verdict, reason) pair the Python rules can produce is a pair the
-  reason table knows, with that verdict.
+  reason table knows, with that verdict; so is every verdict ``replaystore.mcp``
+  reaches on its own.
 * The slots of ``facts.lua``'s reply are named once (``FACT_SLOTS``): every
   ``SLOT.<name>`` the scripts use is one of them, and each is used.
 """
@@ -15,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 import replaystore._rules as rules
+import replaystore.mcp as mcp
 from replaystore import Verdict
 from replaystore.backends.redis import _SCRIPTS, FACT_SLOTS
 from replaystore.verdicts import REASONS
@@ -41,14 +43,47 @@ def test_every_pair_the_rules_produce_is_known() -> None:
         assert code in REASONS, code
         assert REASONS[code][0] is Verdict[verdict], (verdict, code)
     # every reason a judgement can carry is used somewhere (no stale table entries)
-    used = {code for _, code in pairs} | {
-        "no_session",
-        "closed",
-        "torn_down",
-        "invalid_session",
-        "index_lost",
-    }
+    used = (
+        {code for _, code in pairs}
+        | set(_mcp_reasons())
+        | {
+            "no_session",
+            "closed",
+            "torn_down",
+            "invalid_session",
+            "index_lost",
+        }
+    )
     assert used == set(REASONS)
+
+
+def _mcp_reasons() -> dict[str, Verdict]:
+    """The reason codes replaystore.mcp gives its own verdicts, with the verdict of each.
+
+    An ``Evidence`` built there names its reason by code (``reason_text("code")``)
+    or by the very text of a table entry; any other text fails here.
+    """
+    found: dict[str, Verdict] = {}
+    texts = {text: code for code, (_, text) in REASONS.items()}
+    pattern = re.compile(
+        r"Verdict\.([A-Z_]+),\s*Evidence\(\s*[\w.]+(?:\([^()]*\))?,\s*"
+        r'(?:reason_text\("([a-z_]+)"\)|"([^"]*)")'
+    )
+    for path in Path(mcp.__file__).parent.glob("*.py"):
+        source = path.read_text()
+        built = len(re.findall(r"\bEvidence\((?!\*\*)", source))
+        matches = pattern.findall(source)
+        assert len(matches) == built, (path.name, "an Evidence whose reason is not in the table")
+        for verdict, code, text in matches:
+            code = code or texts.get(text, "")
+            assert code in REASONS, (path.name, text)
+            assert REASONS[code][0] is Verdict[verdict], (path.name, verdict, code)
+            found[code] = Verdict[verdict]
+    return found
+
+
+def test_mcp_reasons_are_in_the_table() -> None:
+    assert set(_mcp_reasons()) == {"attached_live", "vanished"}
 
 
 def test_fact_slots_named_once() -> None:
