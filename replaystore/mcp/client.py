@@ -31,8 +31,7 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from ..errors import ResumptionDesyncError
-from ..verdicts import Evidence, Resumption, Tombstone, Verdict
+from ..verdicts import Evidence, Resumption, ResumptionDesyncError, Tombstone, Verdict
 
 __all__ = [
     "DesyncWatch",

@@ -37,8 +37,8 @@ from mcp.server.streamable_http import (
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 
 from ..buffer import ReplayBuffer
-from ..errors import ResumptionDesyncError, StorageError, UnknownSessionError
-from ..verdicts import Resumption
+from ..errors import StorageError, UnknownSessionError
+from ..verdicts import Resumption, ResumptionDesyncError
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 from .metrics import STORAGE_ERROR, ResumptionObserver
