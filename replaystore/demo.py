@@ -6,7 +6,9 @@ call (``tool-7``); positions are counted session-wide. The client's last
 top-level event was at position 3120 and its last tool event at 4471; a
 count-based ring buffer has evicted everything up to 4400. The client then
 reconnects in the ways seen behind reverse proxies and stale replicas: from
-each stream's own cursor, with the tool stream's cursor on the top-level
+each stream's own cursor (the top-level one is evicted, but no top-level
+event after it is, so it resumes exactly), from an older top-level cursor
+(top-level events after it are gone), with the tool stream's cursor on the top-level
 stream (one ``Last-Event-ID`` slot, two streams), with a bare position, with a
 cursor ahead of the store, and with a cursor of an earlier incarnation.
 
@@ -176,7 +178,20 @@ async def run_demo(url: str = "memory://", out: Callable[[str], None] = print) -
     # (title, Last-Event-ID template, sequence named, stream the client wants, expected verdict)
     attempts: list[tuple[str, str, str | None, str, str]] = [
         ("resume the tool sub-stream from its own cursor", "{e}-4471", None, SUB, "resumed"),
-        ("resume the top-level stream from its cursor", "{e}-3120", TOP, TOP, "below_floor"),
+        (
+            "resume the top-level stream from its cursor: its event is evicted, none after it",
+            "{e}-3120",
+            TOP,
+            TOP,
+            "resumed",
+        ),
+        (
+            "a top-level client that dropped earlier, at 3000: 3001..3120 are evicted",
+            "{e}-3000",
+            TOP,
+            TOP,
+            "below_floor",
+        ),
         (
             "one Last-Event-ID slot: the GET stream reconnects with the sub-stream cursor",
             "{e}-4471",

@@ -88,7 +88,7 @@ REASONS: dict[str, tuple[Verdict, str]] = {
     ),
     "evicted": (
         Verdict.BELOW_FLOOR,
-        "the cursor's event has been evicted (never clamp to the floor)",
+        "an event of the cursor's sequence after it has been evicted (never clamp to the floor)",
     ),
     "missing_event": (Verdict.NOT_RETAINED, "no event is retained at the cursor position"),
     "other_event": (

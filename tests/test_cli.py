@@ -87,7 +87,7 @@ def test_demo_command_on_real_redis_deletes_its_keys(
     out = run_cli("demo", "--url", handle.url)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "UNEXPECTED" not in out.stdout
-    assert out.stdout.count("verdict : ") == 6
+    assert out.stdout.count("verdict : ") == 7
     assert out.stdout.count("every replica now sees unknown_session") == 5
     left = all_keys(handle) - before
     assert left == set(), f"the demo left keys behind: {sorted(left)[:10]}"

@@ -19,6 +19,7 @@ from replaystore import (
     UnknownSessionError,
     Verdict,
 )
+from replaystore.retention import EVICTED_SEQUENCES
 
 from ._support import (
     after,
@@ -977,3 +978,54 @@ async def test_every_reason_is_a_sentence(make_buffer, case):
     ]
     for res in seen:
         check_reason(res)
+
+
+# -- emptied sequences and the newest evicted event -----------------------------
+
+
+async def test_the_newest_evicted_event_survives_compaction(make_buffer):
+    """Evicted events leave their lists in batches (a sweep, an in-place trim); the
+    newest evicted one of each sequence stays, because it proves a cursor at it."""
+    buf = await make_buffer(max_events=20)
+    await buf.open_session(S)
+    a = await buf.append_many(S, "a", [b"a%d" % i for i in range(30)])  # a0..a9 evicted
+    # 16 evictions of another sequence's events: on Redis, the sweep of a's list
+    for i in range(16):
+        await buf.append(S, "b", b"b%d" % i)  # evicts a10..a25, one by one
+    check_resumed(
+        await buf.resolve_and_replay(S, a[25]),
+        [(a[i], "a", i + 1, b"a%d" % i) for i in range(26, 30)],
+        "a",
+    )
+    check_failed(await buf.resolve(S, a[24]), Verdict.BELOW_FLOOR, torn_down=False)
+    # the appending sequence's own list, trimmed in place after 64 evictions of its own
+    many = [await buf.append(S, "c", b"c%d" % i) for i in range(85)]  # c0..c64 evicted
+    check_resumed(
+        await buf.resolve_and_replay(S, many[64]),
+        [(many[i], "c", 47 + i, b"c%d" % i) for i in range(65, 85)],
+        "c",
+    )
+    check_failed(await buf.resolve(S, many[63]), Verdict.BELOW_FLOOR, torn_down=False)
+
+
+async def test_emptied_sequences_are_remembered_up_to_a_bound(make_buffer):
+    """Every request of an MCP session is a sequence: the emptied ones are kept up
+    to EVICTED_SEQUENCES (the newest), and a resume from a forgotten one fails closed."""
+    buf = await make_buffer(max_events=1)
+    await buf.open_session(S)
+    count = EVICTED_SEQUENCES + 2
+    ids = []
+    for start in range(0, count, 100):  # one event per sequence, each evicting the one before
+        for i in range(start, min(start + 100, count)):
+            ids.append(await buf.append(S, f"r{i}", b"x"))
+    info = await buf.session_info(S)
+    assert info.retained == 1
+    assert len(info.sequences) == EVICTED_SEQUENCES + 1  # the bound, and the retained one
+    assert "r0" not in info.sequences and info.sequences["r1"] == SequenceInfo(3, 2, 0)
+    check_failed(await buf.resolve(S, ids[0]), Verdict.BELOW_FLOOR, torn_down=False)
+    check_failed(await buf.resolve(S, ids[0], "r0"), Verdict.UNKNOWN_SEQUENCE, torn_down=False)
+    check_resumed(await buf.resolve(S, ids[1], "r1"), [], "r1")
+    # a forgotten sequence named again starts afresh
+    again = await buf.append(S, "r0", b"y")
+    assert Cursor.parse(again).ordinal == 0
+    check_resumed(await buf.resolve_and_replay(S, ids[-2]), [], f"r{count - 2}")
