@@ -43,6 +43,7 @@ from replaystore import Cursor, ReplayBuffer, SequenceInfo, UnknownSessionError,
 
 STREAMS = ("_GET_stream", "1", "2", "3")
 LIMITS = (3, 5, 8, 13)
+KINDS = ("data", "data", "data", "priming")
 T = TypeVar("T")
 
 
@@ -128,7 +129,7 @@ class ResumeMachine(RuleBasedStateMachine):
 
     @rule(
         stream=st.sampled_from(STREAMS),
-        kinds=st.lists(st.sampled_from(["data", "data", "data", "priming"]), min_size=1, max_size=3),
+        kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3),
     )
     def append(self, stream: str, kinds: list[str]) -> None:
         payloads = [None if k == "priming" else f"{stream}:{self.top}:{i}".encode()
