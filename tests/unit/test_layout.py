@@ -26,6 +26,15 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _run_at_import(node: ast.AST) -> list[ast.AST]:
+    """``node`` and what it contains, except function bodies (they run when called)."""
+    out = [node]
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            out += _run_at_import(child)
+    return out
+
+
 def _runtime_imports(name: str) -> set[str]:
     """The package's modules that ``name`` imports when it is imported."""
     path = MODULES[name]
@@ -34,7 +43,7 @@ def _runtime_imports(name: str) -> set[str]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             continue
-        for sub in ast.walk(node):
+        for sub in _run_at_import(node):
             if isinstance(sub, ast.ImportFrom):
                 if sub.level:
                     base = package.split(".")[: len(package.split(".")) - sub.level + 1]
