@@ -28,10 +28,11 @@ MODULES = _modules()
 
 def _run_at_import(node: ast.AST) -> list[ast.AST]:
     """``node`` and what it contains, except function bodies (they run when called)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        return []
     out = [node]
     for child in ast.iter_child_nodes(node):
-        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            out += _run_at_import(child)
+        out += _run_at_import(child)
     return out
 
 
