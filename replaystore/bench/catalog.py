@@ -103,7 +103,7 @@ def available(name: str, redis: bool, *, cluster: bool = False) -> str | None:
     if entry.redis is False and redis:
         return "memory:// only (the Redis floor is raw-streams)"
     if cluster and name in ("fastmcp", "mcp-persist"):
-        return "not run on a Redis Cluster (its store takes one Redis connection)"
+        return "not run on redis+cluster:// here (its adapter builds a single-node client)"
     module, _, cls = entry.target.partition(":")
     try:
         getattr(importlib.import_module(module), cls)
