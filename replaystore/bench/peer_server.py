@@ -28,13 +28,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.streamable_http import EventMessage, EventStore
+
 __all__ = ["SdkExampleEventStore", "build_app", "main"]
 
 RETRY_INTERVAL_MS = 100  # as replaystore's example server
 
 
-class SdkExampleEventStore:
-    """The SDK example's ``InMemoryEventStore`` on the SDK's ``EventStore`` interface."""
+class SdkExampleEventStore(EventStore):
+    """The SDK example's ``InMemoryEventStore``, behaviour for behaviour."""
 
     def __init__(self) -> None:
         self.events: dict[str, tuple[str, Any, float]] = {}
@@ -45,8 +48,6 @@ class SdkExampleEventStore:
         return event_id
 
     async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str:
-        from mcp.server.streamable_http import EventMessage
-
         if not last_event_id or last_event_id not in self.events:
             return ""
         stream_id, _, last_timestamp = self.events[last_event_id]
@@ -64,52 +65,54 @@ class SdkExampleEventStore:
         return stream_id
 
 
+def _sdk_app() -> Any:
+    server = MCPServer("bench-sdk-example")
+
+    @server.tool()
+    async def countdown(ctx: Context, n: int, interval_ms: int = 0, close_after: int = 0) -> str:
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
+            if close_after and i + 1 == close_after:
+                await ctx.close_sse_stream()
+        return f"done {n}"
+
+    return server.streamable_http_app(
+        event_store=SdkExampleEventStore(), retry_interval=RETRY_INTERVAL_MS
+    )
+
+
+def _fastmcp_app(url: str, prefix: str) -> Any:
+    from fastmcp import Context as FastMCPContext
+    from fastmcp import FastMCP
+    from fastmcp.server.event_store import EventStore as FastMCPEventStore
+    from key_value.aio.stores.redis import RedisStore
+    from key_value.aio.wrappers.prefix_collections import PrefixCollectionsWrapper
+
+    mcp = FastMCP("bench-fastmcp")
+
+    @mcp.tool
+    async def countdown(
+        ctx: FastMCPContext, n: int, interval_ms: int = 0, close_after: int = 0
+    ) -> str:
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
+            if close_after and i + 1 == close_after:
+                await ctx.close_sse_stream()
+        return f"done {n}"
+
+    storage = PrefixCollectionsWrapper(RedisStore(url=url), prefix)
+    return mcp.http_app(
+        event_store=FastMCPEventStore(storage=storage, max_events_per_stream=10_000),
+        retry_interval=RETRY_INTERVAL_MS,
+    )
+
+
 def build_app(store: str, url: str = "", prefix: str = "") -> Any:
     """The ASGI app serving MCP at ``/mcp`` on ``store`` (``sdk-example`` or ``fastmcp``)."""
     if store == "sdk-example":
-        from mcp.server.mcpserver import Context, MCPServer
-        from mcp.server.streamable_http import EventStore
-
-        server = MCPServer("bench-sdk-example")
-
-        @server.tool()
-        async def countdown(
-            ctx: Context, n: int, interval_ms: int = 0, close_after: int = 0
-        ) -> str:
-            for i in range(n):
-                await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
-                if close_after and i + 1 == close_after:
-                    await ctx.close_sse_stream()
-            return f"done {n}"
-
-        EventStore.register(SdkExampleEventStore)
-        return server.streamable_http_app(
-            event_store=SdkExampleEventStore(),  # type: ignore[arg-type]
-            retry_interval=RETRY_INTERVAL_MS,
-        )
+        return _sdk_app()
     if store == "fastmcp":
-        from fastmcp import Context, FastMCP
-        from fastmcp.server.event_store import EventStore as FastMCPEventStore
-        from key_value.aio.stores.redis import RedisStore
-        from key_value.aio.wrappers.prefix_collections import PrefixCollectionsWrapper
-
-        mcp = FastMCP("bench-fastmcp")
-
-        @mcp.tool
-        async def countdown(
-            ctx: Context, n: int, interval_ms: int = 0, close_after: int = 0
-        ) -> str:
-            for i in range(n):
-                await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
-                if close_after and i + 1 == close_after:
-                    await ctx.close_sse_stream()
-            return f"done {n}"
-
-        storage = PrefixCollectionsWrapper(RedisStore(url=url), prefix)
-        return mcp.http_app(
-            event_store=FastMCPEventStore(storage=storage, max_events_per_stream=10_000),
-            retry_interval=RETRY_INTERVAL_MS,
-        )
+        return _fastmcp_app(url, prefix)
     raise ValueError(f"no MCP server for store {store!r}: sdk-example or fastmcp")
 
 

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_plots"]
+__all__ = ["cpu_series", "write_plots"]
 
 
 def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
@@ -107,15 +107,27 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     return paths
 
 
+def cpu_series(stores: list[dict[str, Any]]) -> list[tuple[str, list[float | None]]]:
+    """The bars of ``cpu_per_resume.png``: ``(label, value per store)``, None where not measured.
+
+    A store in process memory has no Redis figure, so it gets no Redis bar
+    (None), never a zero that would read as a free Redis; a series nobody
+    measured is left out.
+    """
+    redis = [s.get("redis", {}).get("cpu_us_per_resume") for s in stores]
+    replicas = [s.get("replica_cpu_us_per_resume") for s in stores]
+    return [
+        (label, [v if _finite(v) else None for v in values])
+        for label, values in (("server replicas", replicas), ("Redis", redis))
+        if any(_finite(v) for v in values)
+    ]
+
+
 def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path | None:
     """CPU µs per resume: Redis's bar only for a store on Redis, replicas' bar over HTTP."""
     import matplotlib.pyplot as plt
 
-    redis = [s.get("redis", {}).get("cpu_us_per_resume") for s in stores]
-    replicas = [s.get("replica_cpu_us_per_resume") for s in stores]
-    series = [(label, values) for label, values in (
-        ("server replicas", replicas), ("Redis", redis)
-    ) if any(_finite(v) for v in values)]  # fmt: skip
+    series = cpu_series(stores)
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -123,16 +135,14 @@ def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path
     xs = list(range(len(stores)))
     for k, (label, values) in enumerate(series):
         offset = (k - (len(series) - 1) / 2) * width
+        drawn = [(x + offset, v) for x, v in zip(xs, values, strict=True) if v is not None]
         ax.bar(
-            [x + offset for x, v in zip(xs, values, strict=True) if _finite(v)],
-            [v for v in values if _finite(v)],
+            [x for x, _ in drawn],
+            [v for _, v in drawn],
             width,
             label=f"{label} CPU",
         )
-    names = [
-        s["name"] + ("\n(in process)" if not _finite(r) else "")
-        for s, r in zip(stores, redis, strict=True)
-    ]
+    names = [s["name"] + ("\n(in process)" if "redis" not in s else "") for s in stores]
     ax.set_xticks(xs, names, rotation=20, fontsize=8)
     ax.set_ylabel("CPU µs per resume")
     ax.set_title(f"CPU per resume: {title}", fontsize=10)
