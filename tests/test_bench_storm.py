@@ -195,7 +195,8 @@ def _http_storm(tmp_path: Path, url: str, *extra: str) -> tuple[dict[str, Any], 
 
 def _assert_exact(row: dict[str, Any], sessions: int, bad: int) -> None:
     assert row["reconnects"] == sessions
-    assert row["duplicates"] == row["losses"] == row["wrong_stream"] == 0
+    seen = (row["name"], row["outcomes_by_kind"], row["answers_by_kind"])
+    assert row["duplicates"] == row["losses"] == row["wrong_stream"] == 0, seen
     assert row["incorrect_verdicts"] == 0
     assert row["outcomes_by_kind"]["normal"] == {"exact": sessions - 2 * bad}
     for kind in ("foreign", "ahead"):
