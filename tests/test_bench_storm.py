@@ -355,6 +355,23 @@ def test_bad_options_are_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (["--kill-replica"], "--kill-replica needs --http"),
+        (["--http", "--spawn-cluster"], "--http runs on one Redis"),
+        (["--spawn-redis", "--spawn-cluster"], "exclude each other"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line_and_exit_2(
+    bad: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["storm", *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replaystore bench: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_plots_without_matplotlib_are_refused_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

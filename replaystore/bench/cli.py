@@ -213,8 +213,14 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         (0 <= args.pathology_rate <= 1, "--pathology-rate must be between 0 and 1"),
         (args.append_rate >= 0, "--append-rate must not be negative"),
         (args.http or not args.kill_replica, "--kill-replica needs --http"),
-        (not (args.spawn_redis and args.spawn_cluster), "--spawn-redis or --spawn-cluster"),
-        (not (args.http and args.spawn_cluster), "--http runs on one Redis: --spawn-redis"),
+        (
+            not (args.spawn_redis and args.spawn_cluster),
+            "--spawn-redis and --spawn-cluster exclude each other: pick one",
+        ),
+        (
+            not (args.http and args.spawn_cluster),
+            "--http runs on one Redis: use --spawn-redis, not --spawn-cluster",
+        ),
     ]
     spawn = args.spawn_redis or args.spawn_cluster
     if not spawn:
