@@ -27,6 +27,7 @@ from replaystore.testing import (
     ServerHandle,
     find_free_port,
     redis_server_binary,
+    start_cluster,
     start_standalone,
 )
 from replaystore.testing.replicas import ReplicaError, ReplicaPool
@@ -161,34 +162,136 @@ def _keys(handle: ServerHandle) -> set[bytes]:
         client.close()
 
 
-@pytest.mark.realserver
-def test_storm_over_http_through_example_server_replicas(
-    tmp_path: Path, redis_handle: ServerHandle
-) -> None:
+HTTP_ROWS = [
+    "replaystore (round-robin)",
+    "replaystore (sticky)",
+    "sdk-example (sticky)",
+    "fastmcp (sticky)",
+]
+
+
+def _http_storm(tmp_path: Path, url: str, *extra: str) -> tuple[dict[str, Any], str]:
     out = tmp_path / "http.json"
-    plots = tmp_path / "plots"
     command = [
         sys.executable, "-m", "replaystore", "bench", "storm", "--http",
-        "--url", redis_handle.url, "--replicas", "2", "--sessions", "24", "--no-progress",
-        "--json", str(out), "--plots", str(plots),
+        "--url", url, "--replicas", "2", "--no-progress",
+        "--json", str(out), "--plots", str(tmp_path / "plots"), *extra,
     ]  # fmt: skip
-    before = _keys(redis_handle)
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.read_text())
+    rows = report["stores"]
+    assert [r["name"] for r in rows] == HTTP_ROWS
+    for row in rows:
+        assert f"| {row['name']} |" in done.stdout
+        assert row["resumes_per_s"] > 0 and row["recovery_s"] > 0
+        # Every replica's CPU was read from /proc, and the store layer's share shows.
+        assert len(row["replica_cpu_s"]) == 2
+        assert row["replica_cpu_us_per_resume"] is not None
+        assert ("redis" in row) == (not row["in_process"])
+    assert rows[2]["in_process"] and "| in process |" in done.stdout
+    return report, done.stdout
+
+
+def _assert_exact(row: dict[str, Any], sessions: int, bad: int) -> None:
+    assert row["reconnects"] == sessions
+    seen = (row["name"], row["outcomes_by_kind"], row["answers_by_kind"])
+    assert row["duplicates"] == row["losses"] == row["wrong_stream"] == 0, seen
+    assert row["incorrect_verdicts"] == 0
+    assert row["outcomes_by_kind"]["normal"] == {"exact": sessions - 2 * bad}
+    for kind in ("foreign", "ahead"):
+        assert row["outcomes_by_kind"][kind] == {"correct_failure": bad}
+        assert set(row["answers_by_kind"][kind]) <= {"foreign_cursor", "ahead_of_high_water"}
+
+
+@pytest.mark.realserver
+def test_storm_over_http_every_store_on_the_mcp_wire(
+    tmp_path: Path, redis_handle: ServerHandle
+) -> None:
+    before = _keys(redis_handle)
+    report, _ = _http_storm(tmp_path, redis_handle.url, "--sessions", "20")
     left = _keys(redis_handle) - before
     assert not left, f"the run left its sessions in Redis: {sorted(left)[:5]}"
     # No history sweep over HTTP: the plots that have data, on axes that can show it.
-    assert sorted(p.name for p in plots.iterdir()) == ["latency_cdf.png", "throughput.png"]
-    (row,) = json.loads(out.read_text())["stores"]
-    assert row["name"].startswith("replaystore-http")
-    assert row["reconnects"] == 24
-    assert row["duplicates"] == row["losses"] == row["wrong_stream"] == 0
-    assert row["incorrect_verdicts"] == 0
-    assert row["outcomes_by_kind"]["normal"] == {"exact": 24 - 2 * 1}
-    for kind in ("foreign", "ahead"):
-        assert row["outcomes_by_kind"][kind] == {"correct_failure": 1}
-        assert set(row["answers_by_kind"][kind]) <= {"foreign_cursor", "ahead_of_high_water"}
-    assert f"| {row['name']} |" in done.stdout
+    plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert plots == ["cpu_per_resume.png", "latency_cdf.png", "throughput.png"]
+    rows = {r["name"]: r for r in report["stores"]}
+    for name in HTTP_ROWS[:2]:
+        _assert_exact(rows[name], 20, 1)
+    # The SDK example's store names a call's stream by its request id, the same
+    # in every session: a resume gets other sessions' events.
+    assert rows["sdk-example (sticky)"]["wrong_stream"] > 0
+
+
+@pytest.mark.realserver
+def test_storm_over_http_with_a_replica_killed(tmp_path: Path, redis_handle: ServerHandle) -> None:
+    report, out = _http_storm(
+        tmp_path, redis_handle.url, "--sessions", "24", "--concurrency", "4", "--kill-replica"
+    )
+    assert "One replica killed" in out
+    rows = {r["name"]: r for r in report["stores"]}
+    for name in HTTP_ROWS:
+        assert rows[name]["killed"]["replica"] == 0
+        assert rows[name]["replica_cpu_s"][0] is not None  # read just before the kill
+    for name in HTTP_ROWS[:2]:  # any replica serves the killed one's sessions
+        _assert_exact(rows[name], 24, 1)
+    # In process memory, the killed replica's sessions are gone: not one of
+    # them comes back exact afterwards (a 404 at best).
+    for name in HTTP_ROWS[2:]:
+        row = rows[name]
+        assert row["exact"] < row["reconnects"] - 2, row["outcomes_by_kind"]
+
+
+@pytest.mark.realserver
+def test_storm_on_a_redis_cluster_it_starts(tmp_path: Path) -> None:
+    out = tmp_path / "cluster.json"
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm", "--spawn-cluster",
+        "--replicas", "2", "--sessions", "60", "--no-progress", "--json", str(out),
+        "--plots", str(tmp_path / "plots"),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["meta"]["backend"] == "redis cluster"
+    assert report["meta"]["redis"]["nodes"] == 3
+    assert report["meta"]["options"]["url"].startswith("redis+cluster://")
+    names = [s["name"] for s in report["stores"]]
+    assert names[:2] == ["replaystore", "raw-streams"]
+    skipped = {u["name"] for u in report["unavailable"]}
+    assert set(names) | skipped >= {"replaystore", "raw-streams", "fastmcp", "mcp-persist"}
+    rs = report["stores"][0]
+    assert rs["duplicates"] == rs["losses"] == rs["wrong_stream"] == 0
+    assert rs["incorrect_verdicts"] == 0
+    for kind in ("conflated", "evicted", "ahead", "foreign"):
+        assert set(rs["outcomes_by_kind"][kind]) == {"correct_failure"}, kind
+    # Redis CPU summed over the three masters.
+    assert rs["redis"]["cpu_us_per_resume"] > 0
+    for store in report["stores"]:
+        assert f"| {store['name']} |" in done.stdout
+
+
+@pytest.mark.realserver
+def test_storm_on_a_cluster_url_deletes_its_keys(
+    tmp_path: Path, real_servers: dict[str, ServerHandle]
+) -> None:
+    if "cluster" not in real_servers:
+        real_servers["cluster"] = start_cluster(redis_server_binary(), masters=3)
+    handle = real_servers["cluster"]
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm", "--url", handle.url,
+        "--store", "replaystore", "--store", "raw-streams", "--replicas", "2",
+        "--sessions", "30", "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for port in handle.ports:
+        client = redis.Redis(port=port)
+        try:
+            left = list(client.scan_iter(match="rsbench:*", count=1000))
+        finally:
+            client.close()
+        assert not left, (port, left[:3])
 
 
 def test_unreachable_redis_is_one_line_and_exit_2() -> None:
@@ -252,6 +355,23 @@ def test_bad_options_are_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (["--kill-replica"], "--kill-replica needs --http"),
+        (["--http", "--spawn-cluster"], "--http runs on one Redis"),
+        (["--spawn-redis", "--spawn-cluster"], "exclude each other"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line_and_exit_2(
+    bad: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["storm", *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replaystore bench: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_plots_without_matplotlib_are_refused_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -287,10 +407,44 @@ def test_plots_of_latencies_that_round_to_zero(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["latency_cdf.png", "throughput.png"]
 
 
+def test_plots_draw_no_redis_bar_for_an_in_process_store(tmp_path: Path) -> None:
+    """An in-process store has no Redis: no Redis bar (not a zero), and a labelled tick."""
+    from replaystore.bench.plots import cpu_series, write_plots
+
+    def row(name: str, redis_us: float | None, cdf: list[float | None]) -> dict[str, Any]:
+        r: dict[str, Any] = {
+            "name": name,
+            "latency_cdf_ms": cdf,
+            "resumes_per_s": 10.0,
+            "appends_per_s": None,
+            "resume_by_history": {},
+            "replica_cpu_us_per_resume": 900.0,
+        }
+        if redis_us is not None:
+            r["redis"] = {"cpu_us_per_resume": redis_us}
+        return r
+
+    stores = [
+        row("on-redis", 40.0, [1.0] * 101),
+        row("in-memory", None, [0.5] * 101),
+        row("nothing-resumed", 0.0, [None] * 101),  # an empty series: no curve, no crash
+    ]
+    assert cpu_series(stores) == [
+        ("server replicas", [900.0, 900.0, 900.0]),
+        ("Redis", [40.0, None, 0.0]),
+    ]
+    assert cpu_series([row("in-memory", None, [])]) == [("server replicas", [900.0])]
+    report = {"meta": {"options": {"sessions": 1, "replicas": 2}, "backend": "redis"}}
+    paths = write_plots({**report, "stores": stores}, tmp_path / "p")
+    assert [p.name for p in paths] == ["latency_cdf.png", "throughput.png", "cpu_per_resume.png"]
+    for path in paths:
+        assert path.read_bytes()[:8] == PNG
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("http://x", "--url must be memory:// or redis://"),
+        ("http://x", "--url must be memory://, redis://"),
         ("redis://127.0.0.1:1/abc", "database number"),
         ("memory://a/b", "memory://"),
     ],

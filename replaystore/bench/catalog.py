@@ -95,13 +95,15 @@ def build(spec: StoreSpec) -> Store:
     return store
 
 
-def available(name: str, redis: bool) -> str | None:
+def available(name: str, redis: bool, *, cluster: bool = False) -> str | None:
     """``None`` if the store can run here, otherwise why not (said in the output)."""
     entry = CATALOG[name]
     if entry.redis is True and not redis:
         return "needs a redis:// URL"
     if entry.redis is False and redis:
         return "memory:// only (the Redis floor is raw-streams)"
+    if cluster and name in ("fastmcp", "mcp-persist"):
+        return "not run on redis+cluster:// here (its adapter builds a single-node client)"
     module, _, cls = entry.target.partition(":")
     try:
         getattr(importlib.import_module(module), cls)

@@ -12,12 +12,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..buffer import ReplayBuffer
 from ..errors import ReplayStoreError
 from .catalog import CATALOG
-from .stores import is_redis_url
+from .stores import is_plain_redis_url, is_redis_url
 from .storm import RUN_PREFIX, Options, delete_run_keys, run_storm, storm_meta
 
 __all__ = ["main"]
@@ -39,12 +38,19 @@ def _parser() -> argparse.ArgumentParser:
     storm.add_argument(
         "--url",
         default="memory://",
-        help="backend: memory:// (one process) or redis://host:port/db (default: memory://)",
+        help="backend: memory:// (one process), redis://host:port/db or "
+        "redis+cluster://host:port[,host:port...] (default: memory://)",
     )
     storm.add_argument(
         "--spawn-redis",
         action="store_true",
         help="start a throw-away redis-server (from PATH) on a free loopback port and use it",
+    )
+    storm.add_argument(
+        "--spawn-cluster",
+        action="store_true",
+        help="start a throw-away Redis Cluster of 3 masters (redis-server from PATH) on "
+        "loopback ports and use it (redis+cluster://)",
     )
     storm.add_argument("--sessions", type=int, default=1000, help="sessions (default: 1000)")
     storm.add_argument(
@@ -88,8 +94,14 @@ def _parser() -> argparse.ArgumentParser:
     storm.add_argument(
         "--http",
         action="store_true",
-        help="end to end over MCP HTTP: --replicas example-server processes on the Redis, "
-        "replaystore only",
+        help="end to end over MCP HTTP: each store behind --replicas server processes "
+        "(replaystore round-robin and sticky, the SDK example's in-memory store sticky, "
+        "FastMCP's Redis store sticky), the same clients and tool call",
+    )
+    storm.add_argument(
+        "--kill-replica",
+        action="store_true",
+        help="with --http: kill one replica (SIGKILL) half-way through each store's storm",
     )
     storm.add_argument("--seed", type=int, default=20_251_202, help="workload seed")
     storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
@@ -118,39 +130,49 @@ def _unreachable(url: str) -> str | None:
     return None
 
 
-def _run_http(options: Options) -> dict[str, Any]:
-    from .http import run_http_storm
+def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
+    from .http import HTTP_STORES, run_http_storm
 
-    # The replicas' sessions go under a prefix of this run, deleted when it
+    # What the replicas store goes under a prefix of this run, deleted when it
     # ends however it ends: a shared Redis keeps nothing of the benchmark.
     prefix = f"{RUN_PREFIX}{secrets.token_hex(4)}:http:"
-    parts = urlsplit(options.url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
-    url = urlunsplit(parts._replace(query=urlencode([*query, ("prefix", prefix)])))
+    on_wire = {s.store for s in HTTP_STORES}
+    unavailable = [
+        {"name": name, "reason": "not on the MCP wire here (bare-store storm only)"}
+        for name in options.stores
+        if name not in on_wire
+    ]
     began = time.monotonic()
     try:
-        row = run_http_storm(
-            url,
+        rows = run_http_storm(
+            options.url,
+            stores=options.stores,
             sessions=options.sessions,
             replicas=options.replicas,
             concurrency=options.concurrency,
             pathology_rate=options.pathology_rate,
             seed=options.seed,
             progress=options.progress,
+            prefix=prefix,
+            kill_replica=kill_replica,
         )
     finally:
-        delete_run_keys(urlunsplit(parts._replace(query=urlencode(query))), prefix)
+        delete_run_keys(options.url, prefix)
     meta = storm_meta(options, options.replicas, redis=True)
     meta["seconds"] = round(time.monotonic() - began, 1)
     meta["http"] = True
+    meta["kill_replica"] = kill_replica
     meta["options"]["share"] = 1.0  # every client reconnects
-    return {"meta": meta, "stores": [row], "unavailable": [], "ratios": {}, "targets": []}
+    return {"meta": meta, "stores": rows, "unavailable": unavailable, "ratios": {}, "targets": []}
 
 
 def _bad_url(url: str) -> str | None:
     """Why the storm cannot run on ``url``, or ``None``: checked before anything starts."""
     if not (is_redis_url(url) or url.split(":", 1)[0].lower() == "memory"):
-        return f"--url must be memory:// or redis://host:port/db (or rediss://), not {url!r}"
+        return (
+            "--url must be memory://, redis://host:port/db (or rediss://) or "
+            f"redis+cluster://host:port[,host:port...], not {url!r}"
+        )
     try:
         ReplayBuffer.from_url(url)
     except ReplayStoreError as exc:
@@ -190,8 +212,18 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         (0 <= args.share <= 1, "--share must be between 0 and 1"),
         (0 <= args.pathology_rate <= 1, "--pathology-rate must be between 0 and 1"),
         (args.append_rate >= 0, "--append-rate must not be negative"),
+        (args.http or not args.kill_replica, "--kill-replica needs --http"),
+        (
+            not (args.spawn_redis and args.spawn_cluster),
+            "--spawn-redis and --spawn-cluster exclude each other: pick one",
+        ),
+        (
+            not (args.http and args.spawn_cluster),
+            "--http runs on one Redis: use --spawn-redis, not --spawn-cluster",
+        ),
     ]
-    if not args.spawn_redis:
+    spawn = args.spawn_redis or args.spawn_cluster
+    if not spawn:
         why = _bad_url(args.url)
         checks.append((why is None, why or ""))
     if args.plots is not None:
@@ -214,19 +246,23 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
-    run = _run_http if args.http else run_storm
-    if is_redis_url(args.url) and not args.spawn_redis:
+
+    def run(o: Options) -> dict[str, Any]:
+        return _run_http(o, args.kill_replica) if args.http else run_storm(o)
+
+    if is_redis_url(args.url) and not spawn:
         problem = _unreachable(args.url)
         if problem:
             print(f"replaystore bench: cannot reach {args.url}: {problem}", file=sys.stderr)
             return 2
-    if args.http and not args.spawn_redis and not is_redis_url(args.url):
+    if args.http and not args.spawn_redis and not is_plain_redis_url(args.url):
         print("replaystore bench: --http needs --url redis://... or --spawn-redis", file=sys.stderr)
         return 2
-    if args.spawn_redis:
-        from ..testing.servers import redis_server_binary, start_standalone
+    if spawn:
+        from ..testing.servers import redis_server_binary, start_cluster, start_standalone
 
-        with start_standalone(redis_server_binary(), "redis") as handle:
+        binary = redis_server_binary()
+        with start_cluster(binary) if args.spawn_cluster else start_standalone(binary) as handle:
             options.url = handle.url
             report = run(options)
         report["meta"]["redis_started_by_command"] = True

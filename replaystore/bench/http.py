@@ -1,62 +1,253 @@
-"""``replaystore bench storm --http``: the storm end to end, on the MCP wire.
+"""``replaystore bench storm --http``: the storm end to end, on the MCP wire, store against store.
 
-R ``replaystore example-server`` replicas share one Redis. Every session is a
-real MCP session (protocol 2025-11-25) driven over HTTP with the SDK's wire
-format: ``initialize``, then a ``countdown`` tool call whose SSE stream the
-server closes after a few progress notifications. Then the storm: every client
-reconnects at once with ``GET`` + ``Last-Event-ID`` and reads to the call's
-result. Each client's progress notifications, over both connections, are
-judged against what the tool sent: all of them, once each, in order.
+Every store runs behind R server replicas, the way its users deploy it:
 
-Mixed in at the stated rate: a client presenting another session's cursor
-(``foreign``) and one presenting an id no replica issued (``ahead``); the only
-correct answer to both is a failure (404).
+- ``replaystore`` (round robin): ``replaystore example-server`` replicas on one
+  Redis behind a round-robin TCP proxy, a new TCP connection per request, so a
+  resume usually lands on another replica than the one that ran the call;
+- ``replaystore`` (sticky): the same replicas, each client sent back to one;
+- ``sdk-example`` (sticky): the official SDK with its example's in-memory
+  event store (:mod:`.peer_server`);
+- ``fastmcp`` (sticky): FastMCP 4 with its event store on Redis.
 
-Routing: :data:`ROUTING`. ``round-robin`` sends every request (a new TCP
-connection each) through a round-robin TCP proxy, so a resume usually lands on
-another replica than the one running the call. ``sticky`` sends each client to
-one replica chosen by its index, as a session-affine balancer would.
+Sticky routing is the client choosing its replica by its own index, as a
+session-affine balancer would by session; when that replica is down it goes
+to the next live one, as a balancer's health check would.
 
-The clients run in this process (asyncio, ``concurrency`` at once); on a
-small machine they, not the servers, may set the pace.
+Every session is a real MCP session (protocol 2025-11-25) driven over HTTP
+with the SDK's wire format: ``initialize``, then a ``countdown`` tool call whose
+SSE stream the server closes after a few progress notifications. Then the
+storm: every client reconnects at once with ``GET`` + ``Last-Event-ID`` and
+reads to the call's result, retrying when its connection breaks. Each
+client's progress notifications, over every connection, are judged against
+what the tool sent: all of them, once each, in order. Mixed in at the stated
+rate: a client presenting another session's cursor (``foreign``) and one
+presenting an id no replica issued (``ahead``); the only correct answer to
+both is a failure (404).
+
+``kill_replica``: half-way through the storm replica 0 is killed (SIGKILL). A
+store that keeps sessions in process memory cannot resume that replica's
+sessions anywhere; the correct answer for them is then a 404, and a silent
+empty stream is a loss.
+
+Each replica's CPU time over the storm is read from ``/proc`` (user + system),
+so the server's cost per resume, store layer included, is comparable across
+stores; the Redis's own CPU is read from ``INFO`` for the stores on Redis.
+The clients run in this process (asyncio, ``concurrency`` at once); on a small
+machine they, not the servers, may set the pace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
 from ..cursor import Cursor
-from ..testing.example_servers import ExampleServers
 from ..testing.proxy import TcpProxy
+from ..testing.servers import find_free_port
 from ..testing.sse import sse_events
 from .progress import Bar
+from .redis_cost import RedisProbe
 from .stores import Reply
 from .truth import Tally
 from .workload import Reconnect
 
-__all__ = ["ROUTING", "run_http_storm"]
-
-ROUTING = "round-robin"
-"""``"round-robin"`` (any replica serves any session) or ``"sticky"`` (session-affine)."""
+__all__ = ["HTTP_STORES", "HttpStore", "run_http_storm"]
 
 PROTOCOL = "2025-11-25"
 NOTIFICATIONS = 8  # progress notifications per tool call
 CLOSE_AFTER = 3  # the server closes the call's stream after this many
 _TIMEOUT = 30.0
+_IDLE = 3.0  # a resume whose stream stays silent this long is over (what it got is judged)
+_RETRY_FOR = 20.0  # a client retries a broken connection for this long
+_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpStore:
+    """One row of the HTTP storm: a store, its server, its routing."""
+
+    name: str
+    store: str  # the --store choice it answers to
+    server: str  # "replaystore" (example-server) or a peer_server store
+    sticky: bool
+    redis: bool  # keeps its events in the Redis (its Redis CPU is measured)
+    process_local: bool  # sessions live in one process: a killed replica takes them along
+    what: str
+
+
+HTTP_STORES = (
+    HttpStore(
+        "replaystore (round-robin)",
+        "replaystore",
+        "replaystore",
+        False,
+        True,
+        False,
+        "replaystore example-server replicas on one Redis, round-robin routing",
+    ),
+    HttpStore(
+        "replaystore (sticky)",
+        "replaystore",
+        "replaystore",
+        True,
+        True,
+        False,
+        "replaystore example-server replicas on one Redis, session-affine routing",
+    ),
+    HttpStore(
+        "sdk-example (sticky)",
+        "sdk-example",
+        "sdk-example",
+        True,
+        False,
+        True,
+        "MCP Python SDK server with the SDK example's InMemoryEventStore, session-affine",
+    ),
+    HttpStore(
+        "fastmcp (sticky)",
+        "fastmcp",
+        "fastmcp",
+        True,
+        True,
+        True,
+        "FastMCP 4 server with its EventStore on Redis (py-key-value), session-affine",
+    ),
+)
+"""Every store the HTTP storm runs, in the order of its table."""
+
+
+def _with_prefix(url: str, prefix: str) -> str:
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("prefix", prefix)])))
+
+
+def _without_prefix(url: str) -> str:
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+class _Servers:
+    """R server processes of one store on loopback: started, waited for, always stopped."""
+
+    def __init__(self, store: HttpStore, count: int, url: str, prefix: str) -> None:
+        self._argv: list[list[str]] = []
+        self.ports: list[int] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs = Path(tempfile.mkdtemp(prefix="replaystore-bench-http-"))
+        for _ in range(count):
+            port = find_free_port()
+            self.ports.append(port)
+            if store.server == "replaystore":
+                argv = [
+                    sys.executable, "-m", "replaystore", "example-server", "--host", _HOST,
+                    "--port", str(port), "--url", _with_prefix(url, prefix),
+                    "--log-level", "error",
+                ]  # fmt: skip
+            else:
+                argv = [
+                    sys.executable, "-m", "replaystore.bench.peer_server", store.server,
+                    "--host", _HOST, "--port", str(port), "--url", _without_prefix(url),
+                    "--prefix", prefix,
+                ]  # fmt: skip
+            self._argv.append(argv)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [(_HOST, p) for p in self.ports]
+
+    def __enter__(self) -> _Servers:
+        try:
+            for i, argv in enumerate(self._argv):
+                with (self._logs / f"replica-{i}.log").open("wb") as out:
+                    self.procs.append(
+                        subprocess.Popen(
+                            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                        )
+                    )
+            deadline = time.monotonic() + 60
+            for i, (proc, port) in enumerate(zip(self.procs, self.ports, strict=True)):
+                while True:
+                    if proc.poll() is not None:
+                        log = (self._logs / f"replica-{i}.log").read_text(errors="replace")
+                        raise RuntimeError(f"server replica exited: {log[-2000:]}")
+                    try:
+                        socket.create_connection((_HOST, port), timeout=0.5).close()
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"server replica on {port} not ready") from None
+                        time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def cpu_seconds(self) -> list[float | None]:
+        """Each replica's CPU time so far (user + system, from ``/proc``; None once gone)."""
+        return [_proc_cpu(p.pid) if p.poll() is None else None for p in self.procs]
+
+    def kill(self, i: int) -> None:
+        self.procs[i].send_signal(signal.SIGKILL)
+        self.procs[i].wait(10)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        self.procs.clear()
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of a process, or None where ``/proc`` cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name may hold spaces and parentheses
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 @dataclass
 class _Client:
     index: int
-    base: str
+    home: int  # the replica a sticky balancer sends it to
     session_id: str = ""
     progress: list[int] = field(default_factory=list)
     tokens: set[str] = field(default_factory=set)
@@ -73,6 +264,24 @@ class _Client:
             h["mcp-session-id"] = self.session_id
         h.update(extra)
         return h
+
+
+class _Routes:
+    """Where a client's next request goes: the proxy, or its replica (the next live one)."""
+
+    def __init__(self, bases: list[str], front: str | None) -> None:
+        self._bases = bases
+        self._front = front
+        self.live = list(range(len(bases)))
+
+    def base(self, client: _Client) -> str:
+        if self._front is not None:
+            return self._front
+        n = len(self._bases)
+        k = client.home
+        while k not in self.live:
+            k = (k + 1) % n
+        return self._bases[k]
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
@@ -96,7 +305,7 @@ def _take(client: _Client, event_id: str | None, data: str) -> None:
         client.results += 1
 
 
-async def _setup(http: httpx.AsyncClient, client: _Client) -> None:
+async def _setup(http: httpx.AsyncClient, client: _Client, base: str) -> None:
     init = {
         "jsonrpc": "2.0",
         "id": 0,
@@ -107,13 +316,13 @@ async def _setup(http: httpx.AsyncClient, client: _Client) -> None:
             "clientInfo": {"name": "replaystore-bench", "version": "0"},
         },
     }
-    async with http.stream("POST", client.base, json=init, headers=client.headers()) as r:
+    async with http.stream("POST", base, json=init, headers=client.headers()) as r:
         if r.status_code != 200:
             raise RuntimeError(f"initialize: HTTP {r.status_code}: {(await r.aread())[:200]!r}")
         client.session_id = r.headers["mcp-session-id"]
         await r.aread()
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    r2 = await http.post(client.base, json=note, headers=client.headers())
+    r2 = await http.post(base, json=note, headers=client.headers())
     if r2.status_code != 202:
         raise RuntimeError(f"initialized: HTTP {r2.status_code}: {r2.text[:200]}")
     call = {
@@ -126,17 +335,17 @@ async def _setup(http: httpx.AsyncClient, client: _Client) -> None:
             "_meta": {"progressToken": f"t{client.index}"},
         },
     }
-    async with http.stream("POST", client.base, json=call, headers=client.headers()) as r:
+    async with http.stream("POST", base, json=call, headers=client.headers()) as r:
         if r.status_code != 200:
             raise RuntimeError(f"tools/call: HTTP {r.status_code}: {(await r.aread())[:200]!r}")
         async for event_id, data in _events(r):
             _take(client, event_id, data)
 
 
-async def _resume(http: httpx.AsyncClient, client: _Client, cursor: str) -> Reply:
+async def _resume_once(http: httpx.AsyncClient, client: _Client, base: str, cursor: str) -> Reply:
     headers = client.headers(accept="text/event-stream", **{"last-event-id": cursor})
     headers.pop("content-type")
-    async with http.stream("GET", client.base, headers=headers) as r:
+    async with http.stream("GET", base, headers=headers) as r:
         if r.status_code == 404:
             body = (await r.aread()).decode(errors="replace")
             try:
@@ -147,15 +356,40 @@ async def _resume(http: httpx.AsyncClient, client: _Client, cursor: str) -> Repl
         if r.status_code != 200:
             return Reply(None, True, f"http_{r.status_code}")
         before = len(client.progress)
-        async for event_id, data in _events(r):
-            _take(client, event_id, data)
-            if client.results:
-                break
-        return Reply([str(p) for p in client.progress[before:]], False, "resumed")
+        try:
+            async for event_id, data in _events(r):
+                _take(client, event_id, data)
+                if client.results:
+                    break
+        except httpx.ReadTimeout:  # a stream that stays open with nothing more in it
+            return Reply([str(p) for p in client.progress[before:]], False, "silent")
+        verdict = "resumed" if client.results else "ended_without_result"
+        return Reply([str(p) for p in client.progress[before:]], False, verdict)
 
 
-def _judge(client: _Client, reconnect: Reconnect, reply: Reply) -> str:
-    possible = reconnect.kind == "normal"
+async def _resume(
+    http: httpx.AsyncClient, client: _Client, routes: _Routes, cursor: str
+) -> tuple[Reply, int, float]:
+    """Resume until answered, reconnecting with the newest id after a broken connection.
+
+    Returns the answer, the attempts it took and when the answered attempt began.
+    """
+    deadline = time.monotonic() + _RETRY_FOR
+    attempts = 0
+    while True:
+        attempts += 1
+        began = time.monotonic()
+        try:
+            reply = await _resume_once(http, client, routes.base(client), cursor)
+            return reply, attempts, began
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                return Reply(None, True, "unreachable"), attempts, began
+            cursor = client.last_event_id or cursor
+            await asyncio.sleep(0.05)
+
+
+def _judge(client: _Client, reconnect: Reconnect, reply: Reply, possible: bool) -> str:
     if reply.failed:
         return "incorrect_failure" if possible else "correct_failure"
     if client.tokens - {f"t{client.index}"}:
@@ -170,28 +404,51 @@ def _judge(client: _Client, reconnect: Reconnect, reply: Reply) -> str:
 def run_http_storm(
     url: str,
     *,
+    stores: list[str],
     sessions: int,
     replicas: int,
     concurrency: int,
     pathology_rate: float,
     seed: int,
     progress: bool,
-) -> dict[str, Any]:
-    """Start the replicas (and the proxy), run the storm over HTTP, stop everything."""
-    with ExampleServers(replicas, url) as servers, TcpProxy(servers.addresses) as proxy:
-        bases = [f"http://{h}:{p}/mcp" for h, p in servers.addresses]
-        front = f"http://{proxy.host}:{proxy.port}/mcp"
-        return asyncio.run(
-            _storm(
-                bases,
-                front,
-                sessions=sessions,
-                concurrency=concurrency,
-                pathology_rate=pathology_rate,
-                seed=seed,
-                progress=progress,
-            )
-        )
+    prefix: str,
+    kill_replica: bool = False,
+) -> list[dict[str, Any]]:
+    """Each selected store in turn: start its replicas, run the storm, stop them; one row each.
+
+    Whatever a store kept in the Redis is under ``prefix`` (deleted by the caller).
+    """
+    rows = []
+    with Bar(enabled=progress) as bar:
+        for store in HTTP_STORES:
+            if stores and store.store not in stores:
+                continue
+            store_prefix = f"{prefix}{store.server}:"
+            with _Servers(store, replicas, url, store_prefix) as servers:
+                proxy = None if store.sticky else TcpProxy(servers.addresses).start()
+                try:
+                    bases = [f"http://{h}:{p}/mcp" for h, p in servers.addresses]
+                    front = None if proxy is None else f"http://{proxy.host}:{proxy.port}/mcp"
+                    row = asyncio.run(
+                        _storm(
+                            store,
+                            servers,
+                            _Routes(bases, front),
+                            proxy,
+                            url=url,
+                            sessions=sessions,
+                            concurrency=concurrency,
+                            pathology_rate=pathology_rate,
+                            seed=seed,
+                            bar=bar,
+                            kill_replica=kill_replica,
+                        )
+                    )
+                finally:
+                    if proxy is not None:
+                        proxy.stop()
+            rows.append(row)
+    return rows
 
 
 async def _bounded(jobs: list[Any], concurrency: int) -> None:
@@ -208,77 +465,174 @@ async def _bounded(jobs: list[Any], concurrency: int) -> None:
             job.close()
 
 
+def _plan(clients: list[_Client], rng: random.Random, rate: float) -> list[Reconnect]:
+    n = len(clients)
+    n_bad = round(n * rate / 2) if rate > 0 else 0
+    order = list(range(n))
+    rng.shuffle(order)
+    kinds = ["foreign"] * n_bad + ["ahead"] * n_bad
+    kinds += ["normal"] * (n - len(kinds))
+    plan = []
+    for i, kind in zip(order, kinds, strict=True):
+        c = clients[i]
+        cursor = c.last_event_id or ""
+        if kind == "foreign":
+            cursor = clients[(i + 1) % n].last_event_id or ""
+        elif kind == "ahead":
+            parsed = Cursor.try_parse(cursor)
+            # An id of the store's own form that no replica issued: a later
+            # position for replaystore, a fresh uuid for the peers.
+            cursor = (
+                str(uuid.uuid4()) if parsed is None else f"{parsed.epoch}-{parsed.position + 1000}"
+            )
+        plan.append(Reconnect(i, kind, c.session_id, "1", cursor, 0, 0))
+    return plan
+
+
 async def _storm(
-    bases: list[str],
-    front: str,
+    store: HttpStore,
+    servers: _Servers,
+    routes: _Routes,
+    proxy: TcpProxy | None,
     *,
+    url: str,
     sessions: int,
     concurrency: int,
     pathology_rate: float,
     seed: int,
-    progress: bool,
+    bar: Bar,
+    kill_replica: bool,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    route = (lambda i: front) if ROUTING == "round-robin" else (lambda i: bases[i % len(bases)])
-    clients = [_Client(i, route(i)) for i in range(sessions)]
+    replicas = len(servers.ports)
+    clients = [_Client(i, i % replicas) for i in range(sessions)]
+    probe = RedisProbe(_without_prefix(url)) if store.redis else None
     # A new TCP connection per request, so a round-robin proxy spreads every request.
     limits = httpx.Limits(max_keepalive_connections=0, max_connections=concurrency * 2)
-    async with httpx.AsyncClient(limits=limits, timeout=_TIMEOUT) as http:
-        with Bar(enabled=progress) as bar:
+    timeout = httpx.Timeout(_TIMEOUT, read=_IDLE)
+    try:
+        async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
             began = time.monotonic()
-            with bar.task("http: sessions", sessions) as advance:
+            with bar.task(f"{store.name}: sessions", sessions) as advance:
 
                 async def setup(c: _Client) -> None:
-                    await _setup(http, c)
+                    await _setup(http, c, routes.base(c))
                     advance(1)
 
                 await _bounded([setup(c) for c in clients], concurrency)
             setup_s = time.monotonic() - began
-
-            n_bad = round(sessions * pathology_rate / 2) if pathology_rate > 0 else 0
-            order = list(range(sessions))
-            rng.shuffle(order)
-            kinds = ["foreign"] * n_bad + ["ahead"] * n_bad
-            kinds += ["normal"] * (sessions - len(kinds))
-            plan: list[tuple[_Client, Reconnect]] = []
-            for i, kind in zip(order, kinds, strict=True):
-                c = clients[i]
-                cursor = c.last_event_id or ""
-                if kind == "foreign":
-                    cursor = clients[(i + 1) % sessions].last_event_id or ""
-                elif kind == "ahead":
-                    parsed = Cursor.try_parse(cursor)
-                    if parsed is not None:
-                        cursor = f"{parsed.epoch}-{parsed.position + 1000}"
-                plan.append((c, Reconnect(i, kind, c.session_id, "1", cursor, 0, 0)))
+            plan = _plan(clients, rng, pathology_rate)
 
             tally = Tally()
             latencies: list[float] = []
-            with bar.task("http: storm", len(plan)) as advance:
+            attempts = 0
+            killed: dict[str, Any] = {}
+            cpu_at_kill: list[float | None] = []
+            done = 0
+            kill_at = len(plan) // 2 if kill_replica and replicas > 1 else -1
+
+            killed_at = [float("inf")]
+
+            def kill() -> None:
+                cpu_at_kill.extend(servers.cpu_seconds())
+                killed_at[0] = time.monotonic()
+                servers.kill(0)
+                routes.live.remove(0)
+                if proxy is not None:  # the balancer's health check takes it out
+                    proxy.set_upstreams(servers.addresses[1:])
+                killed.update(replica=0, after_resumes=done, at_s=round(time.monotonic() - t0, 3))
+
+            with bar.task(f"{store.name}: storm", len(plan)) as advance:
 
                 async def resume(c: _Client, r: Reconnect) -> None:
-                    t0 = time.monotonic()
-                    reply = await _resume(http, c, r.cursor)
-                    latencies.append(time.monotonic() - t0)
-                    outcome = _judge(c, r, reply)
-                    tally.add(r, reply, outcome, possible=r.kind == "normal")
+                    nonlocal attempts, done
+                    t = time.monotonic()
+                    reply, n, answered = await _resume(http, c, routes, r.cursor)
+                    latencies.append(time.monotonic() - t)
+                    attempts += n
+                    # Asked after its replica died: a store in process memory lost the session.
+                    gone = store.process_local and c.home == 0 and answered >= killed_at[0]
+                    possible = r.kind == "normal" and not gone
+                    tally.add(r, reply, _judge(c, r, reply, possible), possible=possible)
+                    done += 1
+                    if done == kill_at:
+                        kill()
                     advance(1)
 
+                cpu_before = servers.cpu_seconds()
+                redis_before = None if probe is None else await probe.sample()
                 t0 = time.monotonic()
-                await _bounded([resume(c, r) for c, r in plan], concurrency)
+                await _bounded([resume(c, r) for c, r in zip_plan(clients, plan)], concurrency)
                 wall = time.monotonic() - t0
+                cpu_after = servers.cpu_seconds()
+                redis_cost = (
+                    None if probe is None or redis_before is None
+                    else (await probe.sample()).minus(redis_before)
+                )  # fmt: skip
+    finally:
+        if probe is not None:
+            await probe.aclose()
+    if cpu_at_kill:
+        cpu_after[0] = cpu_at_kill[0]
+    return _row(
+        store,
+        tally,
+        latencies,
+        wall=wall,
+        setup_s=setup_s,
+        attempts=attempts,
+        cpu=[
+            None if a is None or b is None else round(a - b, 3)
+            for a, b in zip(cpu_after, cpu_before, strict=True)
+        ],
+        redis_cost=redis_cost,
+        killed=killed,
+        sessions=sessions,
+    )
 
+
+def zip_plan(clients: list[_Client], plan: list[Reconnect]) -> list[tuple[_Client, Reconnect]]:
+    return [(clients[r.id], r) for r in plan]
+
+
+def _quantiles(latencies: list[float]) -> Callable[[float], float | None]:
     lat = sorted(latencies)
 
-    def q(x: float) -> float:
+    def q(x: float) -> float | None:
+        if not lat:
+            return None
         return round(lat[min(len(lat) - 1, int(x * len(lat)))] * 1e3, 3)
 
-    return {
-        "name": f"replaystore-http ({ROUTING})",
-        "what": f"replaystore example-server replicas, MCP over HTTP, {ROUTING} routing",
-        "routing": ROUTING,
-        "resumes": len(lat),
-        "resumes_per_s": round(len(lat) / wall, 1) if wall > 0 else None,
+    return q
+
+
+def _row(
+    store: HttpStore,
+    tally: Tally,
+    latencies: list[float],
+    *,
+    wall: float,
+    setup_s: float,
+    attempts: int,
+    cpu: list[float | None],
+    redis_cost: dict[str, Any] | None,
+    killed: dict[str, Any],
+    sessions: int,
+) -> dict[str, Any]:
+    q = _quantiles(latencies)
+    resumes = len(latencies)
+    measured = [c for c in cpu if c is not None]
+    row: dict[str, Any] = {
+        "name": store.name,
+        "store": store.store,
+        "what": store.what,
+        "routing": "sticky" if store.sticky else "round-robin",
+        "in_process": not store.redis,
+        "resumes": resumes,
+        "attempts": attempts,
+        # Every client has its missed events or its 404 by then (the storm's wall time).
+        "recovery_s": round(wall, 3),
+        "resumes_per_s": round(resumes / wall, 1) if wall > 0 else None,
         "p50_ms": q(0.5),
         "p99_ms": q(0.99),
         "p999_ms": q(0.999),
@@ -286,6 +640,18 @@ async def _storm(
         "appends_per_s": None,
         "setup_seconds": round(setup_s, 2),
         **tally.as_dict(),
+        "replica_cpu_s": cpu,
+        "replica_cpu_us_per_resume": round(sum(measured) / resumes * 1e6, 1)
+        if resumes and measured
+        else None,
         "latency_cdf_ms": [q(i / 100) for i in range(101)],
         "resume_by_history": {},
     }
+    if killed:
+        row["killed"] = killed
+    if redis_cost is not None and resumes:
+        row["redis"] = {
+            "cpu_us_per_resume": round(redis_cost["cpu_s"] / resumes * 1e6, 2),
+            "storm": redis_cost,
+        }
+    return row

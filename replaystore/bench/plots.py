@@ -1,7 +1,10 @@
 """PNG plots of a storm report (matplotlib, no display needed).
 
 - ``latency_cdf.png``: resume latency CDF per store;
-- ``throughput.png``: resumes/s and appends/s per store;
+- ``throughput.png``: resumes/s and appends/s per store (appends/s only where measured);
+- ``cpu_per_resume.png``: CPU per resume per store: the Redis's (``INFO``) for a
+  store on Redis, and over HTTP the server replicas' as well; a store in
+  process memory has no Redis bar, it is labelled "in process" instead;
 - ``cost_by_history.png``: the latency of one 9-event resume (one caller, no other
   load) against the number of events the session holds in another stream (not
   written for a run that measured none, such as ``--http``).
@@ -16,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_plots"]
+__all__ = ["cpu_series", "write_plots"]
 
 
 def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
@@ -37,9 +40,11 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     latencies = []
     for s in stores:
-        xs = s["latency_cdf_ms"]
-        ax.plot(xs, [q / 100 for q in range(len(xs))], label=s["name"])
-        latencies += xs
+        points = [(x, q / 100) for q, x in enumerate(s["latency_cdf_ms"]) if _finite(x)]
+        if not points:  # nothing resumed: no curve
+            continue
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=s["name"])
+        latencies += [p[0] for p in points]
     log = _loggable(latencies)
     if log:
         ax.set_xscale("log")
@@ -60,17 +65,22 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
         width,
         label="resumes/s",
     )
-    ax.bar(
-        [x + width / 2 for x in xs],
-        [s["appends_per_s"] or 0 for s in stores],
-        width,
-        label="appends/s",
-    )
+    if any(s["appends_per_s"] for s in stores):  # not measured over HTTP
+        ax.bar(
+            [x + width / 2 for x in xs],
+            [s["appends_per_s"] or 0 for s in stores],
+            width,
+            label="appends/s",
+        )
     ax.set_xticks(xs, names, rotation=20, fontsize=8)
     ax.set_ylabel("per second")
     ax.set_title(f"Throughput: {title}", fontsize=10)
     ax.legend(fontsize=8)
     paths.append(_save(fig, directory / "throughput.png"))
+
+    cpu = _cpu_plot(stores, title, directory)
+    if cpu is not None:
+        paths.append(cpu)
 
     curves = {
         s["name"]: sorted((int(k), v["p50_ms"]) for k, v in s["resume_by_history"].items())
@@ -97,8 +107,55 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     return paths
 
 
+def cpu_series(stores: list[dict[str, Any]]) -> list[tuple[str, list[float | None]]]:
+    """The bars of ``cpu_per_resume.png``: ``(label, value per store)``, None where not measured.
+
+    A store in process memory has no Redis figure, so it gets no Redis bar
+    (None), never a zero that would read as a free Redis; a series nobody
+    measured is left out.
+    """
+    redis = [s.get("redis", {}).get("cpu_us_per_resume") for s in stores]
+    replicas = [s.get("replica_cpu_us_per_resume") for s in stores]
+    return [
+        (label, [v if _finite(v) else None for v in values])
+        for label, values in (("server replicas", replicas), ("Redis", redis))
+        if any(_finite(v) for v in values)
+    ]
+
+
+def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path | None:
+    """CPU µs per resume: Redis's bar only for a store on Redis, replicas' bar over HTTP."""
+    import matplotlib.pyplot as plt
+
+    series = cpu_series(stores)
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    width = 0.8 / len(series)
+    xs = list(range(len(stores)))
+    for k, (label, values) in enumerate(series):
+        offset = (k - (len(series) - 1) / 2) * width
+        drawn = [(x + offset, v) for x, v in zip(xs, values, strict=True) if v is not None]
+        ax.bar(
+            [x for x, _ in drawn],
+            [v for _, v in drawn],
+            width,
+            label=f"{label} CPU",
+        )
+    names = [s["name"] + ("\n(in process)" if "redis" not in s else "") for s in stores]
+    ax.set_xticks(xs, names, rotation=20, fontsize=8)
+    ax.set_ylabel("CPU µs per resume")
+    ax.set_title(f"CPU per resume: {title}", fontsize=10)
+    ax.legend(fontsize=8)
+    return _save(fig, directory / "cpu_per_resume.png")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 def _loggable(values: list[float]) -> bool:
-    finite = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    finite = [v for v in values if _finite(v)]
     return bool(finite) and min(finite) > 0
 
 

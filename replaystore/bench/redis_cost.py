@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .stores import redis_client
+from .stores import node_urls, redis_client
 
 __all__ = ["RedisProbe", "Sample"]
 
@@ -38,45 +38,67 @@ class Sample:
 
 
 class RedisProbe:
-    """A side connection to the storm's Redis for INFO and for cleaning up a store's keys."""
+    """Side connections to the storm's Redis for INFO and for cleaning up a store's keys.
+
+    On a Redis Cluster one connection per node the URL lists (every master, as
+    the storm expects), and every figure is the sum over them.
+    """
 
     def __init__(self, url: str) -> None:
-        self._r: Any = redis_client(url)
+        self._nodes: list[Any] = [redis_client(u) for u in node_urls(url)]
 
     async def aclose(self) -> None:
-        await self._r.aclose()
+        for r in self._nodes:
+            await r.aclose()
 
     async def server(self) -> dict[str, Any]:
-        info: dict[str, Any] = await self._r.info("server")
-        return {k: info.get(k) for k in ("redis_version", "os", "arch_bits", "process_id")}
+        info: dict[str, Any] = await self._nodes[0].info("server")
+        out = {k: info.get(k) for k in ("redis_version", "os", "arch_bits", "process_id")}
+        if len(self._nodes) > 1:
+            out["nodes"] = len(self._nodes)
+        return out
 
     async def sample(self) -> Sample:
-        cpu: dict[str, Any] = await self._r.info("cpu")
-        memory: dict[str, Any] = await self._r.info("memory")
-        stats: dict[str, Any] = await self._r.info("commandstats")
-        commands = {
-            key.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
-            for key, v in stats.items()
-            if isinstance(v, dict)
-        }
-        return Sample(
-            float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
-            int(memory["used_memory"]),
-            commands,
-        )
+        cpu_s = 0.0
+        used = 0
+        commands: dict[str, tuple[int, int]] = {}
+        for r in self._nodes:
+            cpu: dict[str, Any] = await r.info("cpu")
+            memory: dict[str, Any] = await r.info("memory")
+            stats: dict[str, Any] = await r.info("commandstats")
+            cpu_s += float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+            used += int(memory["used_memory"])
+            for key, v in stats.items():
+                if isinstance(v, dict):
+                    name = key.removeprefix("cmdstat_")
+                    calls, usec = commands.get(name, (0, 0))
+                    commands[name] = (calls + int(v["calls"]), usec + int(v["usec"]))
+        return Sample(cpu_s, used, commands)
 
     async def delete_prefix(self, prefix: str) -> int:
-        """Delete every key that starts with ``prefix`` (SCAN + UNLINK); return how many."""
+        """Delete every key that starts with ``prefix`` (SCAN + UNLINK); return how many.
+
+        One key per UNLINK: a cluster node refuses a command whose keys are in
+        different slots, even slots of its own.
+        """
         deleted = 0
-        batch: list[Any] = []
-        async for key in self._r.scan_iter(match=_escape(prefix) + "*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                deleted += await self._r.unlink(*batch)
-                batch.clear()
-        if batch:
-            deleted += await self._r.unlink(*batch)
+        for r in self._nodes:
+            batch: list[Any] = []
+            async for key in r.scan_iter(match=_escape(prefix) + "*", count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += await _unlink(r, batch)
+                    batch.clear()
+            if batch:
+                deleted += await _unlink(r, batch)
         return deleted
+
+
+async def _unlink(r: Any, keys: list[Any]) -> int:
+    pipe = r.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+    return sum(int(n) for n in await pipe.execute())
 
 
 def _escape(prefix: str) -> str:

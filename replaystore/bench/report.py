@@ -16,6 +16,8 @@ def _num(value: Any, digits: int = 0) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
+    if report["meta"].get("http"):
+        return _http_markdown(report)
     meta = report["meta"]
     opts = meta["options"]
     lines = [
@@ -82,3 +84,45 @@ def _kinds(report: dict[str, Any]) -> list[str]:
 def _pathologies(report: dict[str, Any]) -> list[str]:
     kinds = {k for s in report["stores"] for k in s["outcomes_by_kind"]}
     return sorted(kinds - {"normal"})
+
+
+def _http_markdown(report: dict[str, Any]) -> str:
+    """The end-to-end table: one row per store and routing, its replicas' CPU next to Redis's."""
+    meta = report["meta"]
+    opts = meta["options"]
+    killed = (
+        " One replica killed (SIGKILL) half-way through each storm."
+        if meta.get("kill_replica")
+        else ""
+    )
+    lines = [
+        f"Reconnect storm over MCP HTTP: {opts['sessions']:,} sessions, {opts['replicas']} "
+        f"server replicas per store, {meta['machine']['cpu_count']} CPUs, {meta['seconds']} s; "
+        f"every client reconnects at once, {opts['pathology_rate']:.0%} of them with another "
+        f"session's cursor or one no replica issued; load average "
+        f"{meta['machine']['load_average']} at the start.{killed}",
+        "",
+        "| store | routing | all clients back (s) | resumes/s | p50 ms | p99 ms | p999 ms "
+        "| replica CPU µs/resume | Redis CPU µs/resume | exact | dup | loss | wrong stream "
+        "| failures (correct/incorrect) | incorrect verdicts |",
+        "|---|---|" + "---:|" * 13,
+    ]
+    for s in report["stores"]:
+        redis = s.get("redis", {})
+        lines.append(
+            f"| {s['name']} | {s['routing']} | {_num(s['recovery_s'], 2)} "
+            f"| {_num(s['resumes_per_s'])} | {_num(s['p50_ms'], 1)} | {_num(s['p99_ms'], 1)} "
+            f"| {_num(s['p999_ms'], 1)} | {_num(s['replica_cpu_us_per_resume'])} "
+            f"| {_num(redis.get('cpu_us_per_resume'), 1) if redis else 'in process'} "
+            f"| {_num(s['exact'])} | {_num(s['duplicates'])} | {_num(s['losses'])} "
+            f"| {_num(s['wrong_stream'])} "
+            f"| {_num(s['correct_failures'])}/{_num(s['incorrect_failures'])} "
+            f"| {_num(s['incorrect_verdicts'])} |"
+        )
+    for u in report["unavailable"]:
+        lines.append(f"| {u['name']} | not run: {u['reason']} |" + " |" * 13)
+    kinds = _kinds(report)
+    if kinds:
+        lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
+        lines += kinds
+    return "\n".join(lines)

@@ -29,7 +29,10 @@ __all__ = [
     "Reply",
     "Store",
     "StoreSpec",
+    "is_cluster_url",
+    "is_plain_redis_url",
     "is_redis_url",
+    "node_urls",
 ]
 
 EVICTED_PREFIX = "ev-"
@@ -39,7 +42,29 @@ _PAYLOADS = 64  # distinct payloads cycled through (all 200 bytes)
 
 
 def is_redis_url(url: str) -> bool:
-    return url.split(":", 1)[0].lower() in ("redis", "rediss")
+    """A URL of one Redis or of a Redis Cluster (the storm runs replica processes on it)."""
+    return url.split(":", 1)[0].lower() in ("redis", "rediss", "redis+cluster", "rediss+cluster")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split(":", 1)[0].lower() in ("redis+cluster", "rediss+cluster")
+
+
+def is_plain_redis_url(url: str) -> bool:
+    """One Redis server (what the peers' single-node clients and ``--http`` need)."""
+    return is_redis_url(url) and not is_cluster_url(url)
+
+
+def node_urls(url: str) -> list[str]:
+    """``redis://`` URLs of every node a ``redis+cluster://`` URL lists (or ``[url]``)."""
+    if not is_cluster_url(url):
+        return [url]
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    scheme = "rediss" if parts.scheme.lower().startswith("rediss") else "redis"
+    auth, _, hosts = parts.netloc.rpartition("@")
+    return [f"{scheme}://{auth + '@' if auth else ''}{h}/0" for h in hosts.split(",") if h]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +106,16 @@ class Store(Protocol):
 
 
 def redis_client(url: str, *, decode: bool = False) -> Any:
-    """A redis-py asyncio client for the peers and the raw floor (hiredis when installed)."""
+    """A redis-py asyncio client for the peers and the raw floor (hiredis when installed).
+
+    On ``redis+cluster://`` a cluster client, which finds every node from the first.
+    """
     import redis.asyncio as aioredis
 
+    if is_cluster_url(url):
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(node_urls(url)[0], decode_responses=decode)
     return aioredis.Redis.from_url(url, decode_responses=decode)
 
 

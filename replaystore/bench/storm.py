@@ -36,7 +36,7 @@ from ..testing.replicas import ReplicaPool
 from .catalog import CATALOG, available, default_names
 from .progress import Bar
 from .redis_cost import RedisProbe, Sample
-from .stores import EVICTED_PREFIX, StoreSpec, is_redis_url
+from .stores import EVICTED_PREFIX, StoreSpec, is_cluster_url, is_redis_url
 from .truth import Tally, judge
 from .workload import PATHOLOGIES, Reconnect, SessionPlan, plan_reconnects, plan_sessions
 
@@ -92,11 +92,14 @@ def run_storm(options: Options) -> dict[str, Any]:
     redis = is_redis_url(options.url)
     replicas = options.replicas if redis else 1
     names = options.stores or default_names(redis)
-    unavailable = {n: why for n in names if (why := available(n, redis)) is not None}
+    cluster = is_cluster_url(options.url)
+    unavailable = {
+        n: why for n in names if (why := available(n, redis, cluster=cluster)) is not None
+    }
     if not options.stores:  # say why a peer is missing (a floor has its twin instead)
         for name in CATALOG:
             if name not in names and not name.startswith("raw"):
-                unavailable[name] = available(name, redis) or ""
+                unavailable[name] = available(name, redis, cluster=cluster) or ""
     runnable = [n for n in names if n not in unavailable]
     sessions = plan_sessions(
         options.sessions,
@@ -439,7 +442,9 @@ def storm_meta(options: Options, replicas: int, *, redis: bool) -> dict[str, Any
     return {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "options": opts,
-        "backend": "redis" if redis else "memory",
+        "backend": ("redis cluster" if is_cluster_url(options.url) else "redis")
+        if redis
+        else "memory",
         "machine": {
             "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
