@@ -57,6 +57,7 @@ from .overrides import ManagerOverrides, ReplicaDispatcher
 from .replica import Replica
 from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .tasks import ReplayTasks
 from .transport import RETRY_AFTER, ReplayTransport
 from .view import ReplayEventStore, SessionView
 
@@ -470,6 +471,7 @@ def streamable_http_app(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     check_interval: float = DEFAULT_CHECK_INTERVAL,
     store_timeout: float = DEFAULT_STORE_TIMEOUT,
+    tasks: ReplayTasks | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -479,6 +481,10 @@ def streamable_http_app(
     ``streamable_http_path``, ``transport_security``, ``host`` …), except
     ``event_store``. Apps built on one buffer URL are replicas of each other.
     The buffer is not closed by the app: close it in your own lifespan or at exit.
+
+    ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
+    to the server; its tasks are kept in the buffer's store and its tools run
+    while the app's lifespan is open.
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -489,4 +495,14 @@ def streamable_http_app(
     typed = cast(_ServesStreamableHTTP, server)
     app = typed.streamable_http_app(event_store=store, **kwargs)
     ReplaySessionManager.adopt(typed.session_manager, store, settings)
+    if tasks is not None:
+        tasks.bind(store.buffer)
+        inner = app.router.lifespan_context
+
+        @asynccontextmanager
+        async def lifespan(starlette_app: Starlette) -> AsyncIterator[Any]:
+            async with tasks.running(), inner(starlette_app) as state:
+                yield state
+
+        app.router.lifespan_context = lifespan
     return app
