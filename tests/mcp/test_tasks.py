@@ -1,0 +1,294 @@
+"""Durable tasks over HTTP on the 2026-07-28 revision: real replicas behind a round-robin proxy.
+
+Three example-server processes share one real Redis (and three apps share
+``memory://NAME`` in one process); a raw client opens a new connection per
+request, so a task is created on one replica and read, answered or cancelled
+on the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import redis
+
+from replaystore.testing.proxy import TcpProxy
+from replaystore.testing.servers import ServerHandle
+from tests.mcp._support import ServerProcess, spawn_many, spawn_replica, wait_ready
+
+pytestmark = pytest.mark.anyio
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+LEASE_SECONDS = 2.0
+TASK_TTL_SECONDS = 6.0
+
+
+@dataclass
+class TaskSet:
+    """Replicas of one store and a round-robin proxy in front of them."""
+
+    name: str
+    replicas: list[ServerProcess]
+    proxy: TcpProxy
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.proxy.host}:{self.proxy.port}/mcp"
+
+
+@pytest.fixture(scope="module")
+def task_sets(
+    mcp_redis: ServerHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, TaskSet]]:
+    """``redis``: three processes on one Redis; ``memory``: three apps on ``memory://NAME``."""
+    logs = tmp_path_factory.mktemp("task-replicas")
+    store = f"{mcp_redis.url}?prefix=tk:"
+    options = ("--lease-seconds", str(LEASE_SECONDS), "--task-ttl", str(TASK_TTL_SECONDS))
+    on_redis = [spawn_replica(f"task-replica-{i}", store, logs, *options) for i in range(3)]
+    memory = spawn_many(
+        "task-memory",
+        {f"task-memory-{i}": ("sdk", "memory://tasks", 10_000) for i in range(3)},
+        logs,
+    )
+    everything = [*on_redis, *memory.values()]
+    sets: dict[str, TaskSet] = {}
+    try:
+        wait_ready(everything)
+        for name, servers in (("redis", on_redis), ("memory", list(memory.values()))):
+            proxy = TcpProxy([("127.0.0.1", s.port) for s in servers]).start()
+            sets[name] = TaskSet(name, servers, proxy)
+        yield sets
+    finally:
+        for task_set in sets.values():
+            task_set.proxy.stop()
+        for server in everything:
+            server.stop()
+
+
+@pytest.fixture(params=["redis", "memory"])
+def any_set(request: pytest.FixtureRequest, task_sets: dict[str, TaskSet]) -> TaskSet:
+    return task_sets[request.param]
+
+
+@pytest.fixture
+async def fresh() -> AsyncIterator[httpx.AsyncClient]:
+    """A raw client with a new connection per request (each one lands on the next replica)."""
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
+    ) as client:
+        yield client
+
+
+_ids = itertools.count(1)
+
+
+class Modern:
+    """A 2026-07-28 client speaking raw JSON-RPC over HTTP, with or without the extension."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, *, tasks: bool = True) -> None:
+        self.http = http
+        self.url = url
+        extensions = {EXTENSION: {}} if tasks else {}
+        self.meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": extensions},
+        }
+
+    async def send(self, method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
+        """The JSON-RPC response (``result`` or ``error``)."""
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": method,
+            "Mcp-Name": name,
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": next(_ids),
+            "method": method,
+            "params": {**params, "_meta": self.meta},
+        }
+        response = await self.http.post(self.url, json=body, headers=headers)
+        message: dict[str, Any] = response.json()
+        return message
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        reply = await self.send("tools/call", {"name": tool, "arguments": arguments}, tool)
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    async def task(self, method: str, task_id: str, **params: Any) -> dict[str, Any]:
+        return await self.send(method, {"taskId": task_id, **params}, task_id)
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        reply = await self.task("tasks/get", task_id)
+        assert "result" in reply, reply
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    async def wait(self, task_id: str, *statuses: str) -> dict[str, Any]:
+        with anyio.fail_after(20):  # a hang guard, not a timing assertion
+            while True:
+                task = await self.get(task_id)
+                if task["status"] in statuses:
+                    return task
+                await anyio.sleep(0.05)
+
+
+def _text(task: dict[str, Any]) -> str:
+    text: str = task["result"]["content"][0]["text"]
+    return text
+
+
+async def test_a_task_created_on_one_replica_resolves_on_every_other(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, any_set.url)
+    created = await client.call("countdown", {"n": 4, "interval_ms": 150})
+    assert created["resultType"] == "task" and created["status"] == "working"
+    assert created["ttlMs"] > 0 and created["pollIntervalMs"] > 0
+    task_id = created["taskId"]
+    seen = [await client.get(task_id) for _ in range(3)]  # the three replicas, at once
+    for task in seen:
+        assert task["resultType"] == "complete" and task["taskId"] == task_id
+        if task["status"] == "working":  # nothing changed: the same lastUpdatedAt
+            assert task["lastUpdatedAt"] == created["lastUpdatedAt"]
+    done = await client.wait(task_id, "completed")
+    assert _text(done) == "done 4" and done["result"]["isError"] is False
+    assert done["lastUpdatedAt"] >= created["lastUpdatedAt"]
+    assert done["createdAt"] == created["createdAt"]
+    again = [await client.get(task_id) for _ in range(3)]
+    assert all(task == done for task in again)
+
+
+async def test_input_requested_in_a_task_is_answered_on_other_replicas(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, any_set.url)
+    task_id = (await client.call("ask", {"question": "Who?"}))["taskId"]
+    waiting = await client.wait(task_id, "input_required")
+    [(key, request)] = waiting["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["message"] == "Who?"
+    # An unknown key is ignored: the task keeps waiting.
+    ack = await client.task("tasks/update", task_id, inputResponses={"nope": {"action": "accept"}})
+    assert ack["result"]["resultType"] == "complete"
+    await anyio.sleep(0.5)
+    still = await client.get(task_id)
+    assert still["status"] == "input_required" and key in still["inputRequests"]
+    answer = {"action": "accept", "content": {"name": "Luca"}}
+    ack = await client.task("tasks/update", task_id, inputResponses={key: answer})
+    assert "result" in ack
+    done = await client.wait(task_id, "completed")
+    assert _text(done) == "hello Luca"
+    # Answering the same key again is ignored; the result stays.
+    late = {key: {"action": "decline"}}
+    assert "result" in await client.task("tasks/update", task_id, inputResponses=late)
+    assert await client.get(task_id) == done
+
+
+async def test_cancel_on_another_replica_stops_the_task_for_good(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, any_set.url)
+    task_id = (await client.call("countdown", {"n": 100_000, "interval_ms": 10}))["taskId"]
+    await client.get(task_id)
+    ack = await client.task("tasks/cancel", task_id)
+    assert ack["result"]["resultType"] == "complete"
+    cancelled = await client.get(task_id)
+    assert cancelled["status"] == "cancelled"
+    await anyio.sleep(1.0)  # the runner has stopped; nothing it does can overwrite the end
+    assert await client.get(task_id) == cancelled
+    assert "result" in await client.task("tasks/cancel", task_id)  # known: acknowledged
+
+
+async def test_a_client_without_the_extension_never_gets_a_task(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    plain = Modern(fresh, any_set.url, tasks=False)
+    result = await plain.call("countdown", {"n": 2, "interval_ms": 0})
+    assert result["resultType"] == "complete" and result["content"][0]["text"] == "done 2"
+    task_id = (await Modern(fresh, any_set.url).call("countdown", {"n": 1}))["taskId"]
+    for method in ("tasks/get", "tasks/cancel"):
+        reply = await plain.task(method, task_id)
+        assert reply["error"]["code"] == -32021, reply
+        assert EXTENSION in str(reply["error"]["data"])
+
+
+async def test_bad_task_requests_get_json_rpc_errors(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, any_set.url)
+    unknown = "A" * 24
+    for method in ("tasks/get", "tasks/cancel"):
+        reply = await client.task(method, unknown)
+        assert reply["error"]["code"] == -32602, reply
+    reply = await client.task("tasks/update", unknown, inputResponses={})
+    assert reply["error"]["code"] == -32602
+    assert (await client.task("tasks/get", "x" * 100))["error"]["code"] == -32602
+    assert (await client.send("tasks/get", {}, "none"))["error"]["code"] == -32602
+    task_id = (await client.call("ask", {}))["taskId"]
+    many = {f"k{i}": {"action": "accept"} for i in range(1000)}
+    reply = await client.task("tasks/update", task_id, inputResponses=many)
+    assert reply["error"]["code"] == -32602
+    huge = {"r1": {"action": "accept", "content": {"name": "x" * (2 << 20)}}}
+    reply = await client.task("tasks/update", task_id, inputResponses=huge)
+    assert reply["error"]["code"] == -32602
+    waiting = await client.wait(task_id, "input_required")
+    assert "x" * 100 not in str(waiting)
+    await client.task("tasks/cancel", task_id)
+
+
+async def test_the_runner_killed_mid_task_fails_it_within_the_lease(
+    mcp_redis: ServerHandle, tmp_path: Path, fresh: httpx.AsyncClient
+) -> None:
+    store = f"{mcp_redis.url}?prefix=tkill:"
+    options = ("--lease-seconds", str(LEASE_SECONDS))
+    doomed, survivor = (spawn_replica(f"tkill-{i}", store, tmp_path, *options) for i in range(2))
+    try:
+        wait_ready([doomed, survivor])
+        on_doomed, on_survivor = Modern(fresh, doomed.url), Modern(fresh, survivor.url)
+        task_id = (await on_doomed.call("countdown", {"n": 100_000, "interval_ms": 10}))["taskId"]
+        assert (await on_survivor.get(task_id))["status"] == "working"
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(10)
+        killed = time.monotonic()
+        failed = await on_survivor.wait(task_id, "failed", "completed", "cancelled")
+        elapsed = time.monotonic() - killed
+        assert failed["status"] == "failed"
+        assert failed["error"]["code"] == -32603
+        assert "stopped" in failed["error"]["message"]
+        assert elapsed <= LEASE_SECONDS + 1.0, elapsed
+        assert await on_survivor.get(task_id) == failed
+    finally:
+        doomed.stop()
+        survivor.stop()
+
+
+async def test_after_its_ttl_nothing_of_a_task_is_left(
+    task_sets: dict[str, TaskSet], mcp_redis: ServerHandle, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, task_sets["redis"].url)
+    created = await client.call("ask", {})
+    task_id = created["taskId"]
+    assert created["ttlMs"] == int(TASK_TTL_SECONDS * 1000)
+    await client.wait(task_id, "input_required")
+    connection = redis.Redis.from_url(mcp_redis.url)
+    try:
+        assert connection.keys(f"tk:{{task:{task_id}}}*")
+        await anyio.sleep(TASK_TTL_SECONDS + 0.5)
+        reply = await client.task("tasks/get", task_id)
+        assert reply["error"]["code"] == -32602
+        assert connection.keys(f"tk:{{task:{task_id}}}*") == []
+    finally:
+        connection.close()
