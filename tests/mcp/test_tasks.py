@@ -18,9 +18,11 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
 import redis
 
+from replaystore.mcp.client import TaskCancelledError, TaskClient, TaskRequestError
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, spawn_many, spawn_replica, wait_ready
@@ -292,3 +294,66 @@ async def test_after_its_ttl_nothing_of_a_task_is_left(
         assert connection.keys(f"tk:{{task:{task_id}}}*") == []
     finally:
         connection.close()
+
+
+# ---------------------------------------------------------------- the client helper
+
+
+@pytest.fixture
+async def fresh2() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(
+        timeout=httpx2.Timeout(15.0), limits=httpx2.Limits(max_keepalive_connections=0)
+    ) as client:
+        yield client
+
+
+async def test_the_client_helper_answers_input_through_its_callback(
+    any_set: TaskSet, fresh2: httpx2.AsyncClient
+) -> None:
+    asked: list[tuple[str, str]] = []
+
+    async def on_input(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        asked.append((key, request["params"]["message"]))
+        return {"action": "accept", "content": {"name": "Ada"}}
+
+    created: list[str] = []
+
+    async def on_created(task_id: str) -> None:
+        created.append(task_id)
+
+    async with TaskClient(any_set.url, http=fresh2) as client:
+        result = await client.call(
+            "ask", {"question": "Name?"}, on_input=on_input, on_created=on_created
+        )
+    assert result["content"][0]["text"] == "hello Ada"
+    assert len(created) == 1 and asked == [("r1", "Name?")]  # asked once, however many polls
+
+
+async def test_the_client_helper_resumes_from_a_persisted_task_id(
+    any_set: TaskSet, fresh2: httpx2.AsyncClient
+) -> None:
+    saved: list[str] = []
+
+    async def save(task_id: str) -> None:
+        saved.append(task_id)
+
+    # The first client stops polling (its process "restarts") mid-task.
+    with anyio.move_on_after(0.3):
+        async with TaskClient(any_set.url, http=fresh2) as first:
+            await first.call("countdown", {"n": 10, "interval_ms": 100}, on_created=save)
+    [task_id] = saved
+    async with TaskClient(any_set.url, http=fresh2) as second:
+        result = await second.wait(task_id)
+        assert result["content"][0]["text"] == "done 10"
+        # A cancelled task raises, and so does an unknown one.
+        doomed = (
+            await second.request(
+                "tools/call", {"name": "countdown", "arguments": {"n": 10_000}}, "countdown"
+            )
+        )["taskId"]
+        await second.cancel(doomed)
+        with pytest.raises(TaskCancelledError):
+            await second.wait(doomed)
+        with pytest.raises(TaskRequestError) as caught:
+            await second.wait("C" * 24)
+        assert caught.value.code == -32602
