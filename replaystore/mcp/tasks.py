@@ -224,7 +224,12 @@ class ReplayTasks(Extension):
     def bind(self, buffer: ReplayBuffer) -> None:
         """Keep tasks in the store of ``buffer`` (its backend's replica coordination)."""
         if self._store is None:
-            self._store = task_store_for(coordination_of(buffer.backend))
+            backend = buffer.backend
+            self._store = task_store_for(
+                coordination_of(backend),
+                wait_replicas=getattr(backend, "wait_replicas", 0),
+                wait_timeout=getattr(backend, "wait_timeout", 1.0),
+            )
 
     @property
     def store(self) -> TaskStore:
@@ -372,6 +377,11 @@ class ReplayTasks(Extension):
             except StorageError as exc:
                 logger.warning("task %s: lease renewal failed: %s", run.task_id, exc)
                 continue
+            except Exception:  # a damaged record: stop the tool; the lease lapses
+                logger.exception("task %s: lease renewal failed", run.task_id)
+                run.ended = True
+                run.scope.cancel()
+                return
             if beat is None or beat.status in ("completed", "failed", "cancelled"):
                 run.ended = True
                 run.scope.cancel()

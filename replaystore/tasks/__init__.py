@@ -44,10 +44,16 @@ __all__ = [
 ]
 
 
-def task_store_for(coordination: Coordination) -> TaskStore:
-    """The task store a backend's coordination declares: beside the sessions, in its store."""
+def task_store_for(
+    coordination: Coordination, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+) -> TaskStore:
+    """The task store a backend's coordination declares: beside the sessions, in its store.
+
+    ``wait_replicas`` (Redis): a create returns only once that many replicas
+    acknowledged it, within ``wait_timeout`` seconds, or raises ``StorageError``.
+    """
     if isinstance(coordination, OnRedis):
         from .redis import RedisTaskStore
 
-        return RedisTaskStore(coordination)
+        return RedisTaskStore(coordination, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
     return MemoryTaskStore(coordination.scope)

@@ -71,9 +71,16 @@ def _record(task_id: str, fields: dict[str, Any], outstanding: dict[str, Any]) -
 class RedisTaskStore(TaskStore):
     """Task records in the Redis a backend declares through its coordination."""
 
-    def __init__(self, redis: OnRedis) -> None:
+    def __init__(
+        self, redis: OnRedis, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+    ) -> None:
         self._client = redis.client
         self._key_base = redis.key_base
+        # As for session events: with wait_replicas, a task counts as created
+        # only once that many Redis replicas hold it, so a failover right after
+        # the CreateTaskResult cannot lose it.
+        self._wait_replicas = wait_replicas
+        self._wait_timeout = wait_timeout
 
     def keys(self, task_id: str) -> list[str]:
         """The task's keys, hash tag included (the backend's rule, so ids with braces are safe)."""
@@ -107,13 +114,33 @@ class RedisTaskStore(TaskStore):
         owner: str | None = None,
     ) -> TaskRecord:
         poll = "" if poll_ms is None else str(poll_ms)
-        created = await self._run(
-            "create", task_id, runner, int(lease * 1000), ttl_ms, poll, owner or ""
-        )
+        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "")
+        if self._wait_replicas:
+            created = await self._create_replicated(task_id, args)
+        else:
+            created = await self._run("create", task_id, *args)
         if created is None:
             raise ValueError(f"task id {task_id!r} is taken")
         now = int(created)
         return TaskRecord(task_id, "working", now, now, ttl_ms, poll_ms)
+
+    async def _create_replicated(self, task_id: str, args: tuple[Any, ...]) -> Any:
+        """The create script and ``WAIT`` on one connection, in one round trip."""
+        keys = self.keys(task_id)
+        timeout_ms = max(1, int(self._wait_timeout * 1000))
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.eval(_SCRIPTS["create"], len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self._wait_replicas, timeout_ms)
+            created, acked = await pipe.execute()
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise StorageError(f"task create failed on redis: {exc}") from exc
+        if created is not None and int(acked) < self._wait_replicas:
+            raise StorageError(
+                f"task create stored on the primary but acknowledged by {acked} of "
+                f"{self._wait_replicas} replica(s) within {self._wait_timeout} s"
+            )
+        return created
 
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
         reply = await self._run("get", task_id, owner or "")

@@ -17,6 +17,7 @@ from fakeredis import FakeAsyncRedis, FakeServer
 
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
+from replaystore.errors import StorageError
 from replaystore.tasks import (
     LOST_ERROR,
     TaskInputError,
@@ -250,3 +251,18 @@ def test_task_ids_carry_144_random_bits() -> None:
     assert all(valid_task_id(i) and len(i) == 24 for i in ids)
     for bad in ["", "x", "a" * 23, "{abc}" + "a" * 19, None, 5, "a" * 25]:
         assert not valid_task_id(bad)
+
+
+async def test_wait_replicas_refuses_a_create_no_replica_acknowledged(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    url = f"{_server(real_servers, 'redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
+    async with ReplayBuffer.from_url(url) as buffer:
+        coordination = coordination_of(buffer.backend)
+        waiting = task_store_for(coordination, wait_replicas=1, wait_timeout=0.2)
+        with pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await waiting.create(new_task_id(), runner="r1", lease=5, ttl_ms=60_000)
+        plain = task_store_for(coordination)
+        task_id = new_task_id()
+        await plain.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+        assert await plain.get(task_id) is not None
