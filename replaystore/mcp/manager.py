@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from http import HTTPStatus
 from typing import Any, Protocol, TypeVar, cast
@@ -52,6 +52,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
+from .listen import StoreSubscriptionBus
 from .metrics import ResumptionObserver
 from .overrides import ManagerOverrides, ReplicaDispatcher
 from .replica import Replica
@@ -472,6 +473,7 @@ def streamable_http_app(
     check_interval: float = DEFAULT_CHECK_INTERVAL,
     store_timeout: float = DEFAULT_STORE_TIMEOUT,
     tasks: ReplayTasks | None = None,
+    subscriptions: StoreSubscriptionBus | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -484,7 +486,9 @@ def streamable_http_app(
 
     ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
     to the server; its tasks are kept in the buffer's store and its tools run
-    while the app's lifespan is open.
+    while the app's lifespan is open. ``subscriptions``: the
+    :class:`~replaystore.mcp.listen.StoreSubscriptionBus` given to the server,
+    so ``subscriptions/listen`` streams get events published on any replica.
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -495,14 +499,21 @@ def streamable_http_app(
     typed = cast(_ServesStreamableHTTP, server)
     app = typed.streamable_http_app(event_store=store, **kwargs)
     ReplaySessionManager.adopt(typed.session_manager, store, settings)
-    if tasks is not None:
-        tasks.bind(store.buffer)
+    if tasks is not None or subscriptions is not None:
         inner = app.router.lifespan_context
+        if tasks is not None:
+            tasks.bind(store.buffer)
+        if subscriptions is not None:
+            subscriptions.bind(store.buffer)
 
         @asynccontextmanager
         async def lifespan(starlette_app: Starlette) -> AsyncIterator[Any]:
-            async with tasks.running(), inner(starlette_app) as state:
-                yield state
+            async with AsyncExitStack() as stack:
+                if subscriptions is not None:
+                    await stack.enter_async_context(subscriptions.running())
+                if tasks is not None:
+                    await stack.enter_async_context(tasks.running())
+                yield await stack.enter_async_context(inner(starlette_app))
 
         app.router.lifespan_context = lifespan
     return app
