@@ -217,7 +217,7 @@ def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..cli import _port, _positive_int, _seconds
+    from ..cli import _port, _positive_int, _seconds, _task_ttl
 
     parser = argparse.ArgumentParser(
         prog="python -m replaystore.mcp.example", description=__doc__.splitlines()[0]
@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--task-ttl",
-        type=_seconds,
+        type=_task_ttl,
         default=DEFAULT_TASK_TTL,
         help="how long a task (and its result) is kept after its creation, in seconds",
     )
