@@ -25,7 +25,7 @@ import redis
 from replaystore.mcp.client import TaskCancelledError, TaskClient, TaskRequestError
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import ServerProcess, spawn_many, spawn_replica, wait_ready
+from tests.mcp._support import RawSession, ServerProcess, spawn_many, spawn_replica, wait_ready
 
 pytestmark = pytest.mark.anyio
 
@@ -357,3 +357,15 @@ async def test_the_client_helper_resumes_from_a_persisted_task_id(
         with pytest.raises(TaskRequestError) as caught:
             await second.wait("C" * 24)
         assert caught.value.code == -32602
+
+
+async def test_both_revisions_at_once_on_the_same_replicas(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    """A 2025-11-25 session resumes exactly while 2026-07-28 tasks run on the same replicas."""
+    client = Modern(fresh, any_set.url)
+    task_id = (await client.call("countdown", {"n": 5, "interval_ms": 100}))["taskId"]
+    legacy = await RawSession(fresh, any_set.url).initialize()
+    assert await legacy.run_tool("countdown", {"n": 3, "interval_ms": 0}) == "done 3"
+    assert _text(await client.wait(task_id, "completed")) == "done 5"
+    assert await legacy.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
