@@ -42,6 +42,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..buffer import ReplayBuffer
+from .listen import StoreSubscriptionBus
 from .manager import streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
 from .settings import DEFAULT_LEASE_TTL
@@ -84,9 +85,13 @@ def _bound_log_messages() -> None:
             handler.addFilter(_BoundedLogMessages())
 
 
-def build_server(tasks: ReplayTasks | None = None) -> MCPServer:
+def build_server(
+    tasks: ReplayTasks | None = None, subscriptions: StoreSubscriptionBus | None = None
+) -> MCPServer:
     """The MCP server with its tools, transport-agnostic (with the tasks extension if given)."""
-    server = MCPServer("replaystore-example", extensions=[tasks] if tasks else None)
+    server = MCPServer(
+        "replaystore-example", extensions=[tasks] if tasks else None, subscriptions=subscriptions
+    )
 
     @server.tool()
     async def countdown(ctx: Context, n: int, interval_ms: int = 10, close_after: int = 0) -> str:
@@ -139,7 +144,8 @@ def build_app(
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
     tasks = example_tasks(task_ttl, lease_ttl)
-    server = build_server(tasks)  # the SDK sets up its log handlers here
+    bus = StoreSubscriptionBus()
+    server = build_server(tasks, bus)  # the SDK sets up its log handlers here
     _bound_log_messages()
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     registry: Any = None
@@ -159,6 +165,7 @@ def build_app(
         host=host,
         lease_ttl=lease_ttl,
         tasks=tasks,
+        subscriptions=bus,
     )
     if registry is not None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

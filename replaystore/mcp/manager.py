@@ -44,7 +44,7 @@ from mcp.server.streamable_http import (
     StreamableHTTPServerTransport,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import INTERNAL_ERROR, InitializeRequestParams
+from mcp_types import INTERNAL_ERROR, InitializeRequestParams, SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -58,6 +58,7 @@ from .overrides import ManagerOverrides, ReplicaDispatcher
 from .replica import Replica
 from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .task_listen import TaskListenHandler
 from .tasks import ReplayTasks
 from .transport import RETRY_AFTER, ReplayTransport
 from .view import ReplayEventStore, SessionView
@@ -488,7 +489,8 @@ def streamable_http_app(
     to the server; its tasks are kept in the buffer's store and its tools run
     while the app's lifespan is open. ``subscriptions``: the
     :class:`~replaystore.mcp.listen.StoreSubscriptionBus` given to the server,
-    so ``subscriptions/listen`` streams get events published on any replica.
+    so ``subscriptions/listen`` streams get events published on any replica
+    (with both, listen streams also serve ``notifications.taskIds``).
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -505,6 +507,13 @@ def streamable_http_app(
             tasks.bind(store.buffer)
         if subscriptions is not None:
             subscriptions.bind(store.buffer)
+        if tasks is not None and subscriptions is not None:
+            # Listen streams that also follow tasks (notifications/tasks).
+            lowlevel_server(typed).add_request_handler(
+                "subscriptions/listen",
+                SubscriptionsListenRequestParams,
+                TaskListenHandler(subscriptions, tasks),
+            )
 
         @asynccontextmanager
         async def lifespan(starlette_app: Starlette) -> AsyncIterator[Any]:

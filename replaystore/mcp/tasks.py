@@ -260,7 +260,8 @@ class ReplayTasks(Extension):
 
     # -- tools/call ----------------------------------------------------------------
 
-    def _declared(self, ctx: ServerRequestContext[Any, Any]) -> bool:
+    def declared(self, ctx: ServerRequestContext[Any, Any]) -> bool:
+        """Whether this request's client declared the extension (on 2026-07-28)."""
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return False
         capabilities = ctx.session.client_capabilities
@@ -268,7 +269,8 @@ class ReplayTasks(Extension):
             capabilities and capabilities.extensions and EXTENSION in capabilities.extensions
         )
 
-    def _owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The principal this request acts for (None: no owner)."""
         return self._owner(ctx) if self._owner is not None else _default_owner()
 
     async def intercept_tool_call(
@@ -280,7 +282,7 @@ class ReplayTasks(Extension):
         support = self._tools.get(params.name)
         if support is None or support.mode == "forbidden":
             return await call_next(ctx)
-        if not self._declared(ctx):
+        if not self.declared(ctx):
             if support.mode == "required":
                 require_client_extension(ctx, EXTENSION)  # raises -32021 with the details
                 raise MCPError(INTERNAL_ERROR, "unreachable")  # pragma: no cover
@@ -297,7 +299,7 @@ class ReplayTasks(Extension):
                 lease=self.lease,
                 ttl_ms=math.ceil(ttl * 1000),
                 poll_ms=math.ceil(self.poll_interval * 1000),
-                owner=self._owner_of(ctx),
+                owner=self.owner_of(ctx),
             )
         except StorageError as exc:
             logger.warning("task store unreachable, tools/call refused: %s", exc)
@@ -413,11 +415,11 @@ class ReplayTasks(Extension):
     # -- tasks/* -------------------------------------------------------------------
 
     def _check(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> str | None:
-        if not self._declared(ctx):
+        if not self.declared(ctx):
             require_client_extension(ctx, EXTENSION)
         if not valid_task_id(params.task_id):
             raise MCPError(INVALID_PARAMS, _NOT_FOUND)
-        return self._owner_of(ctx)
+        return self.owner_of(ctx)
 
     async def _get(
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams

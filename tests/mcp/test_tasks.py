@@ -25,7 +25,14 @@ import redis
 from replaystore.mcp.client import TaskCancelledError, TaskClient, TaskRequestError
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import RawSession, ServerProcess, spawn_many, spawn_replica, wait_ready
+from tests.mcp._support import (
+    RawSession,
+    ServerProcess,
+    spawn_many,
+    spawn_replica,
+    sse_events,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -369,3 +376,65 @@ async def test_both_revisions_at_once_on_the_same_replicas(
     assert await legacy.run_tool("countdown", {"n": 3, "interval_ms": 0}) == "done 3"
     assert _text(await client.wait(task_id, "completed")) == "done 5"
     assert await legacy.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
+
+
+# ---------------------------------------------------------------- listen streams
+
+
+async def test_listen_on_one_replica_follows_a_task_running_on_another(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    runner, listener = any_set.replicas[0], any_set.replicas[1]
+    on_runner = Modern(fresh, runner.url)
+    task_id = (await on_runner.call("countdown", {"n": 5, "interval_ms": 100}))["taskId"]
+    body = {
+        "jsonrpc": "2.0",
+        "id": 77,
+        "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"taskIds": [task_id, "D" * 24]},
+            "_meta": on_runner.meta,
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "subscriptions/listen",
+    }
+    frames: list[dict[str, Any]] = []
+    with anyio.fail_after(20):  # a hang guard
+        async with fresh.stream("POST", listener.url, json=body, headers=headers) as response:
+            assert response.status_code == 200
+            async for event in sse_events(response):
+                message = event.message
+                if not message or "method" not in message:
+                    continue
+                frames.append(message)
+                if message["method"] == "notifications/tasks" and message["params"]["status"] in (
+                    "completed",
+                    "failed",
+                    "cancelled",
+                ):
+                    break
+    ack, *updates = frames
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"]["taskIds"] == [task_id]  # the unknown id left out
+    assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 77
+    assert [u["method"] for u in updates] == ["notifications/tasks"] * len(updates)
+    assert updates[0]["params"]["status"] == "working"
+    last = dict(updates[-1]["params"])
+    assert last.pop("_meta")["io.modelcontextprotocol/subscriptionId"] == 77
+    got = await Modern(fresh, any_set.replicas[2].url).get(task_id)
+    got.pop("_meta", None)
+    assert got.pop("resultType") == "complete"
+    assert last == got  # the last notification is what tasks/get says
+
+
+async def test_listen_for_tasks_needs_the_extension(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    plain = Modern(fresh, any_set.url, tasks=False)
+    reply = await plain.send(
+        "subscriptions/listen", {"notifications": {"taskIds": ["E" * 24]}}, "listen"
+    )
+    assert reply["error"]["code"] == -32021
