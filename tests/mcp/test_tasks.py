@@ -438,3 +438,23 @@ async def test_listen_for_tasks_needs_the_extension(
         "subscriptions/listen", {"notifications": {"taskIds": ["E" * 24]}}, "listen"
     )
     assert reply["error"]["code"] == -32021
+
+
+async def test_a_replica_stopped_gracefully_fails_its_running_tasks_at_once(
+    mcp_redis: ServerHandle, tmp_path: Path, fresh: httpx.AsyncClient
+) -> None:
+    store = f"{mcp_redis.url}?prefix=tstop:"
+    options = ("--lease-seconds", "30")  # a lapsing lease would take 30 s: the stop must say it
+    stopping, survivor = (spawn_replica(f"tstop-{i}", store, tmp_path, *options) for i in range(2))
+    try:
+        wait_ready([stopping, survivor])
+        on_stopping, on_survivor = Modern(fresh, stopping.url), Modern(fresh, survivor.url)
+        task_id = (await on_stopping.call("countdown", {"n": 100_000, "interval_ms": 10}))["taskId"]
+        stopping.proc.send_signal(signal.SIGTERM)
+        stopping.proc.wait(15)
+        failed = await on_survivor.get(task_id)
+        assert failed["status"] == "failed", failed
+        assert "shut down" in failed["error"]["message"]
+    finally:
+        stopping.stop()
+        survivor.stop()
