@@ -1,4 +1,4 @@
-"""The task store contract, run against memory, fakeredis, a real Redis and a Redis Cluster.
+"""The task store contract, run against memory, fakeredis, a real Redis, Valkey and a Cluster.
 
 Every rule of :mod:`replaystore.tasks.store` is checked here on each backend:
 atomic terminal states, input keys unique for the task's life, answers that
@@ -32,7 +32,7 @@ from tests.conftest import _server
 
 pytestmark = pytest.mark.anyio
 
-KINDS = ["memory", "fakeredis", "redis", "cluster"]
+KINDS = ["memory", "fakeredis", "redis", "valkey", "cluster"]
 
 MakeStore = Callable[[], Awaitable[TaskStore]]
 
