@@ -51,10 +51,19 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+def _task_ttl(text: str) -> float:
+    """A task TTL: a positive duration of at most 366 days."""
+    seconds = _seconds(text)
+    if seconds > 366 * 86400:
+        raise argparse.ArgumentTypeError(f"must be at most 366 days (31622400 s), not {text!r}")
+    return seconds
+
+
 # argparse names the type in its error ("invalid _port value: 'x'"): name them for a person.
 _port.__name__ = "port"
 _positive_int.__name__ = "positive integer"
 _seconds.__name__ = "duration"
+_task_ttl.__name__ = "task TTL"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
         default=8 << 20,
         help="largest message stored, in bytes; a larger result is answered with an error "
         "(default: %(default)s)",
+    )
+    server.add_argument(
+        "--task-ttl",
+        type=_task_ttl,
+        default=3600.0,
+        help="how long a task of a 2026-07-28 client (and its result) is kept after its "
+        "creation, in seconds (default: %(default)s)",
     )
 
     inspect = sub.add_parser(
@@ -264,6 +280,7 @@ def _run(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             lease_ttl=args.lease_seconds,
             max_payload=args.max_payload,
+            task_ttl=args.task_ttl,
         )
         return 0
     if args.command == "inspect":

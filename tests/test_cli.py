@@ -224,6 +224,9 @@ def test_demo_on_an_unreachable_store_prints_only_the_error() -> None:
         ("--port", "-1"),
         ("--max-events", "0"),
         ("--max-payload", "0"),
+        ("--task-ttl", "0"),
+        ("--task-ttl", "nan"),
+        ("--task-ttl", "1e12"),
     ],
 )
 @pytest.mark.parametrize("command", [["example-server"], ["-m", "replaystore.mcp.example"]])

@@ -270,3 +270,21 @@ class ResumingSession:
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kw: Any) -> Any:
         """``session.call_tool`` through :meth:`run`."""
         return await self.run(lambda session: session.call_tool(name, arguments, **kw))
+
+
+# Tools run as durable tasks (2026-07-28): see ``task_client``.
+from .task_client import (  # noqa: E402
+    TaskCancelledError,
+    TaskClient,
+    TaskError,
+    TaskFailedError,
+    TaskRequestError,
+)
+
+__all__ += [
+    "TaskCancelledError",
+    "TaskClient",
+    "TaskError",
+    "TaskFailedError",
+    "TaskRequestError",
+]

@@ -16,6 +16,10 @@ metrics at ``/metrics`` when ``prometheus_client`` is installed. Tools:
   ``"hello {name}"`` (or ``"no answer ({action})"``). The client's answer
   may reach any replica: it is forwarded to the one running the call.
 
+For a 2026-07-28 client that declares the ``io.modelcontextprotocol/tasks``
+extension, ``countdown`` and ``ask`` run as durable tasks (kept
+``--task-ttl`` seconds): ``ask``'s elicitation becomes an input request.
+
 Any number of these servers on one Redis URL are replicas of each other.
 """
 
@@ -38,9 +42,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..buffer import ReplayBuffer
+from .listen import StoreSubscriptionBus
 from .manager import streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
 from .settings import DEFAULT_LEASE_TTL
+from .tasks import ReplayTasks
 
 __all__ = ["build_app", "build_server", "main", "serve"]
 
@@ -53,6 +59,9 @@ DEFAULT_MAX_PAYLOAD = 8 << 20
 
 #: Seconds the server waits for open connections (SSE streams) at shutdown.
 SHUTDOWN_GRACE = 3
+
+#: Seconds a task is kept after its creation, by default.
+DEFAULT_TASK_TTL = 3600.0
 
 #: Longest log message written, in characters: a client can send megabytes of
 #: text (a tool name, an id) that libraries echo into their log records.
@@ -76,9 +85,13 @@ def _bound_log_messages() -> None:
             handler.addFilter(_BoundedLogMessages())
 
 
-def build_server() -> MCPServer:
-    """The MCP server with the two tools, transport-agnostic."""
-    server = MCPServer("replaystore-example")
+def build_server(
+    tasks: ReplayTasks | None = None, subscriptions: StoreSubscriptionBus | None = None
+) -> MCPServer:
+    """The MCP server with its tools, transport-agnostic (with the tasks extension if given)."""
+    server = MCPServer(
+        "replaystore-example", extensions=[tasks] if tasks else None, subscriptions=subscriptions
+    )
 
     @server.tool()
     async def countdown(ctx: Context, n: int, interval_ms: int = 10, close_after: int = 0) -> str:
@@ -120,6 +133,7 @@ def build_app(
     host: str = "127.0.0.1",
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
+    task_ttl: float = DEFAULT_TASK_TTL,
     **buffer_options: Any,
 ) -> Starlette:
     """The ASGI app: MCP at ``/mcp``, metrics at ``/metrics`` (if prometheus_client is there).
@@ -129,7 +143,9 @@ def build_app(
     to :meth:`ReplayBuffer.from_url`.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
-    server = build_server()  # the SDK sets up its log handlers here
+    tasks = example_tasks(task_ttl, lease_ttl)
+    bus = StoreSubscriptionBus()
+    server = build_server(tasks, bus)  # the SDK sets up its log handlers here
     _bound_log_messages()
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     registry: Any = None
@@ -148,6 +164,8 @@ def build_app(
         retry_interval=RETRY_INTERVAL_MS,
         host=host,
         lease_ttl=lease_ttl,
+        tasks=tasks,
+        subscriptions=bus,
     )
     if registry is not None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -177,6 +195,7 @@ def serve(
     log_level: str = "warning",
     lease_ttl: float = DEFAULT_LEASE_TTL,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
+    task_ttl: float = DEFAULT_TASK_TTL,
 ) -> None:
     """Serve :func:`build_app` with uvicorn until interrupted."""
     import uvicorn
@@ -185,7 +204,14 @@ def serve(
     # message); the SDK flags the logging capability as deprecated for 2026-07-28.
     warnings.filterwarnings("ignore", message="The logging capability is deprecated")
 
-    app = build_app(url, max_events, host=host, lease_ttl=lease_ttl, max_payload=max_payload)
+    app = build_app(
+        url,
+        max_events,
+        host=host,
+        lease_ttl=lease_ttl,
+        max_payload=max_payload,
+        task_ttl=task_ttl,
+    )
     # Bounded shutdown: SSE streams are not waited for beyond the grace period
     # (their clients resume on another replica; the sessions live on in the store).
     uvicorn.run(
@@ -198,7 +224,7 @@ def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..cli import _port, _positive_int, _seconds
+    from ..cli import _port, _positive_int, _seconds, _task_ttl
 
     parser = argparse.ArgumentParser(
         prog="python -m replaystore.mcp.example", description=__doc__.splitlines()[0]
@@ -225,6 +251,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=DEFAULT_MAX_PAYLOAD,
         help="largest message stored, in bytes; a larger result is answered with an error",
     )
+    parser.add_argument(
+        "--task-ttl",
+        type=_task_ttl,
+        default=DEFAULT_TASK_TTL,
+        help="how long a task (and its result) is kept after its creation, in seconds",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -234,6 +266,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         lease_ttl=args.lease_seconds,
         max_payload=args.max_payload,
+        task_ttl=args.task_ttl,
+    )
+
+
+def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TTL) -> ReplayTasks:
+    """``countdown`` and ``ask`` as tasks for clients that declare the extension."""
+    return ReplayTasks(
+        {"countdown": "optional", "ask": "optional"},
+        ttl=ttl,
+        lease=lease,
+        check_interval=min(0.25, lease / 4),
+        poll_interval=0.5,
     )
 
 

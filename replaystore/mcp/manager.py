@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from http import HTTPStatus
 from typing import Any, Protocol, TypeVar, cast
@@ -44,7 +44,7 @@ from mcp.server.streamable_http import (
     StreamableHTTPServerTransport,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import INTERNAL_ERROR, InitializeRequestParams
+from mcp_types import INTERNAL_ERROR, InitializeRequestParams, SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -52,11 +52,14 @@ from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
+from .listen import StoreSubscriptionBus
 from .metrics import ResumptionObserver
 from .overrides import ManagerOverrides, ReplicaDispatcher
 from .replica import Replica
 from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .task_listen import TaskListenHandler
+from .tasks import ReplayTasks
 from .transport import RETRY_AFTER, ReplayTransport
 from .view import ReplayEventStore, SessionView
 
@@ -470,6 +473,8 @@ def streamable_http_app(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     check_interval: float = DEFAULT_CHECK_INTERVAL,
     store_timeout: float = DEFAULT_STORE_TIMEOUT,
+    tasks: ReplayTasks | None = None,
+    subscriptions: StoreSubscriptionBus | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -479,6 +484,13 @@ def streamable_http_app(
     ``streamable_http_path``, ``transport_security``, ``host`` …), except
     ``event_store``. Apps built on one buffer URL are replicas of each other.
     The buffer is not closed by the app: close it in your own lifespan or at exit.
+
+    ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
+    to the server; its tasks are kept in the buffer's store and its tools run
+    while the app's lifespan is open. ``subscriptions``: the
+    :class:`~replaystore.mcp.listen.StoreSubscriptionBus` given to the server,
+    so ``subscriptions/listen`` streams get events published on any replica
+    (with both, listen streams also serve ``notifications.taskIds``).
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -489,4 +501,28 @@ def streamable_http_app(
     typed = cast(_ServesStreamableHTTP, server)
     app = typed.streamable_http_app(event_store=store, **kwargs)
     ReplaySessionManager.adopt(typed.session_manager, store, settings)
+    if tasks is not None or subscriptions is not None:
+        inner = app.router.lifespan_context
+        if tasks is not None:
+            tasks.bind(store.buffer)
+        if subscriptions is not None:
+            subscriptions.bind(store.buffer)
+        if tasks is not None and subscriptions is not None:
+            # Listen streams that also follow tasks (notifications/tasks).
+            lowlevel_server(typed).add_request_handler(
+                "subscriptions/listen",
+                SubscriptionsListenRequestParams,
+                TaskListenHandler(subscriptions, tasks),
+            )
+
+        @asynccontextmanager
+        async def lifespan(starlette_app: Starlette) -> AsyncIterator[Any]:
+            async with AsyncExitStack() as stack:
+                if subscriptions is not None:
+                    await stack.enter_async_context(subscriptions.running())
+                if tasks is not None:
+                    await stack.enter_async_context(tasks.running())
+                yield await stack.enter_async_context(inner(starlette_app))
+
+        app.router.lifespan_context = lifespan
     return app

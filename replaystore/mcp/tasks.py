@@ -1,0 +1,481 @@
+"""Durable tasks for the official SDK (the ``io.modelcontextprotocol/tasks`` extension).
+
+On the 2026-07-28 revision a dropped response stream cancels its request, and
+durable work goes through tasks: ``tools/call`` answers a ``CreateTaskResult``
+at once, the client polls ``tasks/get``, answers input requests with
+``tasks/update`` and may ``tasks/cancel``, on any replica. :class:`ReplayTasks`
+serves all of it through the SDK's public extension seam, with the task
+records in the replay buffer's store (:mod:`replaystore.tasks`)::
+
+    tasks = ReplayTasks({"report": "optional"})
+    mcp = MCPServer("demo", extensions=[tasks])
+    app = streamable_http_app(mcp, buffer, tasks=tasks)
+
+How each rule holds on every replica:
+
+- the record is written before the ``CreateTaskResult`` is returned, so a
+  ``tasks/get`` anywhere resolves at once;
+- the tool runs on the replica that created the task, which holds a lease on
+  it and renews it every ``check_interval``; the same store call hands it the
+  answers recorded by ``tasks/update`` (on any replica) and tells it when the
+  task was cancelled, so cancellation and input reach the tool wherever it
+  runs within one check interval;
+- a replica that dies stops renewing: once the lease lapses, the next reader
+  ends the task ``failed`` with a JSON-RPC error saying the server running it
+  stopped; a replica that shuts down fails its running tasks itself;
+- ``ctx.elicit`` (and sampling, any server-to-client request) inside a task
+  tool becomes an entry of ``inputRequests`` with a key the store issues, and
+  waits for its answer; progress and log notifications are dropped, as the
+  extension does not carry them;
+- a terminal status is final in the store itself (one atomic step), so a late
+  result after a cancel, or a second finisher, changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver.server import require_client_extension
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, Field
+
+from .. import ReplayBuffer
+from ..backends.coordination import coordination_of
+from ..errors import StorageError
+from ..tasks import (
+    FAILED,
+    TaskInputError,
+    TaskRecord,
+    TaskStore,
+    new_task_id,
+    task_store_for,
+    valid_task_id,
+)
+
+__all__ = ["EXTENSION", "ReplayTasks", "TaskSupport"]
+
+logger = logging.getLogger(__name__)
+
+#: The extension's identifier, as clients declare it.
+EXTENSION = "io.modelcontextprotocol/tasks"
+
+#: How many input responses one ``tasks/update`` may carry, and the longest key.
+MAX_RESPONSES = 64
+MAX_KEY = 64
+
+_NOT_FOUND = "Failed to retrieve task: Task not found"
+_SHUTDOWN_ERROR = {
+    "code": INTERNAL_ERROR,
+    "message": "the server running this task shut down before it finished",
+}
+
+Mode = Literal["forbidden", "optional", "required"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSupport:
+    """Whether a tool runs as a task, and for how long its task is kept.
+
+    ``forbidden``: never (the tool answers as a plain call); ``optional``: as a
+    task for a client that declares the extension, plainly otherwise;
+    ``required``: only as a task (a client without the extension gets -32021).
+    ``ttl`` (seconds) overrides the default for this tool's tasks.
+    """
+
+    mode: Mode = "optional"
+    ttl: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("forbidden", "optional", "required"):
+            raise ValueError(f"task support must be forbidden, optional or required: {self.mode!r}")
+        if self.ttl is not None and not 0 < self.ttl <= 366 * 86400:
+            raise ValueError("a task TTL is between 0 and 366 days (seconds)")
+
+
+class TaskIdParams(RequestParams):
+    """``tasks/get`` and ``tasks/cancel`` params."""
+
+    task_id: str = Field(max_length=256)
+
+
+class UpdateParams(TaskIdParams):
+    """``tasks/update`` params."""
+
+    input_responses: dict[str, dict[str, Any]]
+
+
+@dataclass(eq=False)
+class _Run:
+    """One task running on this replica."""
+
+    task_id: str
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    waiting: dict[str, anyio.Event] = field(default_factory=dict)
+    ended: bool = False  # the store says the task is over (cancelled, lost, expired)
+
+
+class _TaskSession(ServerSession):
+    """The tool's session inside a task: server-to-client requests become input requests.
+
+    Everything else is the request's own session (reached through
+    ``__getattr__``, so no SDK attribute is named here). Progress and log
+    notifications are dropped: the tasks extension does not carry them.
+    """
+
+    def __init__(self, inner: ServerSession, tasks: ReplayTasks, run: _Run) -> None:
+        # The SDK's constructor is not called: this object only redirects.
+        self._replay_inner = inner
+        self._replay_tasks = tasks
+        self._replay_run = run
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_replay_inner"], name)
+
+    async def send_request(
+        self, request: BaseModel, result_type: type[BaseModel], *args: Any, **kwargs: Any
+    ) -> Any:
+        wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        answer = await self._replay_tasks._input(self._replay_run, wire)
+        return result_type.model_validate(answer, by_name=False)
+
+    async def report_progress(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def send_progress_notification(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def send_log_message(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _default_owner() -> str | None:
+    """The authenticated client (its ``sub`` when known), or None without auth."""
+    try:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+    except ImportError:  # pragma: no cover - auth extras missing
+        return None
+    token = get_access_token()
+    if token is None:
+        return None
+    return f"{token.client_id}\x1f{token.subject or ''}"
+
+
+class ReplayTasks(Extension):
+    """The tasks extension, its records in the store of the app's replay buffer.
+
+    ``tools`` maps tool names to their :class:`TaskSupport` (or just the mode);
+    unlisted tools never run as tasks. ``ttl`` (seconds) is how long a task is
+    kept after its creation, ``poll_interval`` the suggested ``pollIntervalMs``
+    (seconds), ``lease`` how long a runner may go silent before its tasks
+    fail, ``check_interval`` how often a runner renews its lease and picks up
+    cancellations and input responses. ``owner(ctx)`` names the principal a
+    task belongs to (default: the authenticated client, if any); a task is
+    visible to its owner only.
+    """
+
+    identifier = EXTENSION
+
+    def __init__(
+        self,
+        tools: Mapping[str, TaskSupport | Mode],
+        *,
+        ttl: float = 3600.0,
+        poll_interval: float = 1.0,
+        lease: float = 5.0,
+        check_interval: float = 0.25,
+        owner: Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
+        store: TaskStore | None = None,
+    ) -> None:
+        self._tools = {
+            name: support if isinstance(support, TaskSupport) else TaskSupport(support)
+            for name, support in tools.items()
+        }
+        if not 0 < ttl <= 366 * 86400:
+            raise ValueError("ttl is between 0 and 366 days (seconds)")
+        if not 0 < check_interval < lease <= 3600:
+            raise ValueError("0 < check_interval < lease <= 3600 seconds")
+        if not 0 < poll_interval <= 3600:
+            raise ValueError("0 < poll_interval <= 3600 seconds")
+        self.ttl = ttl
+        self.poll_interval = poll_interval
+        self.lease = lease
+        self.check_interval = check_interval
+        self._owner = owner
+        self._store = store
+        self._runner = new_task_id()  # this replica, as a lease holder
+        self._group: anyio.abc.TaskGroup | None = None
+        self._runs: dict[str, _Run] = {}
+
+    # -- wiring ------------------------------------------------------------------
+
+    def bind(self, buffer: ReplayBuffer) -> None:
+        """Keep tasks in the store of ``buffer`` (its backend's replica coordination)."""
+        if self._store is None:
+            backend = buffer.backend
+            self._store = task_store_for(
+                coordination_of(backend),
+                wait_replicas=getattr(backend, "wait_replicas", 0),
+                wait_timeout=getattr(backend, "wait_timeout", 1.0),
+            )
+
+    @property
+    def store(self) -> TaskStore:
+        if self._store is None:
+            raise RuntimeError(
+                "ReplayTasks is not bound to a store: pass it to streamable_http_app"
+            )
+        return self._store
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run task tools while this context is open; on exit, fail those still running."""
+        async with anyio.create_task_group() as group:
+            self._group = group
+            try:
+                yield
+            finally:
+                self._group = None
+                group.cancel_scope.cancel()
+
+    def methods(self) -> list[MethodBinding]:
+        versions = frozenset(MODERN_PROTOCOL_VERSIONS)
+        return [
+            MethodBinding("tasks/get", TaskIdParams, self._get, versions),
+            MethodBinding("tasks/update", UpdateParams, self._update, versions),
+            MethodBinding("tasks/cancel", TaskIdParams, self._cancel, versions),
+        ]
+
+    # -- tools/call ----------------------------------------------------------------
+
+    def declared(self, ctx: ServerRequestContext[Any, Any]) -> bool:
+        """Whether this request's client declared the extension (on 2026-07-28)."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        capabilities = ctx.session.client_capabilities
+        return bool(
+            capabilities and capabilities.extensions and EXTENSION in capabilities.extensions
+        )
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The principal this request acts for (None: no owner)."""
+        return self._owner(ctx) if self._owner is not None else _default_owner()
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        support = self._tools.get(params.name)
+        if support is None or support.mode == "forbidden":
+            return await call_next(ctx)
+        if not self.declared(ctx):
+            if support.mode == "required":
+                require_client_extension(ctx, EXTENSION)  # raises -32021 with the details
+                raise MCPError(INTERNAL_ERROR, "unreachable")  # pragma: no cover
+            return await call_next(ctx)
+        group = self._group
+        if group is None:
+            raise MCPError(INTERNAL_ERROR, "the task runner is not running")
+        ttl = support.ttl if support.ttl is not None else self.ttl
+        task_id = new_task_id()
+        try:
+            record = await self.store.create(
+                task_id,
+                runner=self._runner,
+                lease=self.lease,
+                ttl_ms=math.ceil(ttl * 1000),
+                poll_ms=math.ceil(self.poll_interval * 1000),
+                owner=self.owner_of(ctx),
+            )
+        except StorageError as exc:
+            logger.warning("task store unreachable, tools/call refused: %s", exc)
+            raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+        run = _Run(task_id)
+        self._runs[task_id] = run
+        group.start_soon(self._run, run, ctx, call_next)
+        return {"resultType": "task", **record.detailed()}
+
+    async def _run(
+        self, run: _Run, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> None:
+        session = _TaskSession(ctx.session, self, run)
+        task_ctx = replace(ctx, session=session, close_sse_stream=None)
+        status, payload = FAILED, dict(_SHUTDOWN_ERROR)
+        message: str | None = None
+        try:
+            async with anyio.create_task_group() as beats:
+                beats.start_soon(self._beat, run)
+                with run.scope:
+                    try:
+                        status, payload = "completed", _result(await call_next(task_ctx))
+                    except MCPError as exc:
+                        status = FAILED
+                        payload = exc.error.model_dump(
+                            by_alias=True, mode="json", exclude_none=True
+                        )
+                        message = exc.error.message
+                    except Exception:
+                        logger.exception("task tool %s raised", run.task_id)
+                        status, payload = FAILED, {"code": INTERNAL_ERROR, "message": "tool failed"}
+                        message = "the tool failed"
+                beats.cancel_scope.cancel()
+            if run.ended or run.scope.cancelled_caught:
+                return  # the store already holds the end (cancelled, lost or expired)
+            if status == "completed" and payload.get("resultType") == "input_required":
+                status = FAILED
+                payload = {
+                    "code": INTERNAL_ERROR,
+                    "message": "the tool returned an input_required result, which a task "
+                    "cannot carry (ask through ctx.elicit instead)",
+                }
+                message = str(payload["message"])
+        finally:
+            self._runs.pop(run.task_id, None)
+            if not run.ended and not run.scope.cancelled_caught:
+                with anyio.CancelScope(shield=True):
+                    await self._finish(run.task_id, status, payload, message)
+
+    async def _finish(
+        self, task_id: str, status: str, payload: dict[str, Any], message: str | None
+    ) -> None:
+        completed = status == "completed"
+        try:
+            try:
+                await self.store.finish(
+                    task_id,
+                    status,
+                    result=payload if completed else None,
+                    error=None if completed else payload,
+                    message=message,
+                )
+            except TaskInputError as exc:
+                text = f"the tool's result cannot be stored: {exc}"
+                error = {"code": INTERNAL_ERROR, "message": text}
+                await self.store.finish(task_id, FAILED, error=error, message=text)
+        except StorageError as exc:
+            # The lease lapses and the task fails as lost: never silently working.
+            logger.warning("task %s: could not store its end: %s", task_id, exc)
+
+    async def _beat(self, run: _Run) -> None:
+        """Renew the lease; hand over answers; stop the tool once the task is over."""
+        while True:
+            await anyio.sleep(self.check_interval)
+            try:
+                beat = await self.store.beat(run.task_id, self._runner, self.lease)
+            except StorageError as exc:
+                logger.warning("task %s: lease renewal failed: %s", run.task_id, exc)
+                continue
+            except Exception:  # a damaged record: stop the tool; the lease lapses
+                logger.exception("task %s: lease renewal failed", run.task_id)
+                run.ended = True
+                run.scope.cancel()
+                return
+            if beat is None or beat.status in ("completed", "failed", "cancelled"):
+                run.ended = True
+                run.scope.cancel()
+                return
+            for key, answer in beat.answers.items():
+                run.answers[key] = answer
+                event = run.waiting.pop(key, None)
+                if event is not None:
+                    event.set()
+
+    async def _input(self, run: _Run, request: dict[str, Any]) -> dict[str, Any]:
+        """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""
+        try:
+            keys = await self.store.ask(run.task_id, self._runner, [request])
+        except StorageError as exc:
+            raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from exc
+        except TaskInputError as exc:
+            raise MCPError(INVALID_PARAMS, f"the input request cannot be stored: {exc}") from exc
+        if not keys:  # the task ended meanwhile: stop here
+            run.ended = True
+            run.scope.cancel()
+            await anyio.sleep_forever()
+        key = keys[0] if keys else ""
+        if key not in run.answers:
+            event = run.waiting[key] = anyio.Event()
+            await event.wait()
+        return run.answers.pop(key)
+
+    # -- tasks/* -------------------------------------------------------------------
+
+    def _check(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> str | None:
+        if not self.declared(ctx):
+            require_client_extension(ctx, EXTENSION)
+        if not valid_task_id(params.task_id):
+            raise MCPError(INVALID_PARAMS, _NOT_FOUND)
+        return self.owner_of(ctx)
+
+    async def _get(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> HandlerResult:
+        owner = self._check(ctx, params)
+        record = await self._stored(self.store.get(params.task_id, owner=owner))
+        if not isinstance(record, TaskRecord):
+            raise MCPError(INVALID_PARAMS, _NOT_FOUND)
+        return {"resultType": "complete", **record.detailed()}
+
+    async def _update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateParams
+    ) -> HandlerResult:
+        owner = self._check(ctx, params)
+        answers = params.input_responses
+        if len(answers) > MAX_RESPONSES or any(len(key) > MAX_KEY for key in answers):
+            raise MCPError(
+                INVALID_PARAMS,
+                f"inputResponses holds at most {MAX_RESPONSES} keys "
+                f"of at most {MAX_KEY} characters",
+            )
+        try:
+            known = await self._stored(self.store.respond(params.task_id, answers, owner=owner))
+        except TaskInputError as exc:
+            raise MCPError(INVALID_PARAMS, f"inputResponses cannot be stored: {exc}") from None
+        if not known:
+            raise MCPError(INVALID_PARAMS, _NOT_FOUND)
+        return {}
+
+    async def _cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> HandlerResult:
+        owner = self._check(ctx, params)
+        known = await self._stored(
+            self.store.cancel(params.task_id, owner=owner, message="cancelled by the client")
+        )
+        if not known:
+            raise MCPError(INVALID_PARAMS, _NOT_FOUND)
+        run = self._runs.get(params.task_id)
+        if run is not None:  # running here: stop it now rather than at the next beat
+            run.ended = True
+            run.scope.cancel()
+        return {}
+
+    @staticmethod
+    async def _stored(call: Any) -> Any:
+        try:
+            return await call
+        except StorageError as exc:
+            logger.warning("task store unreachable: %s", exc)
+            raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+
+
+def _result(value: HandlerResult) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(value)

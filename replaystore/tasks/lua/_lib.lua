@@ -1,0 +1,49 @@
+-- Shared by every task script. KEYS[1]: the task hash; KEYS[2]: outstanding
+-- input requests (key -> packed request); KEYS[3]: answers not yet handed to
+-- the runner (key -> packed response). All three carry the task's hash tag.
+local TERMINAL = {completed = true, failed = true, cancelled = true}
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lastUpdatedAt never goes back, even if the server clock does.
+local function touch(now)
+  local u = tonumber(redis.call('HGET', KEYS[1], 'u'))
+  if now < u then now = u end
+  redis.call('HSET', KEYS[1], 'u', now)
+end
+
+-- End the task: the terminal status, its payload, nothing outstanding any more.
+local function finish(now, status, field, blob, message)
+  redis.call('HDEL', KEYS[1], 'res', 'err', 'lost')
+  redis.call('HSET', KEYS[1], 'st', status)
+  if field ~= nil then redis.call('HSET', KEYS[1], field, blob) end
+  if message ~= nil then redis.call('HSET', KEYS[1], 'msg', message) end
+  touch(now)
+  redis.call('DEL', KEYS[2], KEYS[3])
+end
+
+-- The task's status (nil if the store holds nothing of it), after ending it
+-- failed if its runner's lease lapsed: whoever looks first decides, once.
+local function live(now)
+  local st = redis.call('HGET', KEYS[1], 'st')
+  if not st then return nil end
+  if not TERMINAL[st] and tonumber(redis.call('HGET', KEYS[1], 'ls')) <= now then
+    finish(now, 'failed', 'lost', '1', nil)
+    return 'failed'
+  end
+  return st
+end
+
+-- A task created with an owner is visible to that owner only ('' is no owner).
+local function visible(owner)
+  local own = redis.call('HGET', KEYS[1], 'own')
+  return (not own) or own == owner
+end
+
+-- Keys created after the task expire with it.
+local function expire_with_task(key)
+  redis.call('PEXPIREAT', key, redis.call('HGET', KEYS[1], 'x'))
+end

@@ -1,0 +1,15 @@
+-- ARGV: runner, packed request... Returns the issued keys, or nil.
+local st = live(now_ms())
+if not st or TERMINAL[st] or redis.call('HGET', KEYS[1], 'rn') ~= ARGV[1] then return false end
+local keys = {}
+for i = 2, #ARGV do
+  local key = 'r' .. redis.call('HINCRBY', KEYS[1], 'n', 1)
+  redis.call('HSET', KEYS[2], key, ARGV[i])
+  keys[#keys + 1] = key
+end
+if #keys > 0 then
+  redis.call('HSET', KEYS[1], 'st', 'input_required')
+  touch(now_ms())
+  expire_with_task(KEYS[2])
+end
+return keys

@@ -1,0 +1,263 @@
+"""Tasks in process memory, shared by every replica using one ``memory://NAME`` store.
+
+Each operation runs under one lock, with no await inside, so it is as atomic
+as a Lua script on Redis. Values are stored in their packed form, exactly as
+on Redis: a size limit or an unencodable value fails the same way on both.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import (
+    ACTIVE,
+    CANCELLED,
+    FAILED,
+    INPUT_REQUIRED,
+    LOST_ERROR,
+    TERMINAL,
+    WORKING,
+    Beat,
+    TaskRecord,
+    pack,
+    unpack,
+)
+from .store import TaskStore
+
+__all__ = ["MemoryTaskStore"]
+
+# Expired tasks are swept every so many operations, so memory stays bounded
+# even for tasks nobody reads again.
+_SWEEP_EVERY = 256
+
+
+@dataclass
+class _Task:
+    status: str
+    created: int
+    updated: int
+    ttl: int
+    poll: int | None
+    owner: str | None
+    runner: str
+    lease_until: int
+    message: str | None = None
+    result: bytes | None = None
+    error: bytes | None = None
+    issued: int = 0
+    outstanding: dict[str, bytes] = field(default_factory=dict)
+    answers: dict[str, bytes] = field(default_factory=dict)
+
+    def record(self, task_id: str) -> TaskRecord:
+        return TaskRecord(
+            task_id=task_id,
+            status=self.status,
+            created_ms=self.created,
+            updated_ms=self.updated,
+            ttl_ms=self.ttl,
+            poll_ms=self.poll,
+            message=self.message,
+            result=unpack(self.result) if self.result is not None else None,
+            error=unpack(self.error) if self.error is not None else None,
+            input_requests={k: unpack(v) for k, v in self.outstanding.items()},
+        )
+
+
+class _Shared:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tasks: dict[str, _Task] = {}
+        self.ops = 0
+
+
+_STORES: weakref.WeakKeyDictionary[object, _Shared] = weakref.WeakKeyDictionary()
+_STORES_LOCK = threading.Lock()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MemoryTaskStore(TaskStore):
+    """Tasks of one in-process store; ``scope`` is the object every replica shares.
+
+    Stores made with the same ``scope`` (the backend's
+    :class:`~replaystore.backends.coordination.InProcess` scope) see the same
+    tasks; with no scope the store is private.
+    """
+
+    def __init__(self, scope: object | None = None, *, clock: Callable[[], int] = _now_ms) -> None:
+        if scope is None:
+            self._shared = _Shared()
+        else:
+            with _STORES_LOCK:
+                shared = _STORES.get(scope)
+                if shared is None:
+                    shared = _STORES[scope] = _Shared()
+            self._shared = shared
+        self._clock = clock
+        self._lost = pack(LOST_ERROR)
+
+    def _live(self, task_id: str, now: int) -> _Task | None:
+        """The task if it has not outlived its TTL; a lapsed lease ends it ``failed``."""
+        shared = self._shared
+        shared.ops += 1
+        if shared.ops % _SWEEP_EVERY == 0:
+            for key in [k for k, t in shared.tasks.items() if t.created + t.ttl <= now]:
+                del shared.tasks[key]
+        task = shared.tasks.get(task_id)
+        if task is None:
+            return None
+        if task.created + task.ttl <= now:
+            del shared.tasks[task_id]
+            return None
+        if task.status in ACTIVE and task.lease_until <= now:
+            self._end(task, FAILED, now, error=self._lost, message=LOST_ERROR["message"])
+        return task
+
+    @staticmethod
+    def _end(
+        task: _Task,
+        status: str,
+        now: int,
+        *,
+        result: bytes | None = None,
+        error: bytes | None = None,
+        message: str | None = None,
+    ) -> None:
+        task.status = status
+        task.updated = max(now, task.updated)
+        task.result = result
+        task.error = error
+        if message is not None:
+            task.message = message
+        task.outstanding.clear()
+        task.answers.clear()
+
+    def _visible(self, task_id: str, owner: str | None, now: int) -> _Task | None:
+        task = self._live(task_id, now)
+        if task is None or (task.owner is not None and task.owner != owner):
+            return None
+        return task
+
+    async def create(
+        self,
+        task_id: str,
+        *,
+        runner: str,
+        lease: float,
+        ttl_ms: int,
+        poll_ms: int | None = None,
+        owner: str | None = None,
+    ) -> TaskRecord:
+        with self._shared.lock:
+            now = self._clock()
+            if self._live(task_id, now) is not None:
+                raise ValueError(f"task id {task_id!r} is taken")
+            task = _Task(
+                status=WORKING,
+                created=now,
+                updated=now,
+                ttl=ttl_ms,
+                poll=poll_ms,
+                owner=owner,
+                runner=runner,
+                lease_until=now + int(lease * 1000),
+            )
+            self._shared.tasks[task_id] = task
+            return task.record(task_id)
+
+    async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
+        with self._shared.lock:
+            task = self._visible(task_id, owner, self._clock())
+            return None if task is None else task.record(task_id)
+
+    async def ask(
+        self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str] | None:
+        blobs = [pack(request) for request in requests]
+        with self._shared.lock:
+            now = self._clock()
+            task = self._live(task_id, now)
+            if task is None or task.status in TERMINAL or task.runner != runner:
+                return None
+            keys = []
+            for blob in blobs:
+                task.issued += 1
+                key = f"r{task.issued}"
+                task.outstanding[key] = blob
+                keys.append(key)
+            if keys:
+                task.status = INPUT_REQUIRED
+                task.updated = max(now, task.updated)
+            return keys
+
+    async def respond(
+        self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, owner: str | None = None
+    ) -> bool:
+        blobs = {key: pack(answer) for key, answer in answers.items()}
+        with self._shared.lock:
+            now = self._clock()
+            task = self._visible(task_id, owner, now)
+            if task is None:
+                return False
+            taken = [key for key in blobs if key in task.outstanding]
+            for key in taken:
+                del task.outstanding[key]
+                task.answers[key] = blobs[key]
+            if taken:
+                if not task.outstanding:
+                    task.status = WORKING
+                task.updated = max(now, task.updated)
+            return True
+
+    async def cancel(
+        self, task_id: str, *, owner: str | None = None, message: str | None = None
+    ) -> bool:
+        with self._shared.lock:
+            now = self._clock()
+            task = self._visible(task_id, owner, now)
+            if task is None:
+                return False
+            if task.status in ACTIVE:
+                self._end(task, CANCELLED, now, message=message)
+            return True
+
+    async def finish(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        result: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        message: str | None = None,
+    ) -> bool:
+        if status not in TERMINAL:
+            raise ValueError(f"not a terminal status: {status!r}")
+        result_blob = pack(result) if result is not None else None
+        error_blob = pack(error) if error is not None else None
+        with self._shared.lock:
+            now = self._clock()
+            task = self._live(task_id, now)
+            if task is None or task.status in TERMINAL:
+                return False
+            self._end(task, status, now, result=result_blob, error=error_blob, message=message)
+            return True
+
+    async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
+        with self._shared.lock:
+            now = self._clock()
+            task = self._live(task_id, now)
+            if task is None or task.runner != runner:
+                return None
+            if task.status in TERMINAL:
+                return Beat(task.status)
+            task.lease_until = now + int(lease * 1000)
+            answers = {key: unpack(blob) for key, blob in task.answers.items()}
+            task.answers.clear()
+            return Beat(task.status, answers)

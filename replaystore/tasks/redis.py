@@ -1,0 +1,197 @@
+"""Tasks on Redis (standalone, Sentinel, Cluster) or Valkey: one Lua script per operation.
+
+A task is three keys sharing one hash tag, so on a cluster they live in one
+slot and every script declares all of them: the task hash (status, times,
+runner lease, owner, packed result or error), its outstanding input requests,
+and the answers the runner has not taken yet. Times come from the server's
+clock (``TIME`` inside the script), so replicas with skewed clocks agree on
+leases and ``lastUpdatedAt``. Every key expires with the task's TTL: after it,
+the store holds nothing of the task.
+
+The scripts live in ``lua/`` beside this module; ``_lib.lua`` is prepended to
+each, as the session scripts do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from ..backends.coordination import OnRedis
+from ..errors import StorageError
+from .records import LOST_ERROR, Beat, TaskRecord, pack, unpack
+from .store import TaskStore
+
+__all__ = ["RedisTaskStore"]
+
+
+def _source(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+_LIB = _source("_lib")
+_SCRIPTS = {
+    name: _LIB + _source(name)
+    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat")
+}
+_SHAS = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
+    return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+
+
+def _record(task_id: str, fields: dict[str, Any], outstanding: dict[str, Any]) -> TaskRecord:
+    status = _text(fields["st"])
+    message = _text(fields["msg"]) if "msg" in fields else None
+    error = unpack(fields["err"]) if "err" in fields else None
+    if "lost" in fields:
+        error = dict(LOST_ERROR)
+        message = LOST_ERROR["message"]
+    return TaskRecord(
+        task_id=task_id,
+        status=status,
+        created_ms=int(fields["c"]),
+        updated_ms=int(fields["u"]),
+        ttl_ms=int(fields["ttl"]),
+        poll_ms=int(fields["pi"]) if "pi" in fields else None,
+        message=message,
+        result=unpack(fields["res"]) if "res" in fields else None,
+        error=error,
+        input_requests={key: unpack(blob) for key, blob in outstanding.items()},
+    )
+
+
+class RedisTaskStore(TaskStore):
+    """Task records in the Redis a backend declares through its coordination."""
+
+    def __init__(
+        self, redis: OnRedis, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+    ) -> None:
+        self._client = redis.client
+        self._key_base = redis.key_base
+        # As for session events: with wait_replicas, a task counts as created
+        # only once that many Redis replicas hold it, so a failover right after
+        # the CreateTaskResult cannot lose it.
+        self._wait_replicas = wait_replicas
+        self._wait_timeout = wait_timeout
+
+    def keys(self, task_id: str) -> list[str]:
+        """The task's keys, hash tag included (the backend's rule, so ids with braces are safe)."""
+        base = self._key_base(f"task:{task_id}")
+        return [f"{base}:task", f"{base}:in", f"{base}:ans"]
+
+    async def _run(self, name: str, task_id: str, *args: Any) -> Any:
+        """One script, by digest; sent whole only when the server does not have it yet."""
+        keys = self.keys(task_id)
+        try:
+            try:
+                return await self._client.evalsha(_SHAS[name], len(keys), *keys, *args)
+            except Exception as exc:
+                text = str(exc)
+                if "NOSCRIPT" not in text and "No matching script" not in text:
+                    raise
+                return await self._client.eval(_SCRIPTS[name], len(keys), *keys, *args)
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise StorageError(f"task {name} failed on redis: {exc}") from exc
+
+    async def create(
+        self,
+        task_id: str,
+        *,
+        runner: str,
+        lease: float,
+        ttl_ms: int,
+        poll_ms: int | None = None,
+        owner: str | None = None,
+    ) -> TaskRecord:
+        poll = "" if poll_ms is None else str(poll_ms)
+        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "")
+        if self._wait_replicas:
+            created = await self._create_replicated(task_id, args)
+        else:
+            created = await self._run("create", task_id, *args)
+        if created is None:
+            raise ValueError(f"task id {task_id!r} is taken")
+        now = int(created)
+        return TaskRecord(task_id, "working", now, now, ttl_ms, poll_ms)
+
+    async def _create_replicated(self, task_id: str, args: tuple[Any, ...]) -> Any:
+        """The create script and ``WAIT`` on one connection, in one round trip."""
+        keys = self.keys(task_id)
+        timeout_ms = max(1, int(self._wait_timeout * 1000))
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.eval(_SCRIPTS["create"], len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self._wait_replicas, timeout_ms)
+            created, acked = await pipe.execute()
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise StorageError(f"task create failed on redis: {exc}") from exc
+        if created is not None and int(acked) < self._wait_replicas:
+            raise StorageError(
+                f"task create stored on the primary but acknowledged by {acked} of "
+                f"{self._wait_replicas} replica(s) within {self._wait_timeout} s"
+            )
+        return created
+
+    async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
+        reply = await self._run("get", task_id, owner or "")
+        if not reply:
+            return None
+        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]))
+
+    async def ask(
+        self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str] | None:
+        blobs = [pack(request) for request in requests]
+        reply = await self._run("ask", task_id, runner, *blobs)
+        return None if reply is None else [_text(key) for key in reply]
+
+    async def respond(
+        self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, owner: str | None = None
+    ) -> bool:
+        args: list[Any] = []
+        for key, answer in answers.items():
+            args += [key, pack(answer)]
+        return bool(await self._run("respond", task_id, owner or "", *args))
+
+    async def cancel(
+        self, task_id: str, *, owner: str | None = None, message: str | None = None
+    ) -> bool:
+        flag = "" if message is None else "1"
+        return bool(await self._run("cancel", task_id, owner or "", flag, message or ""))
+
+    async def finish(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        result: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        message: str | None = None,
+    ) -> bool:
+        if status not in ("completed", "failed", "cancelled"):
+            raise ValueError(f"not a terminal status: {status!r}")
+        field, blob = "", b""
+        if result is not None:
+            field, blob = "res", pack(result)
+        elif error is not None:
+            field, blob = "err", pack(error)
+        flag = "" if message is None else "1"
+        ended = await self._run("finish", task_id, status, field, blob, flag, message or "")
+        return bool(ended)
+
+    async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
+        reply = await self._run("beat", task_id, runner, int(lease * 1000))
+        if not reply:
+            return None
+        answers = {key: unpack(blob) for key, blob in _pairs(reply[1]).items()}
+        return Beat(_text(reply[0]), answers)

@@ -1,0 +1,111 @@
+"""The task store contract: every operation is one atomic step.
+
+Each backend (:mod:`.memory`, :mod:`.redis`) performs each operation under one
+lock or in one Lua script, so the rules below hold whatever replicas race:
+
+- a terminal status (``completed``, ``failed``, ``cancelled``) never changes
+  again: a late result after a cancel, or a second finisher, is refused;
+- ``lastUpdatedAt`` moves only when the task changes;
+- input request keys are issued by the store from a per-task counter, so a
+  key is never reused during the task's life;
+- an answer to a key that is not outstanding (never issued, already answered)
+  is ignored; the task stays ``input_required`` until every outstanding
+  request is answered;
+- the runner holds a lease it renews with :meth:`TaskStore.beat`; once the
+  lease lapses, the first replica that reads the task ends it ``failed`` with
+  :data:`~.records.LOST_ERROR`, so a task is never ``working`` forever;
+- after the task's TTL the store holds nothing of it;
+- a task created with an owner is invisible to anyone else: every operation
+  answers as for an unknown id.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .records import Beat, TaskRecord
+
+__all__ = ["TaskStore"]
+
+
+class TaskStore(ABC):
+    """Durable task records shared by every replica using one store."""
+
+    @abstractmethod
+    async def create(
+        self,
+        task_id: str,
+        *,
+        runner: str,
+        lease: float,
+        ttl_ms: int,
+        poll_ms: int | None = None,
+        owner: str | None = None,
+    ) -> TaskRecord:
+        """Store a new ``working`` task run by ``runner`` (lease of ``lease`` seconds).
+
+        Returns once the record is written: a :meth:`get` on any replica
+        finds it. ``ValueError`` if the id is taken.
+        """
+
+    @abstractmethod
+    async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
+        """The task, or None (unknown, expired, or created by another owner).
+
+        A task whose runner's lease lapsed is ended ``failed`` first, in the
+        same step.
+        """
+
+    @abstractmethod
+    async def ask(
+        self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str] | None:
+        """Add outstanding input requests; the task becomes ``input_required``.
+
+        Returns the keys issued for them, in order, or None if the task is
+        terminal, gone, or run by another runner.
+        """
+
+    @abstractmethod
+    async def respond(
+        self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, owner: str | None = None
+    ) -> bool:
+        """Record answers to outstanding requests (others are ignored).
+
+        The task goes back to ``working`` when none is outstanding any more.
+        False if the task is unknown.
+        """
+
+    @abstractmethod
+    async def cancel(
+        self, task_id: str, *, owner: str | None = None, message: str | None = None
+    ) -> bool:
+        """End the task ``cancelled`` unless it already ended. False if unknown.
+
+        The runner learns it at its next :meth:`beat` and stops the tool.
+        """
+
+    @abstractmethod
+    async def finish(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        result: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """End the task with a terminal ``status``; False if it had already ended (or is gone)."""
+
+    @abstractmethod
+    async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
+        """Renew ``runner``'s lease and take the answers recorded since the last beat.
+
+        None if the task is gone (expired) or another runner holds it. The
+        lease is not renewed once the task is terminal.
+        """
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release what the store holds (nothing by default: the backend owns the client)."""

@@ -1,0 +1,209 @@
+"""Task rules that need a server of their own: required tools, owners, errors, shutdown.
+
+One app in this process (ASGI, no sockets) on a ``memory://`` store; the
+rules about replicas are in ``test_tasks.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+
+from replaystore import ReplayBuffer
+from replaystore.mcp import streamable_http_app
+from replaystore.mcp.tasks import ReplayTasks, TaskSupport
+
+pytestmark = pytest.mark.anyio
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+_ids = itertools.count(1)
+BASE = "http://127.0.0.1:8000"  # a host the SDK's DNS-rebinding check accepts
+_finished: list[str] = []
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _owner(ctx: Any) -> str | None:
+    request = ctx.request
+    return None if request is None else request.headers.get("x-user")
+
+
+@pytest.fixture
+async def app_client() -> AsyncIterator[httpx.AsyncClient]:
+    tasks = ReplayTasks(
+        {
+            "needs": "required",
+            "slow": TaskSupport("optional", ttl=30),
+            "broken": "optional",
+            "plain": "forbidden",
+        },
+        owner=_owner,
+        lease=1.0,
+        check_interval=0.05,
+    )
+    server = MCPServer("tasks-test", extensions=[tasks])
+
+    @server.tool()
+    async def needs() -> str:
+        return "needed"
+
+    @server.tool()
+    async def slow(ctx: Context, seconds: float) -> str:
+        await ctx.report_progress(1, 2)  # dropped inside a task, never an error
+        await anyio.sleep(seconds)
+        _finished.append("slow")
+        return "slept"
+
+    @server.tool()
+    async def broken() -> str:
+        raise MCPError(-32000, "upstream refused")
+
+    @server.tool()
+    async def plain() -> str:
+        return "plain"
+
+    buffer = ReplayBuffer.from_url("memory://")
+    app = streamable_http_app(server, buffer, tasks=tasks)
+    async with buffer, app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            yield client
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    method: str,
+    params: dict[str, Any],
+    name: str,
+    *,
+    user: str | None = "alice",
+    tasks: bool = True,
+) -> dict[str, Any]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {EXTENSION: {}} if tasks else {}
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+        "Mcp-Name": name,
+    }
+    if user is not None:
+        headers["x-user"] = user
+    body = {
+        "jsonrpc": "2.0",
+        "id": next(_ids),
+        "method": method,
+        "params": {**params, "_meta": meta},
+    }
+    response = await client.post("/mcp", json=body, headers=headers)
+    reply: dict[str, Any] = response.json()
+    return reply
+
+
+async def _call(client: httpx.AsyncClient, tool: str, **kw: Any) -> dict[str, Any]:
+    arguments = kw.pop("arguments", {})
+    return await _send(client, "tools/call", {"name": tool, "arguments": arguments}, tool, **kw)
+
+
+async def _get(client: httpx.AsyncClient, task_id: str, **kw: Any) -> dict[str, Any]:
+    return await _send(client, "tasks/get", {"taskId": task_id}, task_id, **kw)
+
+
+async def _until(client: httpx.AsyncClient, task_id: str, status: str) -> dict[str, Any]:
+    with anyio.fail_after(10):
+        while True:
+            reply = await _get(client, task_id)
+            if reply["result"]["status"] == status:
+                return reply["result"]
+            await anyio.sleep(0.02)
+
+
+async def test_a_required_tool_answers_32021_without_the_extension(
+    app_client: httpx.AsyncClient,
+) -> None:
+    reply = await _call(app_client, "needs", tasks=False)
+    assert reply["error"]["code"] == -32021
+    assert reply["error"]["data"]["requiredCapabilities"]["extensions"] == {EXTENSION: {}}
+    created = (await _call(app_client, "needs"))["result"]
+    assert created["resultType"] == "task"
+    done = await _until(app_client, created["taskId"], "completed")
+    assert done["result"]["content"][0]["text"] == "needed"
+
+
+async def test_a_forbidden_tool_never_runs_as_a_task(app_client: httpx.AsyncClient) -> None:
+    result = (await _call(app_client, "plain"))["result"]
+    assert result["resultType"] == "complete" and result["content"][0]["text"] == "plain"
+
+
+async def test_a_per_tool_ttl(app_client: httpx.AsyncClient) -> None:
+    created = (await _call(app_client, "slow", arguments={"seconds": 0}))["result"]
+    assert created["ttlMs"] == 30_000
+    created = (await _call(app_client, "broken"))["result"]
+    assert created["ttlMs"] == 3_600_000
+
+
+async def test_a_json_rpc_error_fails_the_task_with_it(app_client: httpx.AsyncClient) -> None:
+    task_id = (await _call(app_client, "broken"))["result"]["taskId"]
+    failed = await _until(app_client, task_id, "failed")
+    assert failed["error"] == {"code": -32000, "message": "upstream refused"}
+    assert "result" not in failed
+
+
+async def test_a_task_is_visible_to_its_owner_only(app_client: httpx.AsyncClient) -> None:
+    task_id = (await _call(app_client, "slow", arguments={"seconds": 5}))["result"]["taskId"]
+    assert "result" in await _get(app_client, task_id)
+    unknown = await _get(app_client, "B" * 24, user="mallory")
+    for user in ("mallory", None):
+        reply = await _get(app_client, task_id, user=user)
+        assert reply["error"] == unknown["error"]  # the same answer as an unknown id
+        cancel = await _send(app_client, "tasks/cancel", {"taskId": task_id}, task_id, user=user)
+        assert cancel["error"]["code"] == -32602
+    assert (await _get(app_client, task_id))["result"]["status"] == "working"
+    await _send(app_client, "tasks/cancel", {"taskId": task_id}, task_id)
+    assert (await _get(app_client, task_id))["result"]["status"] == "cancelled"
+
+
+async def test_a_cancelled_tool_stops_and_its_late_result_is_dropped(
+    app_client: httpx.AsyncClient,
+) -> None:
+    _finished.clear()
+    task_id = (await _call(app_client, "slow", arguments={"seconds": 0.5}))["result"]["taskId"]
+    await _send(app_client, "tasks/cancel", {"taskId": task_id}, task_id)
+    await anyio.sleep(0.8)
+    assert _finished == []  # the tool was stopped where it ran
+    assert (await _get(app_client, task_id))["result"]["status"] == "cancelled"
+
+
+async def test_shutdown_fails_the_tasks_still_running() -> None:
+    tasks = ReplayTasks({"slow": "optional"}, lease=30.0)
+    server = MCPServer("tasks-shutdown", extensions=[tasks])
+
+    @server.tool()
+    async def slow() -> str:
+        await anyio.sleep(60)
+        return "never"
+
+    buffer = ReplayBuffer.from_url("memory://shutdown-test")
+    app = streamable_http_app(server, buffer, tasks=tasks)
+    async with buffer:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+                task_id = (await _call(client, "slow"))["result"]["taskId"]
+        record = await tasks.store.get(task_id)
+        assert record is not None and record.status == "failed"
+        assert record.error is not None and "shut down" in record.error["message"]

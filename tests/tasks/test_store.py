@@ -1,0 +1,268 @@
+"""The task store contract, run against memory, fakeredis, a real Redis, Valkey and a Cluster.
+
+Every rule of :mod:`replaystore.tasks.store` is checked here on each backend:
+atomic terminal states, input keys unique for the task's life, answers that
+are ignored unless outstanding, the runner's lease, the TTL, owners.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+from fakeredis import FakeAsyncRedis, FakeServer
+
+from replaystore import ReplayBuffer
+from replaystore.backends.coordination import coordination_of
+from replaystore.errors import StorageError
+from replaystore.tasks import (
+    LOST_ERROR,
+    TaskInputError,
+    TaskStore,
+    new_task_id,
+    task_store_for,
+    valid_task_id,
+)
+from replaystore.tasks.records import MAX_BLOB
+from replaystore.testing.servers import ServerHandle
+from tests.conftest import _server
+
+pytestmark = pytest.mark.anyio
+
+KINDS = ["memory", "fakeredis", "redis", "valkey", "cluster"]
+
+MakeStore = Callable[[], Awaitable[TaskStore]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=KINDS)
+async def make_store(
+    request: pytest.FixtureRequest, real_servers: dict[str, ServerHandle]
+) -> AsyncIterator[MakeStore]:
+    """``await make_store()``: a store; stores made in one test are replicas of one another."""
+    kind = request.param
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    fake = FakeServer()
+    buffers: list[ReplayBuffer] = []
+
+    async def factory() -> TaskStore:
+        if kind == "memory":
+            buffer = ReplayBuffer.from_url(f"memory://{prefix}")
+        elif kind == "fakeredis":
+            buffer = ReplayBuffer.from_url(
+                "redis://", prefix=prefix, client=FakeAsyncRedis(server=fake)
+            )
+        else:
+            buffer = ReplayBuffer.from_url(_server(real_servers, kind).url, prefix=prefix)
+        await buffer.__aenter__()
+        buffers.append(buffer)
+        return task_store_for(coordination_of(buffer.backend))
+
+    yield factory
+    for buffer in buffers:
+        await buffer.aclose()
+
+
+async def _two(make_store: MakeStore) -> tuple[TaskStore, TaskStore]:
+    return await make_store(), await make_store()
+
+
+async def test_a_created_task_resolves_on_another_replica(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    created = await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000, poll_ms=500)
+    seen = await b.get(task_id)
+    assert seen is not None
+    assert seen.status == "working" and seen.created_ms == created.created_ms
+    assert seen.detailed() == created.detailed()
+    assert seen.detailed()["pollIntervalMs"] == 500 and seen.detailed()["ttlMs"] == 60_000
+    assert await b.get(new_task_id()) is None
+    with pytest.raises(ValueError, match="taken"):
+        await b.create(task_id, runner="r2", lease=5, ttl_ms=60_000)
+
+
+async def test_a_terminal_status_never_changes(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+    assert await b.cancel(task_id, message="stop")
+    ended = await a.get(task_id)
+    assert ended is not None and ended.status == "cancelled" and ended.message == "stop"
+    # A late result after the cancel, and a second finisher, are refused.
+    assert not await a.finish(task_id, "completed", result={"content": []})
+    assert not await b.finish(task_id, "failed", error={"code": -32603, "message": "x"})
+    assert await b.cancel(task_id)  # known, acknowledged, changes nothing
+    after = await b.get(task_id)
+    assert after == ended
+
+
+async def test_racing_finishers_one_wins(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+    wins: list[str] = []
+
+    async def finisher(store: TaskStore, name: str) -> None:
+        if await store.finish(task_id, "completed", result={"by": name}):
+            wins.append(name)
+
+    async def canceller() -> None:
+        assert await b.cancel(task_id)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(finisher, a if i % 2 else b, f"f{i}")
+        tg.start_soon(canceller)
+    final = await a.get(task_id)
+    assert final is not None and final.terminal
+    if final.status == "completed":
+        assert final.result is not None and wins == [final.result["by"]]
+    else:
+        assert final.status == "cancelled" and wins == []
+
+
+async def test_last_updated_moves_only_on_change(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    created = await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+    await anyio.sleep(0.01)
+    beat = await a.beat(task_id, "r1", 5)
+    assert beat is not None and beat.status == "working"
+    assert await b.respond(task_id, {"r9": {"action": "accept"}})  # not outstanding: ignored
+    same = await b.get(task_id)
+    assert same is not None and same.updated_ms == created.updated_ms
+    await a.ask(task_id, "r1", [{"method": "elicitation/create", "params": {}}])
+    changed = await b.get(task_id)
+    assert changed is not None and changed.updated_ms > created.updated_ms
+
+
+async def test_input_requests_and_partial_answers(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+    request = {"method": "elicitation/create", "params": {"message": "name?"}}
+    keys = await a.ask(task_id, "r1", [request, request])
+    assert keys is not None and len(set(keys)) == 2
+    waiting = await b.get(task_id)
+    assert waiting is not None and waiting.status == "input_required"
+    assert waiting.detailed()["inputRequests"] == {keys[0]: request, keys[1]: request}
+    # Another runner cannot ask in this task's name.
+    assert await b.ask(task_id, "r2", [request]) is None
+    # A partial answer keeps input_required; unknown keys are ignored.
+    assert await b.respond(task_id, {keys[0]: {"action": "accept"}, "nope": {"action": "x"}})
+    partial = await b.get(task_id)
+    assert partial is not None and partial.status == "input_required"
+    assert set(partial.input_requests) == {keys[1]}
+    # An answered key answered again is ignored.
+    assert await b.respond(task_id, {keys[0]: {"action": "decline"}})
+    beat = await a.beat(task_id, "r1", 5)
+    assert beat is not None and beat.answers == {keys[0]: {"action": "accept"}}
+    assert await b.respond(task_id, {keys[1]: {"action": "cancel"}})
+    working = await b.get(task_id)
+    assert working is not None and working.status == "working"
+    assert "inputRequests" not in working.detailed()
+    beat = await a.beat(task_id, "r1", 5)
+    assert beat is not None and beat.answers == {keys[1]: {"action": "cancel"}}
+    again = await a.beat(task_id, "r1", 5)
+    assert again is not None and again.answers == {}  # handed over once
+    # Keys stay unique for the task's life: new requests never reuse old keys.
+    more = await a.ask(task_id, "r1", [request])
+    assert more is not None and not set(more) & set(keys)
+
+
+async def test_a_lapsed_lease_ends_the_task_failed(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000)
+    beat = await a.beat(task_id, "r1", 0.3)
+    assert beat is not None and beat.status == "working"
+    still = await b.get(task_id)
+    assert still is not None and still.status == "working"
+    await anyio.sleep(0.5)
+    lost = await b.get(task_id)
+    assert lost is not None and lost.status == "failed"
+    assert lost.detailed()["error"] == LOST_ERROR
+    assert "stopped" in lost.detailed()["statusMessage"]
+    # The runner coming back learns it, and cannot overwrite the verdict.
+    late = await a.beat(task_id, "r1", 5)
+    assert late is not None and late.status == "failed"
+    assert not await a.finish(task_id, "completed", result={"content": []})
+    again = await a.get(task_id)
+    assert again == lost
+
+
+async def test_after_the_ttl_the_store_holds_nothing(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=400)
+    await a.ask(task_id, "r1", [{"method": "elicitation/create", "params": {}}])
+    assert await b.get(task_id) is not None
+    await anyio.sleep(0.6)
+    assert await b.get(task_id) is None
+    assert not await b.respond(task_id, {"r1": {"action": "accept"}})
+    assert not await b.cancel(task_id)
+    assert await a.beat(task_id, "r1", 5) is None
+    client = getattr(a, "_client", None)
+    if client is not None:  # nothing left in Redis either
+        keys = a.keys(task_id)  # type: ignore[attr-defined]
+        assert await client.exists(*keys) == 0
+
+
+async def test_an_owned_task_is_invisible_to_others(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000, owner="alice")
+    assert await b.get(task_id, owner="alice") is not None
+    assert await b.get(task_id, owner="mallory") is None
+    assert await b.get(task_id) is None
+    assert not await b.cancel(task_id, owner="mallory")
+    assert not await b.respond(task_id, {"r1": {}}, owner="mallory")
+    mine = await b.get(task_id, owner="alice")
+    assert mine is not None and mine.status == "working"
+
+
+async def test_values_too_large_are_refused_before_anything_is_written(
+    make_store: MakeStore,
+) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+    keys = await a.ask(task_id, "r1", [{"method": "elicitation/create", "params": {}}])
+    assert keys is not None
+    huge: dict[str, Any] = {"action": "accept", "content": {"x": "y" * (MAX_BLOB + 1)}}
+    with pytest.raises(TaskInputError):
+        await b.respond(task_id, {keys[0]: huge})
+    with pytest.raises(TaskInputError):
+        await a.finish(task_id, "completed", result={"bad": object()})
+    task = await b.get(task_id)
+    assert task is not None and task.status == "input_required"
+
+
+def test_task_ids_carry_144_random_bits() -> None:
+    ids = {new_task_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(valid_task_id(i) and len(i) == 24 for i in ids)
+    for bad in ["", "x", "a" * 23, "{abc}" + "a" * 19, None, 5, "a" * 25]:
+        assert not valid_task_id(bad)
+
+
+async def test_wait_replicas_refuses_a_create_no_replica_acknowledged(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    url = f"{_server(real_servers, 'redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
+    async with ReplayBuffer.from_url(url) as buffer:
+        coordination = coordination_of(buffer.backend)
+        waiting = task_store_for(coordination, wait_replicas=1, wait_timeout=0.2)
+        with pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await waiting.create(new_task_id(), runner="r1", lease=5, ttl_ms=60_000)
+        plain = task_store_for(coordination)
+        task_id = new_task_id()
+        await plain.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+        assert await plain.get(task_id) is not None
