@@ -26,6 +26,7 @@ from replaystore import ReplayBuffer, Verdict
 from replaystore.cli import _parser, main
 from replaystore.demo import run_demo
 from replaystore.testing.servers import ServerHandle, find_free_port
+from tests.plugins.servers import RealServers
 
 COMMAND = [sys.executable, "-m", "replaystore"]
 
@@ -36,10 +37,8 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
     )
 
 
-def redis_handle(real_servers: dict[str, ServerHandle]) -> ServerHandle:
-    from tests.conftest import _server
-
-    return _server(real_servers, "redis")
+def redis_handle(real_servers: RealServers) -> ServerHandle:
+    return real_servers.shared("redis")
 
 
 def all_keys(handle: ServerHandle) -> set[bytes]:
@@ -77,12 +76,8 @@ async def test_demo_reaches_every_expected_verdict_on_memory(anyio_backend: str)
 
 @pytest.mark.realserver
 @pytest.mark.parametrize("kind", ["redis", "cluster"])
-def test_demo_command_on_real_redis_deletes_its_keys(
-    real_servers: dict[str, ServerHandle], kind: str
-) -> None:
-    from tests.conftest import _server
-
-    handle = _server(real_servers, kind)
+def test_demo_command_on_real_redis_deletes_its_keys(real_servers: RealServers, kind: str) -> None:
+    handle = real_servers.shared(kind)
     before = all_keys(handle)
     out = run_cli("demo", "--url", handle.url)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -261,7 +256,7 @@ def _prefixed(handle: ServerHandle) -> str:
 
 @pytest.mark.realserver
 def test_inspect_shows_a_live_session_then_its_tombstone(
-    real_servers: dict[str, ServerHandle],
+    real_servers: RealServers,
 ) -> None:
     url = _prefixed(redis_handle(real_servers))
 
@@ -296,7 +291,7 @@ def test_inspect_shows_a_live_session_then_its_tombstone(
 
 @pytest.mark.realserver
 def test_probe_says_how_many_events_a_resume_would_replay(
-    real_servers: dict[str, ServerHandle],
+    real_servers: RealServers,
 ) -> None:
     url = _prefixed(redis_handle(real_servers))
 
@@ -351,7 +346,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 @pytest.mark.realserver
 def test_example_server_log_level_reaches_the_server(
-    real_servers: dict[str, ServerHandle], tmp_path: Path
+    real_servers: RealServers, tmp_path: Path
 ) -> None:
     """The same server at info and at warning (started together): only info shows INFO lines."""
     url = _prefixed(redis_handle(real_servers))

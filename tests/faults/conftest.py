@@ -18,7 +18,6 @@ import pytest
 from replaystore import Cursor
 from replaystore.testing import TcpProxy
 from replaystore.testing.servers import ServerHandle
-from tests.conftest import _server
 
 
 def at(event_id: str) -> tuple[str, int]:
@@ -48,15 +47,9 @@ def behind_proxies(cluster: ServerHandle) -> Iterator[tuple[str, dict[str, Any],
         yield url, {"address_remap": remap}, list(by_port.values())
 
 
-def shared_redis(real_servers: dict[str, ServerHandle]) -> ServerHandle:
-    """The session's standalone Redis (isolate with a key prefix, change nothing server-wide)."""
-    return _server(real_servers, "redis")
-
-
 @pytest.fixture
 def anyio_backend() -> str:
-    # redis.asyncio is asyncio-only; this also overrides the root conftest's
-    # parametrized fixture.
+    # redis.asyncio is asyncio-only.
     return "asyncio"
 
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from replaystore import ReplayBuffer, StorageError, Verdict
-from replaystore.testing import ServerHandle, TcpProxy
-from tests.conftest import _server
+from replaystore.testing import TcpProxy
 from tests.faults.conftest import at, behind_proxies
+from tests.plugins.servers import RealServers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -34,16 +34,16 @@ def _require_idempotency_keys() -> None:
 
 @pytest.fixture(params=["standalone", "cluster"])
 def proxied(
-    request: pytest.FixtureRequest, real_servers: dict[str, ServerHandle]
+    request: pytest.FixtureRequest, real_servers: RealServers
 ) -> Iterator[tuple[str, dict[str, Any], list[TcpProxy]]]:
     """(url, options, proxies): a buffer built from these reaches Redis only through proxies."""
     with ExitStack() as stack:
         if request.param == "standalone":
-            handle = _server(real_servers, "redis")
+            handle = real_servers.shared("redis")
             proxy = stack.enter_context(TcpProxy([("127.0.0.1", handle.ports[0])]))
             yield proxy.url(), {}, [proxy]
             return
-        with behind_proxies(_server(real_servers, "cluster")) as proxied:
+        with behind_proxies(real_servers.shared("cluster")) as proxied:
             yield proxied
 
 

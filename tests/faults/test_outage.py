@@ -17,8 +17,8 @@ import pytest
 
 from replaystore import ReplayBuffer, StorageError, UnknownSessionError, Verdict
 from replaystore.testing import ServerHandle, TcpProxy, redis_server_binary, start_standalone
-from tests.conftest import _server
 from tests.faults.conftest import at, behind_proxies
+from tests.plugins.servers import RealServers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -262,11 +262,9 @@ async def test_a_write_the_network_does_not_take_is_a_timeout(
             assert [e.payload for e in replay.events] == [b"b", b"c"]
 
 
-async def test_cluster_partition_then_heals(
-    real_servers: dict[str, ServerHandle], prefix: str
-) -> None:
+async def test_cluster_partition_then_heals(real_servers: RealServers, prefix: str) -> None:
     """Every node of a cluster silent at once (the cluster itself stays healthy), then back."""
-    with behind_proxies(_server(real_servers, "cluster")) as (url, options, proxies):
+    with behind_proxies(real_servers.shared("cluster")) as (url, options, proxies):
         async with ReplayBuffer.from_url(url + TIMEOUTS, prefix=prefix, **options) as buf:
             ids = await _warm(buf, "s")
             for proxy in proxies:
@@ -279,11 +277,9 @@ async def test_cluster_partition_then_heals(
             await _session_survived(buf, "s", ids)
 
 
-async def test_cluster_unreachable_then_back(
-    real_servers: dict[str, ServerHandle], prefix: str
-) -> None:
+async def test_cluster_unreachable_then_back(real_servers: RealServers, prefix: str) -> None:
     """Every connection to every node refused, then the nodes are reachable again."""
-    with behind_proxies(_server(real_servers, "cluster")) as (url, options, proxies):
+    with behind_proxies(real_servers.shared("cluster")) as (url, options, proxies):
         async with ReplayBuffer.from_url(url + TIMEOUTS, prefix=prefix, **options) as buf:
             ids = await _warm(buf, "s")
             upstreams = [list(proxy._upstreams) for proxy in proxies]

@@ -15,9 +15,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from replaystore.testing import ServerHandle, TcpProxy, find_free_port
-
-from .conftest import shared_redis
+from replaystore.testing import TcpProxy, find_free_port
+from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.realserver
 
@@ -168,9 +167,9 @@ def test_fixed_port_and_bad_needle(named: list[_Named]) -> None:
 
 
 def test_drop_reply_after_executes_the_request_and_loses_its_reply(
-    real_servers: dict[str, ServerHandle],
+    real_servers: RealServers,
 ) -> None:
-    server = shared_redis(real_servers)
+    server = real_servers.shared("redis")
     key = f"proxy-drop-{find_free_port()}"
     direct = redis.Redis.from_url(server.url)
     with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
@@ -200,9 +199,9 @@ def test_drop_reply_after_executes_the_request_and_loses_its_reply(
 
 
 def test_stall_reply_after_lets_part_of_one_reply_through_then_nothing(
-    real_servers: dict[str, ServerHandle],
+    real_servers: RealServers,
 ) -> None:
-    server = shared_redis(real_servers)
+    server = real_servers.shared("redis")
     key = f"proxy-stall-{find_free_port()}"
     with TcpProxy([("127.0.0.1", server.ports[0])]) as proxy:
         with pytest.raises(ValueError):

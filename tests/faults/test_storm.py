@@ -26,8 +26,8 @@ from replaystore.testing.servers import (
     start_sentinel,
     start_standalone,
 )
-from tests.conftest import _server
 from tests.faults.conftest import at
+from tests.plugins.servers import RealServers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -125,8 +125,8 @@ def sentinel() -> Iterator[ServerHandle]:
         master.stop()
 
 
-def _url(kind: str, real_servers: dict[str, ServerHandle], sentinel: ServerHandle) -> str:
-    return sentinel.url if kind == "sentinel" else _server(real_servers, kind).url
+def _url(kind: str, real_servers: RealServers, sentinel: ServerHandle) -> str:
+    return sentinel.url if kind == "sentinel" else real_servers.shared(kind).url
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def _url(kind: str, real_servers: dict[str, ServerHandle], sentinel: ServerHandl
     ids=["cluster", "cluster-tight-pool", "standalone", "sentinel-tight-pool"],
 )
 async def test_storm_of_concurrent_callers_stays_exact(
-    real_servers: dict[str, ServerHandle],
+    real_servers: RealServers,
     sentinel: ServerHandle,
     prefix: str,
     kind: str,
@@ -152,7 +152,7 @@ async def test_storm_of_concurrent_callers_stays_exact(
 
 @pytest.mark.parametrize("kind", ["cluster", "redis", "sentinel"])
 async def test_pool_timeout_expires_as_storage_error(
-    real_servers: dict[str, ServerHandle], sentinel: ServerHandle, prefix: str, kind: str
+    real_servers: RealServers, sentinel: ServerHandle, prefix: str, kind: str
 ) -> None:
     """No free connection within ``pool_timeout``: StorageError, and the buffer recovers."""
     url = _url(kind, real_servers, sentinel) + "?max_connections=1&pool_timeout=0.2"

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from replaystore.testing.servers import ServerHandle, redis_server_binary, start_standalone
+from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, spawn, spawn_many, wait_ready
+from tests.plugins.servers import RealServers
 
 #: Events kept per session by the "small" server: a countdown of 40 evicts its start.
 SMALL_MAX_EVENTS = 12
@@ -25,16 +26,16 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def mcp_redis() -> Iterator[ServerHandle]:
-    handle = start_standalone(redis_server_binary(), "redis")
+def mcp_redis(real_servers: RealServers) -> Iterator[ServerHandle]:
+    handle = real_servers.own("redis")
     yield handle
     handle.stop()
 
 
 @pytest.fixture(scope="session")
-def doomed_redis() -> Iterator[ServerHandle]:
+def doomed_redis(real_servers: RealServers) -> Iterator[ServerHandle]:
     """A Redis that one test stops, to see a store outage over HTTP."""
-    handle = start_standalone(redis_server_binary(), "redis")
+    handle = real_servers.own("redis")
     yield handle
     handle.stop()
 

@@ -24,8 +24,7 @@ from mcp.server.subscriptions import (
 from replaystore import ReplayBuffer
 from replaystore.mcp.listen import StoreSubscriptionBus, decode_event, encode_event
 from replaystore.testing.proxy import TcpProxy
-from replaystore.testing.servers import ServerHandle
-from tests.conftest import _server
+from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +38,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=["memory", "fakeredis", "redis", "cluster"])
 async def make_bus(
-    request: pytest.FixtureRequest, real_servers: dict[str, ServerHandle]
+    request: pytest.FixtureRequest, real_servers: RealServers
 ) -> AsyncIterator[MakeBus]:
     kind = request.param
     prefix = f"l{uuid.uuid4().hex[:10]}:"
@@ -53,7 +52,7 @@ async def make_bus(
                 client = FakeAsyncRedis(server=fake)
                 buffer = ReplayBuffer.from_url("redis://", prefix=prefix, client=client)
             else:
-                buffer = ReplayBuffer.from_url(_server(real_servers, kind).url, prefix=prefix)
+                buffer = ReplayBuffer.from_url(real_servers.shared(kind).url, prefix=prefix)
             await stack.enter_async_context(buffer)
             bus = StoreSubscriptionBus(block=0.2)
             bus.bind(buffer)
@@ -107,8 +106,8 @@ async def test_every_listener_on_every_replica_gets_each_event_once_in_one_order
     assert len(received[2]) == 60
 
 
-async def test_a_severed_reader_loses_nothing(real_servers: dict[str, ServerHandle]) -> None:
-    handle = _server(real_servers, "redis")
+async def test_a_severed_reader_loses_nothing(real_servers: RealServers) -> None:
+    handle = real_servers.shared("redis")
     host, port = handle.url.split("//")[1].split("/")[0].split(":")
     prefix = f"lb{uuid.uuid4().hex[:8]}:"
     with TcpProxy([(host, int(port))]) as proxy:

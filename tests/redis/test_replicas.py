@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from replaystore import ReplayBuffer, UnknownSessionError, Verdict
+from replaystore.testing.damage import lose_event
 from replaystore.testing.servers import ServerHandle
-from tests.conformance._damage import damage_redis
 
 from ._support import bare, client_of
 
@@ -98,7 +98,7 @@ async def _scenario(url: str, prefix: str) -> None:
             assert pa.evidence.replayed == len(positions)
 
         # Storage damaged behind both replicas' backs: both see the same not_retained.
-        await damage_redis(a, "s1", 7)
+        await lose_event(a, "s1", 7)
         ra = await a.resolve("s1", alpha[2])
         assert ra.verdict is V.NOT_RETAINED
         assert ra == await b.resolve("s1", alpha[2])

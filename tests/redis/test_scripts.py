@@ -22,13 +22,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
 
 async def _library_loaded(client: Any) -> bool:
-    from replaystore.backends.redis import _LIBRARY_ID
+    from replaystore.backends.redis.scripts import LIBRARY_ID
 
     names = [
         dict(zip(e[::2], e[1::2], strict=True))[b"library_name"]
         for e in await client.function_list()
     ]
-    return f"replaystore_{_LIBRARY_ID}".encode() in names
+    return f"replaystore_{LIBRARY_ID}".encode() in names
 
 
 async def test_script_flush_between_operations(scratch_server: ServerHandle, prefix: str) -> None:
@@ -129,15 +129,16 @@ async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, p
 class _CountingClient:
     """Records every round trip the buffer's backend makes.
 
-    The backend sends everything through two methods: ``_roundtrip`` (one
-    packed command: a script call) and ``_pipelined`` (several commands in one
-    packet). Wrapping both sees every round trip, as ``["FCALL", ...]`` and
+    The backend sends everything through two methods of its wire: ``roundtrip``
+    (one packed command: a script call) and ``pipelined`` (several commands in
+    one packet). Wrapping both sees every round trip, as ``["FCALL", ...]`` and
     ``"PIPELINE"`` entries.
     """
 
     def __init__(self, backend: Any) -> None:
         self.sent: list[str] = []
-        roundtrip, pipelined = backend._roundtrip, backend._pipelined
+        wire = backend._wire
+        roundtrip, pipelined = wire.roundtrip, wire.pipelined
 
         async def counting_roundtrip(packet: bytes) -> Any:
             self.sent.append(packet.split(b"\r\n")[2].decode().upper())
@@ -147,8 +148,8 @@ class _CountingClient:
             self.sent.append("PIPELINE")
             return await pipelined(packet, replies)
 
-        backend._roundtrip = counting_roundtrip
-        backend._pipelined = counting_pipelined
+        wire.roundtrip = counting_roundtrip
+        wire.pipelined = counting_pipelined
 
     def take(self) -> list[str]:
         sent, self.sent = self.sent, []

@@ -27,8 +27,7 @@ from replaystore.tasks import (
     valid_task_id,
 )
 from replaystore.tasks.records import MAX_BLOB
-from replaystore.testing.servers import ServerHandle
-from tests.conftest import _server
+from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +43,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=KINDS)
 async def make_store(
-    request: pytest.FixtureRequest, real_servers: dict[str, ServerHandle]
+    request: pytest.FixtureRequest, real_servers: RealServers
 ) -> AsyncIterator[MakeStore]:
     """``await make_store()``: a store; stores made in one test are replicas of one another."""
     kind = request.param
@@ -60,7 +59,7 @@ async def make_store(
                 "redis://", prefix=prefix, client=FakeAsyncRedis(server=fake)
             )
         else:
-            buffer = ReplayBuffer.from_url(_server(real_servers, kind).url, prefix=prefix)
+            buffer = ReplayBuffer.from_url(real_servers.shared(kind).url, prefix=prefix)
         await buffer.__aenter__()
         buffers.append(buffer)
         return task_store_for(coordination_of(buffer.backend))
@@ -254,9 +253,9 @@ def test_task_ids_carry_144_random_bits() -> None:
 
 
 async def test_wait_replicas_refuses_a_create_no_replica_acknowledged(
-    real_servers: dict[str, ServerHandle],
+    real_servers: RealServers,
 ) -> None:
-    url = f"{_server(real_servers, 'redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
+    url = f"{real_servers.shared('redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
     async with ReplayBuffer.from_url(url) as buffer:
         coordination = coordination_of(buffer.backend)
         waiting = task_store_for(coordination, wait_replicas=1, wait_timeout=0.2)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replaystore._rules import Chain
-from replaystore.backends.redis import _stored
+from replaystore.backends.redis.replies import decode_elements
 from replaystore.cursor import Cursor, sequence_tag
 
 
@@ -48,7 +48,7 @@ _damaged = st.one_of(
 
 @given(st.lists(st.one_of(_data, _priming), max_size=50))
 def test_well_formed_lists_decode_exactly(elements: list[bytes]) -> None:
-    stored = _stored(elements)
+    stored = decode_elements(elements)
     expected = [_reference(e) for e in elements]
     assert stored.positions == [p for p, _, _ in expected]
     assert stored.payloads == [d for _, d, _ in expected]
@@ -57,7 +57,7 @@ def test_well_formed_lists_decode_exactly(elements: list[bytes]) -> None:
 
 @given(st.lists(st.one_of(_data, _priming, _damaged), max_size=30))
 def test_damaged_elements_read_as_holes_and_the_rest_exactly(elements: list[bytes]) -> None:
-    stored = _stored(elements)
+    stored = decode_elements(elements)
     expected = [_reference(e) for e in elements]
     assert stored.positions == [p for p, _, _ in expected]
     assert stored.payloads == [d for _, d, _ in expected]
@@ -76,7 +76,7 @@ def test_event_ids_are_cursors_naming_each_event(
     """The ids a replay hands out parse back to the event's own position, tag, ordinal
     and stamp, from text stamps (Redis) and from integer ones (memory) alike."""
     elements = [p + b"," + s + b":" + d for p, s, d in rows]
-    stored = _stored(elements)
+    stored = decode_elements(elements)
     positions = [p for p in stored.positions if p is not None]
     assert len(positions) == len(rows)
     epoch = "0123456789ab"

@@ -18,7 +18,7 @@ from pathlib import Path
 import replaystore._rules as rules
 import replaystore.mcp as mcp
 from replaystore import Verdict
-from replaystore.backends.redis import _SCRIPTS, FACT_SLOTS
+from replaystore.backends.redis.scripts import FACT_SLOTS, SCRIPTS
 from replaystore.verdicts import REASONS
 
 LUA = {
@@ -90,5 +90,5 @@ def test_fact_slots_named_once() -> None:
     used = set(re.findall(r"SLOT\.([a-z][a-z_]*)", LUA["facts.lua"]))
     assert used <= set(FACT_SLOTS), used - set(FACT_SLOTS)
     assert used == set(FACT_SLOTS)
-    assert "local SLOT = {" in _SCRIPTS["facts"].source
+    assert "local SLOT = {" in SCRIPTS["facts"].source
     assert len(FACT_SLOTS) == len(set(FACT_SLOTS))

@@ -1,4 +1,4 @@
--- Shared helpers, loaded before the operations by replaystore/backends/redis.py
+-- Shared helpers, loaded before the operations by replaystore/backends/redis/scripts.py
 -- (after a generated `local SLOT = {...}` table naming the reply slots).
 -- Every key a script touches is declared in KEYS, all with the session's hash tag:
 --   KEYS[1] m  meta hash: epoch, top, floor, count, nseq, gc, lr (newest run),

@@ -1,0 +1,54 @@
+"""``redis://``, ``rediss://``, ``redis+unix://``, ``redis+cluster://``, ``redis+sentinel://``.
+
+The layout is drawn in ``docs/data-layout.md``: one list of events per
+sequence, a run index that maps positions to sequences, and a meta hash with
+the bookkeeping. Every key of a session carries the session's hash tag (one
+Redis Cluster slot), and every key a script touches is declared in ``KEYS``.
+
+How a call reaches Redis:
+
+* a resume whose cursor carries a hint reads the meta hash and a native
+  ``LRANGE`` of the sequence's list in one pipelined round trip (no Lua, no
+  ``MULTI``: see ``fastpath.py`` for why none is needed) and judges them in Python;
+  only a read in doubt goes further;
+* otherwise ``facts.lua`` gathers the facts in one script, the verdict is
+  decided in Python (``replaystore/_rules.py``, the same rules as in memory), and a
+  failed resume is torn down by ``close.lua`` as a compare-and-delete on the
+  state the verdict was decided on (judged again if the session moved);
+* appends are one ``append.lua`` each (a whole batch); sweeps of evicted
+  elements and lazy TTL refreshes follow as separate scripts only when due.
+
+The operations run as one Redis function library (``FCALL``, loaded on first
+use) on clients that talk to one server, and as scripts (EVALSHA, re-sent with
+EVAL on NOSCRIPT) on a cluster, on fakes, on a read-only replica and where an
+ACL refuses functions (``scripts.py``). URL forms (query
+``prefix=`` sets the key prefix, default ``replaystore:``)::
+
+    redis://[[user]:password@]host[:port][/db][?prefix=app1:]
+    rediss://...                                  (TLS; ssl_* query options as in redis-py)
+    redis+unix:///path/to/redis.sock[?db=0]
+    redis+cluster://[[user]:password@]host:port[,host:port...][?prefix=...]
+    rediss+cluster://...                          (TLS)
+    redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]
+
+``wait_replicas=N`` (and ``wait_timeout=SECONDS``, default 1), in the query or
+as ``from_url`` options, makes every append wait until ``N`` replicas
+acknowledged it (Redis ``WAIT``, sent with the append on the same connection);
+an append that is not acknowledged in time raises :class:`StorageError`
+(standalone and Sentinel deployments).
+
+``from_url(..., client=...)`` takes a ready ``redis.asyncio`` client instead
+(fakeredis in tests, or a client the application already configured); it must
+not decode responses.
+
+The package by idea: ``backend.py`` (the five operations), ``wire.py``
+(packing, sending, dropping, reading replies, and the redis-py names that
+path relies on), ``scripts.py`` (the Lua library and how a server runs it),
+``replies.py`` (reply decoding), ``fastpath.py`` (the resume fast path).
+"""
+
+from __future__ import annotations
+
+from .backend import DEFAULT_PREFIX, RedisBackend
+
+__all__ = ["DEFAULT_PREFIX", "RedisBackend"]

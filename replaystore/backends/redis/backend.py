@@ -1,0 +1,473 @@
+"""The five operations of the Redis backend: open, append, resolve, info, close.
+
+Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
+the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
+decided here by ``replaystore/_rules.py``, the same rules as in memory, and a
+failed resume is torn down by ``close.lua`` as a compare-and-delete on the
+state the verdict was decided on (judged again if the session moved). Sweeps
+of evicted elements and lazy TTL refreshes follow as separate operations only
+when a script says they are due.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..._rules import evidence_for, judge, unknown_session
+from ...cursor import Cursor, event_id, new_epoch, sequence_tag
+from ...errors import (
+    IdempotencyKeyReusedError,
+    SequenceTagCollisionError,
+    StorageError,
+    UnknownSessionError,
+    UnsupportedURLError,
+)
+from ...info import SessionInfo
+from ...retention import Retention, run_split_ms
+from ...verdicts import Resumption, Verdict
+from .. import register_backend
+from .._redis_client import build_client
+from ..base import Backend
+from ..coordination import OnRedis
+from .fastpath import FastPath
+from .replies import decode_facts, decode_info, decode_tombstone
+from .scripts import FUNCTIONS, SLOT, Library
+from .wire import Wire, pack_args, talks_to_one_server
+
+__all__ = ["DEFAULT_PREFIX", "RedisBackend"]
+
+DEFAULT_PREFIX = "replaystore:"
+
+#: Keys every script gets, in ``KEYS`` order; sequence lists follow.
+_FIXED = ("m", "i", "g", "t", "k", "k2", "x")
+#: Declared lists per sweep or touch call.
+_CHUNK = 1000
+
+T = TypeVar("T")
+
+# A dropped or stale connection (a Redis restart, an idle pooled connection):
+# the only failures worth one retry, and only for calls that are safe to repeat.
+_RETRYABLE = (RedisConnectionError, RedisTimeoutError)
+
+
+@register_backend
+class RedisBackend(Backend):
+    """Session logs in Redis (or Valkey, or a Redis Cluster), shared by every replica."""
+
+    schemes = (
+        "redis",
+        "rediss",
+        "unix",
+        "redis+unix",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+    )
+
+    def __init__(
+        self,
+        retention: Retention,
+        client: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        owns_client: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+    ) -> None:
+        super().__init__(retention)
+        if "{" in prefix or "}" in prefix:
+            raise UnsupportedURLError("the key prefix must not contain '{' or '}' (hash tags)")
+        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int):
+            raise UnsupportedURLError("wait_replicas must be an integer")
+        if wait_replicas < 0 or not 0 < wait_timeout <= 3600:
+            raise UnsupportedURLError("wait_replicas >= 0 and 0 < wait_timeout <= 3600 seconds")
+        if wait_replicas and isinstance(client, RedisCluster):
+            raise UnsupportedURLError("wait_replicas is not supported on redis+cluster://")
+        self.client = client
+        self.prefix = prefix
+        self.wait_replicas = wait_replicas
+        self.wait_timeout = wait_timeout
+        self._owns_client = owns_client
+        self._wire = Wire(client)
+        # Operations run as a function library where the client talks to one
+        # real server directly; elsewhere (a cluster, fakes) as scripts.
+        self._library = Library(self._wire.command, functions=talks_to_one_server(client))
+        self._fast = FastPath(self._wire, retention, self.key_base)
+        # Packed append commands up to their payloads, per (session, sequence).
+        self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
+
+    @classmethod
+    def from_url(
+        cls, url: str, retention: Retention, *, client: Any = None, **options: Any
+    ) -> RedisBackend:
+        url, durability = _durability_options(url, options)
+        client, prefix, owns = build_client(url, client=client, **options)
+        return cls(
+            retention, client, prefix=prefix or DEFAULT_PREFIX, owns_client=owns, **durability
+        )
+
+    def coordination(self) -> OnRedis:
+        """Replicas share this Redis: registry keys beside the session's, pub/sub notifications."""
+        return OnRedis(self.client, self.prefix, self.key_base)
+
+    # -- keys ----------------------------------------------------------------
+
+    def key_base(self, session: str) -> str:
+        """The prefix of every key of ``session``, hash tag included.
+
+        Redis Cluster hashes the text between the first ``{`` and the next
+        ``}``; a session id containing braces would cut that tag short (or
+        empty it, spreading the keys over several slots), so such ids are
+        written as hex behind a space, which no session id can contain. Other
+        modules put their own keys of a session behind this base to land in
+        the same slot.
+        """
+        tag = session if "{" not in session and "}" not in session else " " + session.encode().hex()
+        return f"{self.prefix}{{{tag}}}"
+
+    def _keys(self, session: str, tags: Sequence[str] = ()) -> list[str]:
+        base = self.key_base(session)
+        return [f"{base}:{name}" for name in _FIXED] + [f"{base}:q:{tag}" for tag in tags]
+
+    # -- calls ---------------------------------------------------------------
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]], *, retry: bool) -> T:
+        """The one place where redis-py's exceptions become :class:`StorageError`.
+
+        ``retry`` (for calls that are safe to repeat) sends the call once more
+        after a connection error: a pooled connection that died with a
+        restarted server fails the first call that uses it.
+        """
+        try:
+            try:
+                return await call()
+            except _RETRYABLE:
+                if not retry:
+                    raise
+                return await call()
+        except (RedisError, RedisClusterException) as exc:
+            # RedisClusterException (no reachable node, slot not covered) is
+            # not a RedisError.
+            raise StorageError(f"{what} failed on redis: {exc}") from exc
+
+    async def _run(
+        self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
+    ) -> Any:
+        keys = self._keys(session, tags)
+        argv = [len(tags), *tags, *args]
+        return await self._call(
+            name, lambda: self._library.call(name, lambda: (keys, argv)), retry=retry
+        )
+
+    async def _append_and_wait(self, keys: list[str], args: list[Any]) -> Any:
+        """The append and ``WAIT`` in one round trip, on one connection."""
+        wait = ("WAIT", self.wait_replicas, round(self.wait_timeout * 1000))
+
+        async def send(call: tuple[Any, ...]) -> Any:
+            out, acked = await self._wire.pipeline([call, wait], slack=self.wait_timeout)
+            if isinstance(out, Exception):
+                raise out
+            if isinstance(acked, Exception):
+                raise acked
+            if out and out[1] == b"ok" and int(acked) < self.wait_replicas:
+                raise StorageError(
+                    f"append stored on the primary but acknowledged by {acked} of "
+                    f"{self.wait_replicas} replica(s) within {self.wait_timeout} s"
+                )
+            return out
+
+        return await self._library.call("append", lambda: (keys, args), send)
+
+    async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
+        """Sweeps and TTL refreshes a script asked for, with the lists declared."""
+        for name, tags in (("sweep", sweep), ("touch", touch)):
+            names = [t.decode() for t in tags]
+            for start in range(0, len(names), _CHUNK):
+                await self._run(name, session, names[start : start + _CHUNK], [], retry=True)
+
+    async def connect(self) -> None:
+        try:
+            if isinstance(self.client, RedisCluster):
+                await self.client.initialize()
+            else:
+                await self.client.ping()
+        except ResponseError as exc:
+            # Reached, then refused: a database past the server's `databases`
+            # setting is a configuration to fix, not a server to wait for.
+            raise StorageError(f"redis refused the connection: {exc}") from exc
+        except (RedisError, RedisClusterException) as exc:
+            raise StorageError(f"cannot reach redis: {exc}") from exc
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()
+            pool = getattr(self.client, "connection_pool", None)
+            if isinstance(pool, SentinelConnectionPool):
+                # master_for's client leaves the Sentinel's own clients open.
+                for sentinel in pool.sentinel_manager.sentinels:
+                    await sentinel.aclose()
+
+    @property
+    def _sweep_threshold(self) -> int:
+        return max(16, self.retention.max_events // 16)
+
+    # -- the contract ----------------------------------------------------------
+
+    async def open_session(self, session: str) -> SessionInfo:
+        r = self.retention
+        out = await self._run(
+            "open",
+            session,
+            (),
+            [new_epoch(), r.session_ttl_ms, r.max_events, r.max_age_ms],
+            retry=True,
+        )
+        await self._maintain(session, [], out[4])
+        return decode_info(session, out[:4], out[5:])
+
+    async def session_info(self, session: str) -> SessionInfo | None:
+        r = self.retention
+        out = await self._run("info", session, (), [r.max_events, r.max_age_ms], retry=True)
+        return None if out is None else decode_info(session, out[:4], out[4:])
+
+    def _append_args(self, sequence: str, tag: str) -> list[Any]:
+        """``append.lua``'s arguments that stay the same for a sequence (and its list)."""
+        r = self.retention
+        settings = (
+            r.max_events,
+            self._sweep_threshold,
+            run_split_ms(r),
+            r.max_age_ms,
+            r.session_ttl_ms,
+            r.tombstone_ttl_ms,
+            '{"code":"index_lost"',  # the tombstone if the run index turns out lost
+        )
+        return [1, tag, sequence.encode("utf-8"), ",".join(map(str, settings))]
+
+    def _append_head(self, session: str, sequence: str, tag: str) -> tuple[bytes, int]:
+        """The packed ``FCALL`` up to the arguments that change per append, and their count.
+
+        Packing an append's twenty-odd arguments costs more client time than
+        Redis spends running it; all but the payloads are the same for every
+        append to a sequence, so they are packed once.
+        """
+        cached = self._heads.get((session, sequence))
+        if cached is None:
+            keys = self._keys(session, [tag])
+            head = [
+                "FCALL",
+                FUNCTIONS["append"],
+                len(keys),
+                *keys,
+                *self._append_args(sequence, tag),
+            ]
+            if len(self._heads) > 10_000:
+                self._heads.clear()
+            cached = self._heads[(session, sequence)] = (pack_args(head), len(head))
+        return cached
+
+    async def append(
+        self,
+        session: str,
+        sequence: str,
+        payloads: Sequence[bytes | None],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[str]:
+        tag = sequence_tag(sequence)
+        kinds = b"" if None not in payloads else bytes(112 if p is None else 100 for p in payloads)
+        tail = [
+            kinds,
+            (idempotency_key or "").encode(),
+            *(b"" if p is None else p for p in payloads),
+        ]
+        retry = idempotency_key is not None
+        if self._library.functions and self._wire.by_hand and not self.wait_replicas:
+            head, count = self._append_head(session, sequence, tag)
+            packet = b"*%d\r\n" % (count + len(tail)) + head + pack_args(tail)
+
+            def operands() -> tuple[list[str], list[Any]]:
+                return self._keys(session, [tag]), [*self._append_args(sequence, tag), *tail]
+
+            out = await self._call(
+                "append",
+                lambda: self._library.call(
+                    "append", operands, packed=lambda: self._wire.roundtrip(packet)
+                ),
+                retry=retry,
+            )
+        else:
+            keys = self._keys(session, [tag])
+            args = [*self._append_args(sequence, tag), *tail]
+            if self.wait_replicas:
+                call = lambda: self._append_and_wait(keys, args)  # noqa: E731
+            else:
+                call = lambda: self._library.call("append", lambda: (keys, args))  # noqa: E731
+            out = await self._call("append", call, retry=retry)
+        if not out:
+            raise UnknownSessionError(session)
+        epoch, status = out[0].decode(), out[1]
+        if status == b"lost":
+            await self._sweep_lists(session, out[2:])
+            raise UnknownSessionError(session)
+        if status == b"collision":
+            raise SequenceTagCollisionError(sequence)
+        ids = [
+            event_id(epoch, pos, tag, ordinal, stamp)
+            for pos, ordinal, stamp in (item.split(".") for item in out[2].decode().split(","))
+        ]
+        if status == b"dup":
+            if len(ids) != len(payloads):
+                raise IdempotencyKeyReusedError(idempotency_key or "")
+            return ids
+        if len(out) > 3:  # sweeps or a TTL refresh due
+            await self._maintain(session, out[3], out[4])
+        return ids
+
+    async def close_session(self, session: str) -> bool:
+        return await self._close(session, '{"code":"closed"', ("", "always", ""))
+
+    async def _close(
+        self, session: str, tomb: str, expect: tuple[str, str, Any], tags: Sequence[str] = ()
+    ) -> bool:
+        """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists.
+
+        The lists of ``tags`` go in the same call; the others follow in sweeps.
+        """
+        nonce = secrets.token_hex(8)
+        out = await self._run(
+            "close",
+            session,
+            tags,
+            [tomb, self.retention.tombstone_ttl_ms, nonce, *expect],
+            retry=True,
+        )
+        if not int(out[0]):
+            return False
+        await self._sweep_lists(session, out[1:])
+        return True
+
+    async def _sweep_lists(self, session: str, tags: list[bytes]) -> None:
+        """Delete the lists of a session that is gone (named by the script that removed it)."""
+        names = sorted({t.decode() for t in tags})
+        for start in range(0, len(names), _CHUNK):
+            await self._run("sweep", session, names[start : start + _CHUNK], [], retry=True)
+
+    async def resolve(
+        self,
+        session: str,
+        cursor: Cursor | None,
+        raw_cursor: str,
+        sequence: str | None,
+        *,
+        replay: bool,
+        teardown: bool,
+    ) -> Resumption:
+        # On a cluster too: the pipelined read follows MOVED and ASK while a
+        # slot moves, and needs no transaction (see ``FastPath.snapshot``), so the
+        # two reads may even be served by the two nodes of a moving slot.
+        if replay and cursor is not None and cursor.tag is not None:
+            fast = await self._call(
+                "resolve",
+                lambda: self._fast.snapshot(session, cursor, raw_cursor, sequence),
+                retry=True,
+            )
+            if fast is not None:
+                return fast
+        r = self.retention
+        named_tag = sequence_tag(sequence) if sequence is not None else ""
+        declared = [t for t in (cursor.tag if cursor else None, named_tag) if t]
+        for _ in range(8):
+            tags = sorted(set(declared))
+            out = await self._run(
+                "facts",
+                session,
+                tags,
+                [
+                    1 if cursor else 0,
+                    cursor.position if cursor else 0,
+                    cursor.tag or "" if cursor else "",
+                    cursor.ordinal or 0 if cursor else 0,
+                    named_tag,
+                    1 if replay else 0,
+                    r.max_events,
+                    r.max_age_ms,
+                    r.session_ttl_ms,
+                    self._sweep_threshold,
+                ],
+                retry=True,
+            )
+            status = out[SLOT["status"]]
+            if status == b"gone":
+                tomb = decode_tombstone(out[SLOT["tombstone"]])
+                evidence = unknown_session(session, raw_cursor, tomb)
+                return Resumption(Verdict.UNKNOWN_SESSION, evidence, sequence)
+            if status == b"need":
+                declared.append(out[SLOT["need_tag"]].decode())
+                continue
+            facts = decode_facts(out)
+            await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
+            judgement = judge(facts, cursor, sequence)
+            failed = judgement.verdict is not Verdict.RESUMED
+            torn_down = failed and replay and teardown
+            if torn_down:
+                tomb_json = json.dumps(
+                    {"code": judgement.code, "verdict": judgement.verdict.value}
+                )[:-1]
+                expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
+                if not await self._close(session, tomb_json, expect, tags):
+                    continue  # the session moved since the facts were read: judge again
+            evidence = evidence_for(
+                session, raw_cursor, cursor, facts, judgement, torn_down=torn_down, replay=replay
+            )
+            events = judgement.chain.events(facts.epoch) if replay and not failed else []
+            return Resumption(judgement.verdict, evidence, judgement.sequence, events)
+        raise StorageError("the session kept changing while a resume was judged; try again")
+
+
+def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
+    """The condition under which a failed verdict still holds (``close.lua``).
+
+    Appends and evictions go on while a resume is judged; the teardown applies
+    only if they did not change the verdict, otherwise it is judged again.
+    """
+    position = cursor.position if cursor else 0
+    if code in ("malformed", "foreign", "origin_evicted", "evicted"):
+        return "always", ""  # the floor only rises, epochs never change
+    if code == "ahead":
+        return "top_below", position
+    if code == "unknown_sequence":
+        return "no_sequence", named_tag
+    if code == "origin_ambiguous":
+        return "ambiguous", ""
+    return "floor_at_most", max(position, 1)
+
+
+def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Take ``wait_replicas``/``wait_timeout`` out of the URL query and the options."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    found = {k: v for k, v in query if k in ("wait_replicas", "wait_timeout")}
+    rest = [(k, v) for k, v in query if k not in found]
+    out: dict[str, Any] = {}
+    try:
+        if "wait_replicas" in found:
+            out["wait_replicas"] = int(found["wait_replicas"])
+        if "wait_timeout" in found:
+            out["wait_timeout"] = float(found["wait_timeout"])
+    except ValueError as exc:
+        raise UnsupportedURLError(f"bad durability option in {url!r}: {exc}") from exc
+    for name in ("wait_replicas", "wait_timeout"):
+        if name in options:
+            out[name] = options.pop(name)
+    return urlunsplit(parts._replace(query=urlencode(rest))), out

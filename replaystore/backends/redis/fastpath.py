@@ -1,0 +1,163 @@
+"""The resume fast path: a resume with a hinted cursor, judged from one pipelined read.
+
+Most resumes name the sequence their cursor came from (the hint in the event
+id), so the events they need are one list's tail. Reading the meta hash and a
+native ``LRANGE`` of that list in one round trip (no Lua, no ``MULTI``; see
+:meth:`FastPath.snapshot` for why none is needed) and judging them here costs
+Redis a fraction of a script. Only a ``resumed`` verdict is answered this way;
+anything in doubt goes to the script path (``facts.lua``), which also tears
+down a session that cannot be resumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..._rules import evidence_for, judge
+from ...cursor import Cursor, sequence_tag
+from ...retention import Retention
+from ...verdicts import Resumption, Verdict
+from .replies import Facts, decode_record, decode_state
+from .wire import Wire, pack_args, pack_one
+
+__all__ = ["FastPath"]
+
+
+@dataclass(slots=True)
+class _Read:
+    """A resume's pipelined read: its commands, and packed around the ``LRANGE`` start."""
+
+    commands: list[tuple[Any, ...]]
+    packed: tuple[bytes, bytes]
+    base: int = 0  # the list offset seen last (it changes only when a list is compacted)
+
+
+class FastPath:
+    """The pipelined reads of one backend, built once per (session, sequence, named sequence)."""
+
+    def __init__(self, wire: Wire, retention: Retention, key_base: Callable[[str], str]) -> None:
+        self._wire = wire
+        self.retention = retention
+        self.key_base = key_base
+        self._reads: dict[tuple[str, str, str | None], _Read] = {}
+
+    def read(self, session: str, tag: str, named: str | None) -> _Read:
+        """The fast path's read of one sequence (and the named one), built once per triple."""
+        cache_key = (session, tag, named)
+        read = self._reads.get(cache_key)
+        if read is None:
+            key = self.key_base(session)
+            meta = f"{key}:m"
+            fields = ["epoch", "top", "floor", "count", "nseq", f"s:{tag}"]
+            named_tag = sequence_tag(named) if named is not None else tag
+            if named_tag != tag:
+                fields.append(f"s:{named_tag}")
+            commands: list[tuple[Any, ...]] = [
+                ("HMGET", meta, *fields),
+                ("LRANGE", f"{key}:q:{tag}", 0, -1),  # the start changes per resume
+                ("PTTL", meta),
+            ]
+            if self.retention.max_age_ms:
+                commands += [("LINDEX", f"{key}:i", 0), ("TIME",)]
+            packed = (
+                pack_one(commands[0]) + b"*4\r\n" + pack_args(commands[1][:2]),
+                b"".join(pack_one(command) for command in commands[2:]),
+            )
+            if len(self._reads) > 10_000:
+                self._reads.clear()
+            read = self._reads[cache_key] = _Read(commands, packed)
+        return read
+
+    async def snapshot(
+        self, session: str, cursor: Cursor, raw_cursor: str, named: str | None
+    ) -> Resumption | None:
+        """The fast path: one pipelined read, no Lua; ``None`` when in doubt.
+
+        Only a ``resumed`` verdict is answered here; anything else (and any
+        read that shows work due: eviction, a TTL refresh) goes to the script
+        path, which can also tear down.
+
+        The ``HMGET`` and the ``LRANGE`` need no ``MULTI`` around them: between
+        the two, a sequence's list only grows at its tail (events the
+        bookkeeping read first does not count, so they are cut off), and any
+        change at its head (a trim of evicted elements, a sweep, a lost list
+        whose places are held, the sequence created again) moves what sits at
+        the cursor's ordinal, which must be the cursor's own event (position
+        and stamp) or the read is in doubt. So the events after it are the
+        sequence's events as of the ``HMGET``, as in a snapshot.
+        """
+        assert cursor.tag is not None
+        assert cursor.ordinal is not None
+        r = self.retention
+        read = self.read(session, cursor.tag, named)
+        base = read.base  # other resumes may learn another one meanwhile: this read's own
+        for _ in range(2):
+            if cursor.ordinal < base:
+                # Evicted and compacted away, or the offset is stale (the
+                # sequence was created again): the script decides, and the
+                # next read learns the offset anew.
+                read.base = 0
+                return None
+            start = cursor.ordinal - base
+            if self._wire.by_hand:
+                packet = read.packed[0] + pack_args((start, -1)) + read.packed[1]
+                got = await self._wire.pipelined(packet, len(read.commands))
+            else:
+                lrange = (*read.commands[1][:2], start, -1)
+                got = await self._wire.pipeline([read.commands[0], lrange, *read.commands[2:]])
+            for reply in got:
+                if isinstance(reply, Exception):
+                    raise reply
+            values = got[0]
+            if values[0] is None or values[5] is None:
+                return None
+            state = decode_state(values[5])
+            if state.base == base:
+                break
+            read.base = base = state.base
+        else:
+            return None
+        if (
+            values[0].decode() != cursor.epoch
+            or int(values[3]) > r.max_events
+            or got[2] < r.session_ttl_ms * 0.9
+        ):
+            return None
+        if r.max_age_ms:
+            head, (seconds, micros) = got[3], got[4]
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            if head is not None and int(head.split(b",")[3]) <= now_ms - r.max_age_ms:
+                return None
+        states = {cursor.tag: state.public}
+        if len(values) > 6 and values[6] is not None:
+            other = decode_state(values[6])
+            states[other.public.tag] = other.public
+        elements = got[1]
+        if not elements:
+            return None
+        record = decode_record(elements[0], state.public.name, cursor.ordinal)
+        if record is None or record.position != cursor.position or record.stamp != cursor.stamp:
+            return None
+        facts = Facts(
+            record_at=record,
+            epoch=cursor.epoch,
+            top=int(values[1]),
+            floor=int(values[2]),
+            retained=int(values[3]),
+            sequence_count=int(values[4]),
+            states=states,
+            chain_tag=cursor.tag,
+            chain_ordinal=cursor.ordinal + 1,
+            elements=elements[1:],
+        )
+        judgement = judge(facts, cursor, named)
+        if judgement.verdict is not Verdict.RESUMED:
+            return None
+        evidence = evidence_for(
+            session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
+        )
+        return Resumption(
+            judgement.verdict, evidence, judgement.sequence, judgement.chain.events(facts.epoch)
+        )
