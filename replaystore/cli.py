@@ -57,6 +57,36 @@ _positive_int.__name__ = "positive integer"
 _seconds.__name__ = "duration"
 
 
+def _add_operations_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a replica behind a balancer (both ``example-server`` command lines).
+
+    The defaults are ``DRAIN_SECONDS`` and ``PING_SECONDS`` of
+    :mod:`replaystore.mcp.example` (not imported here: the MCP extra is optional).
+    """
+    parser.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=10.0,
+        help="on SIGTERM, how long running requests may finish while no new work is taken; "
+        "what still runs then is handed over (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ping-seconds",
+        type=_seconds,
+        default=15.0,
+        help="keep-alive interval of idle SSE streams; a balancer's read timeout must be "
+        "longer (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT|:*]",
+        help="a Host header a balancer passes through (repeatable): keeps the SDK's "
+        "DNS-rebinding protection on for it",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replaystore", description=_DESCRIPTION)
     parser.add_argument(
@@ -114,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
         help="largest message stored, in bytes; a larger result is answered with an error "
         "(default: %(default)s)",
     )
+    _add_operations_options(server)
 
     inspect = sub.add_parser(
         "inspect",
@@ -264,6 +295,9 @@ def _run(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             lease_ttl=args.lease_seconds,
             max_payload=args.max_payload,
+            drain_seconds=args.drain_seconds,
+            ping_seconds=args.ping_seconds,
+            allowed_hosts=args.allowed_host,
         )
         return 0
     if args.command == "inspect":

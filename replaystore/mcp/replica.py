@@ -90,6 +90,10 @@ class Replica:
         self._leases: dict[tuple[str, str], None] = {}
         self._touched: dict[str, float] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
+        #: Set once the process is shutting down: new requests are refused
+        #: (503, ``Retry-After``) so that a balancer sends them elsewhere, while
+        #: the requests already running here finish.
+        self.draining = False
 
     @property
     def running(self) -> bool:

@@ -263,6 +263,16 @@ class SessionView(EventStore):
             self._observe(resumption.verdict.value, elapsed, replayed)
         return resumption
 
+    async def open(self) -> None:
+        """Open the session in the store now (raises :class:`StorageError` when it is out of reach).
+
+        Called before ``initialize`` is answered, so that a store outage is a
+        503 the client can retry instead of a 200 whose stream is then cut.
+        """
+        if not self._opened:
+            await self.buffer.open_session(self.session_id)
+            self._opened = True
+
     async def append(self, sequence: str, payload: bytes | None) -> str:
         """Store one event (``None``: a priming event); a failure drops the session here."""
         if self.closed:
