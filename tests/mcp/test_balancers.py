@@ -329,6 +329,28 @@ def test_guide_shows_the_tested_configurations() -> None:
         assert text.strip() in guide, f"docs/deployment.md does not quote deploy/{name} as it is"
 
 
+def test_compose_file_runs_the_tested_deployment() -> None:
+    """docker-compose.yml: Redis, replica1..3 on port 8000 checked at /healthz, both balancers."""
+    yaml = pytest.importorskip("yaml")
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("replica1", "replica2", "replica3"):
+        replica = services[name]
+        command = replica["command"]
+        assert command[:2] == ["replaystore", "example-server"]
+        assert command[command.index("--port") + 1] == "8000"
+        assert command[command.index("--url") + 1].startswith("redis://redis:")
+        assert "/healthz" in " ".join(replica["healthcheck"]["test"])
+        # Long enough for the drain: the container is not killed mid-call.
+        assert int(replica["stop_grace_period"].rstrip("s")) > 10
+    assert "./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro" in services["nginx"]["volumes"]
+    assert (
+        "./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"
+        in services["haproxy"]["volumes"]
+    )
+    for balancer in ("nginx", "haproxy"):
+        assert set(services[balancer]["depends_on"]) == {"replica1", "replica2", "replica3"}
+
+
 def test_documented_health_check_sees_every_replica_healthy(deployment: Deployment) -> None:
     for replica in deployment.replicas:
         answer = httpx.get(f"{replica.base}/healthz", timeout=5)
