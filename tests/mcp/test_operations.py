@@ -141,7 +141,8 @@ def proxied(
     store_proxy: TcpProxy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     logs: Path = tmp_path_factory.mktemp("ops")
-    server = spawn_replica("ops", f"{store_proxy.url()}?prefix=ops:", logs, "--log-level", "info")
+    options = ("--log-level", "info", "--ping-seconds", "1")
+    server = spawn_replica("ops", f"{store_proxy.url()}?prefix=ops:", logs, *options)
     try:
         wait_ready([server])
         yield server
@@ -176,3 +177,16 @@ async def test_initialize_in_a_store_outage_is_503_within_the_store_timeout(
     log = proxied.log_path.read_text(errors="replace")
     assert "did not answer within 1 s" in log
     assert "cannot be reached ()" not in log
+
+
+async def test_idle_streams_carry_a_keep_alive_at_the_set_interval(proxied: ServerProcess) -> None:
+    """``--ping-seconds 1``: an idle GET stream carries a comment every second (default 15)."""
+    async with httpx.AsyncClient(timeout=20) as http:
+        session = await RawSession(http, proxied.url).initialize()
+        pings = 0
+        with anyio.move_on_after(2.6):
+            async with session.get() as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    pings += line.startswith(": ping")
+    assert pings >= 2, pings
