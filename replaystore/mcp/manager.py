@@ -481,6 +481,9 @@ class _Hosted:
 
     def failed(self, exc: BaseException) -> None:
         manager = self._manager
+        if isinstance(exc, StorageError):
+            # Its requests stopped for the store, not for a replica: say so.
+            manager._replica.end_after_outage(self._session_id)
         manager._replica.spawn(self.discard)
         if manager._task_group is not None and not manager._replica.running:
             manager._task_group.start_soon(self.discard)

@@ -8,6 +8,7 @@ The outages use a real Redis behind a proxy that stops answering.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -190,3 +191,70 @@ async def test_idle_streams_carry_a_keep_alive_at_the_set_interval(proxied: Serv
                 async for line in response.aiter_lines():
                     pings += line.startswith(": ping")
     assert pings >= 2, pings
+
+
+async def _down(proxy: TcpProxy, seconds: float, store: ServerHandle) -> None:
+    """The store goes down (refused, every connection cut) for ``seconds``, then comes back."""
+    upstream = [("127.0.0.1", store.ports[0])]
+    proxy.set_upstreams([])
+    proxy.sever_all()
+    try:
+        await anyio.sleep(seconds)
+    finally:
+        proxy.set_upstreams(upstream)
+
+
+async def test_a_short_store_outage_is_ridden_out_by_the_running_call(
+    proxied: ServerProcess, store_proxy: TcpProxy, mcp_redis: ServerHandle
+) -> None:
+    async with httpx.AsyncClient(timeout=20) as http:
+        session = await RawSession(http, proxied.url).initialize()
+        request_id, body = session.call("countdown", {"n": 20, "interval_ms": 100}, token="t")
+        progress: list[float] = []
+        result = None
+        with anyio.fail_after(20):
+            async with session.post(body) as response, anyio.create_task_group() as tg:
+                async for event in sse_events(response):
+                    if (value := progress_of(event)) is not None:
+                        progress.append(value)
+                        if value == 3.0:
+                            tg.start_soon(_down, store_proxy, 1.0, mcp_redis)
+                    if (text := result_text(event, request_id)) is not None:
+                        result = text
+                        break
+    assert result == "done 20"
+    assert progress == [float(i) for i in range(1, 21)]
+
+
+async def test_a_call_stopped_by_a_long_outage_says_the_store_was_unreachable(
+    proxied: ServerProcess, store_proxy: TcpProxy, mcp_redis: ServerHandle
+) -> None:
+    """Past the wait (half the lease), the call ends; its error names the store, not a replica."""
+    async with httpx.AsyncClient(timeout=20) as http:
+        session = await RawSession(http, proxied.url).initialize()
+        request_id, body = session.call("countdown", {"n": 100, "interval_ms": 50}, token="t")
+        last = ""
+        with anyio.fail_after(20):
+            async with session.post(body) as response, anyio.create_task_group() as tg:
+                with contextlib.suppress(httpx.HTTPError):
+                    async for event in sse_events(response):
+                        if progress_of(event) is not None:
+                            last = event.id or last
+                            if progress_of(event) == 3.0:
+                                tg.start_soon(_down, store_proxy, 4.0, mcp_redis)
+        assert last
+        final = None
+        with anyio.fail_after(20):
+            while final is None:
+                async with session.get(last) as resumed:
+                    if resumed.status_code == 503:
+                        await anyio.sleep(0.5)
+                        continue
+                    assert resumed.status_code == 200, await resumed.aread()
+                    async for event in sse_events(resumed):
+                        if event.id and event.message is not None:
+                            last = event.id
+                        if event.message and event.message.get("id") == request_id:
+                            final = event.message
+                            break
+    assert "replay store could not be reached" in final["error"]["message"], final
