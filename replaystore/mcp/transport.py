@@ -158,6 +158,12 @@ class ReplayTransport(TransportOverrides):
                     if not known:
                         await self._gone(request, send)
                         return True
+            if view.closed or self.is_terminated:
+                # This replica dropped its copy of the session meanwhile (a
+                # store error, an end elsewhere): a retry is served afresh, by
+                # whichever replica adopts it again, or answered 404.
+                await self._unavailable(request, send, dropped=True)
+                return True
             if destination is not None:
                 if await self._validate_request_headers(request, send):
                     await replica.forward(destination, view.session_id, body)
@@ -295,11 +301,20 @@ class ReplayTransport(TransportOverrides):
         await self._stream(attachment, request, send, prime)
 
     async def _unavailable(
-        self, request: Request, send: Send, *, resumption: bool = False, draining: bool = False
+        self,
+        request: Request,
+        send: Send,
+        *,
+        resumption: bool = False,
+        draining: bool = False,
+        dropped: bool = False,
     ) -> None:
         if draining:
             message = "Service Unavailable: this server replica is shutting down; retry"
             reason = "draining"
+        elif dropped:
+            message = "Service Unavailable: this server replica just let the session go; retry"
+            reason = "session_dropped"
         else:
             detail = "the resumption verdict is unknown, " if resumption else ""
             message = (
