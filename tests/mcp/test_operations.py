@@ -258,3 +258,25 @@ async def test_a_call_stopped_by_a_long_outage_says_the_store_was_unreachable(
                             final = event.message
                             break
     assert "replay store could not be reached" in final["error"]["message"], final
+
+
+async def test_fastmcp_apps_answer_the_health_check_too() -> None:
+    from fastmcp import FastMCP
+
+    from replaystore import ReplayBuffer
+    from replaystore.mcp import fastmcp_http_app
+
+    app = fastmcp_http_app(FastMCP("health"), ReplayBuffer.from_url("memory://ops-fastmcp"))
+    port = find_free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        try:
+            with anyio.fail_after(20):
+                while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                    await anyio.sleep(0.02)
+            async with httpx.AsyncClient(timeout=10) as http:
+                answer = await http.get(f"http://127.0.0.1:{port}/healthz")
+            assert answer.status_code == 200 and answer.text.startswith("ok: replica ")
+        finally:
+            server.should_exit = True
