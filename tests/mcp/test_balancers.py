@@ -401,9 +401,11 @@ async def test_rolling_restart_fails_no_call_and_duplicates_no_progress(
     assert all(seconds < DRAIN for seconds in drains), drains
 
 
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
 async def test_sigkill_ends_the_call_with_an_error_within_the_lease(
-    deployment: Deployment,
+    deployment: Deployment, balancer: str
 ) -> None:
+    url = deployment.nginx_url if balancer == "nginx" else deployment.haproxy_url
     progress: list[float] = []
     three = anyio.Event()
 
@@ -414,7 +416,7 @@ async def test_sigkill_ends_the_call_with_an_error_within_the_lease(
 
     client = redis.Redis.from_url(deployment.redis.url)
     async with (
-        streamable_http_client(deployment.nginx_url) as (read, write),
+        streamable_http_client(url) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -446,13 +448,21 @@ async def test_sigkill_ends_the_call_with_an_error_within_the_lease(
             with anyio.fail_after(LEASE + 8):
                 await ended.wait()
             took = time.monotonic() - killed
+        # The session lives on: its next call is served by a surviving replica.
+        with anyio.fail_after(15):
+            after = await session.call_tool("countdown", {"n": 2, "interval_ms": 0})
+        assert after.content[0].text == "done 2"  # type: ignore[union-attr]
     client.close()
     victim.start()
-    victim.wait_healthy()
+    await anyio.to_thread.run_sync(victim.wait_healthy)
+    if balancer == "haproxy":
+        names = ["replica1", "replica2", "replica3"]
+        await anyio.to_thread.run_sync(deployment.wait_haproxy, "UP", names)
+    else:
+        await anyio.sleep(NGINX_FAIL_TIMEOUT)
     assert failure and "request lost" in str(failure[0]), failure
     assert took <= LEASE + 5, took
     assert progress == [float(i) for i in range(1, len(progress) + 1)]
-    # The session lives on: its next call is served by a surviving replica.
 
 
 def test_store_outage_initialize_is_503_and_new_sessions_work_after(
