@@ -104,7 +104,7 @@ class Replica:
             sys.executable, "-m", "replaystore", "example-server",
             "--host", "127.0.0.1", "--port", str(self.port), "--url", self.store,
             "--lease-seconds", str(LEASE), "--drain-seconds", str(DRAIN),
-            "--log-level", os.environ.get("RS_LOG", "warning"),
+            "--log-level", "warning",
         ]  # fmt: skip
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -261,8 +261,7 @@ def deployment() -> Iterator[Deployment]:
                 proc.kill()
                 proc.wait(5)
         store.stop()
-        if not os.environ.get("RS_KEEP"):
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- clients
