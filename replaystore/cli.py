@@ -66,6 +66,36 @@ _seconds.__name__ = "duration"
 _task_ttl.__name__ = "task TTL"
 
 
+def _add_operations_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a replica behind a balancer (both ``example-server`` command lines).
+
+    The defaults are ``DRAIN_SECONDS`` and ``PING_SECONDS`` of
+    :mod:`replaystore.mcp.example` (not imported here: the MCP extra is optional).
+    """
+    parser.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=10.0,
+        help="on SIGTERM, how long running requests may finish while no new work is taken; "
+        "what still runs then is handed over (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ping-seconds",
+        type=_seconds,
+        default=15.0,
+        help="keep-alive interval of idle SSE streams; a balancer's read timeout must be "
+        "longer (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT|:*]",
+        help="a Host header a balancer passes through (repeatable): keeps the SDK's "
+        "DNS-rebinding protection on for it",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replaystore", description=_DESCRIPTION)
     parser.add_argument(
@@ -130,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how long a task of a 2026-07-28 client (and its result) is kept after its "
         "creation, in seconds (default: %(default)s)",
     )
+    _add_operations_options(server)
 
     inspect = sub.add_parser(
         "inspect",
@@ -281,6 +312,9 @@ def _run(args: argparse.Namespace) -> int:
             lease_ttl=args.lease_seconds,
             max_payload=args.max_payload,
             task_ttl=args.task_ttl,
+            drain_seconds=args.drain_seconds,
+            ping_seconds=args.ping_seconds,
+            allowed_hosts=args.allowed_host,
         )
         return 0
     if args.command == "inspect":

@@ -166,10 +166,16 @@ class DesyncWatch:
         """An ``httpx2.AsyncClient`` with this watch's hook, for the SDK or FastMCP.
 
         Without ``timeout``, the SDK client's own defaults: 30 s, and 300 s to
-        read (a response stream may stay open). Other options go to the client.
+        read (a response stream may stay open). Without ``transport``, a
+        :class:`~replaystore.mcp.once.OncePerStream`: no event reaches the
+        application twice, even when the client resumes from a stale id.
+        Other options go to the client.
         """
         import httpx2
 
+        from .once import OncePerStream
+
+        options.setdefault("transport", OncePerStream())
         if timeout is None:
             timeout = httpx2.Timeout(30.0, read=300.0)
         client = httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, **options)

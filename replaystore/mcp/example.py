@@ -43,7 +43,7 @@ from starlette.routing import Route
 
 from ..buffer import ReplayBuffer
 from .listen import StoreSubscriptionBus
-from .manager import streamable_http_app
+from .manager import HEALTH_PATH, ReplaySessionManager, streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
 from .settings import DEFAULT_LEASE_TTL
 from .tasks import ReplayTasks
@@ -57,8 +57,13 @@ RETRY_INTERVAL_MS = 100
 #: accepts request bodies up to 4 MiB, and an error may echo one back).
 DEFAULT_MAX_PAYLOAD = 8 << 20
 
-#: Seconds the server waits for open connections (SSE streams) at shutdown.
-SHUTDOWN_GRACE = 3
+#: Seconds a stopping server (``SIGTERM``) lets running requests finish: it
+#: takes no new work meanwhile, then hands over what still runs.
+DRAIN_SECONDS = 10.0
+
+#: Seconds between two keep-alive comments on an idle SSE stream: a balancer's
+#: read timeout must be above it (sse-starlette's default, 15 s, made explicit).
+PING_SECONDS = 15.0
 
 #: Seconds a task is kept after its creation, by default.
 DEFAULT_TASK_TTL = 3600.0
@@ -134,13 +139,17 @@ def build_app(
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     task_ttl: float = DEFAULT_TASK_TTL,
+    allowed_hosts: Sequence[str] = (),
     **buffer_options: Any,
 ) -> Starlette:
-    """The ASGI app: MCP at ``/mcp``, metrics at ``/metrics`` (if prometheus_client is there).
+    """The ASGI app: MCP at ``/mcp``, the health check at ``/healthz``, metrics at ``/metrics``.
 
-    The buffer is closed when the app's lifespan ends. ``max_payload``
-    (bytes, :data:`DEFAULT_MAX_PAYLOAD` here) and the other buffer options go
-    to :meth:`ReplayBuffer.from_url`.
+    (Metrics if prometheus_client is there.) The buffer is closed when the
+    app's lifespan ends. ``max_payload`` (bytes, :data:`DEFAULT_MAX_PAYLOAD`
+    here) and the other buffer options go to :meth:`ReplayBuffer.from_url`.
+    ``allowed_hosts`` (``Host`` header values, ``name:*`` for any port) keeps
+    the SDK's DNS-rebinding protection on for names a balancer passes
+    through; the session manager is ``app.state.replay_manager``.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
     tasks = example_tasks(task_ttl, lease_ttl)
@@ -166,7 +175,9 @@ def build_app(
         lease_ttl=lease_ttl,
         tasks=tasks,
         subscriptions=bus,
+        **_transport_security(allowed_hosts),
     )
+    app.state.replay_manager = server.session_manager
     if registry is not None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -186,6 +197,28 @@ def build_app(
     return app
 
 
+def _transport_security(allowed_hosts: Sequence[str]) -> dict[str, Any]:
+    """The SDK's DNS-rebinding protection, allowing ``allowed_hosts`` beside loopback names."""
+    if not allowed_hosts:
+        return {}
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts]
+    origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+    settings = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+    return {"transport_security": settings}
+
+
+class _HealthChecksUnlogged(logging.Filter):
+    """Keep a balancer's health checks (one every few seconds) out of the access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (isinstance(args, tuple) and len(args) > 2 and args[2] == HEALTH_PATH)
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -196,13 +229,34 @@ def serve(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
     task_ttl: float = DEFAULT_TASK_TTL,
+    drain_seconds: float = DRAIN_SECONDS,
+    ping_seconds: float = PING_SECONDS,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve :func:`build_app` with uvicorn until interrupted."""
+    """Serve :func:`build_app` with uvicorn until ``SIGTERM`` (or Ctrl-C), then drain.
+
+    On the signal the replica stops taking work (its health check answers
+    503 ``draining``, new requests 503 with ``Retry-After``, uvicorn stops
+    accepting connections), lets running requests finish for up to
+    ``drain_seconds``, then stops: requests still running are handed over
+    (their leases dropped, so another replica answers them as lost at once).
+    """
+    import asyncio
+    from types import FrameType
+
     import uvicorn
+    from sse_starlette import EventSourceResponse
+    from sse_starlette.sse import AppStatus
 
     # broadcast() uses notifications/message on purpose (a standalone stream
     # message); the SDK flags the logging capability as deprecated for 2026-07-28.
     warnings.filterwarnings("ignore", message="The logging capability is deprecated")
+    logging.getLogger("uvicorn.access").addFilter(_HealthChecksUnlogged())
+    # sse-starlette ends every SSE stream as soon as the server is told to
+    # stop, which would cut running calls: the drain below decides instead.
+    AppStatus.enable_automatic_graceful_drain = False
+    # Every SSE stream of this process (the SDK's and ours) pings this often.
+    EventSourceResponse.DEFAULT_PING_INTERVAL = ping_seconds  # type: ignore[assignment]
 
     app = build_app(
         url,
@@ -211,20 +265,38 @@ def serve(
         lease_ttl=lease_ttl,
         max_payload=max_payload,
         task_ttl=task_ttl,
+        allowed_hosts=allowed_hosts,
     )
-    # Bounded shutdown: SSE streams are not waited for beyond the grace period
-    # (their clients resume on another replica; the sessions live on in the store).
-    uvicorn.run(
+    manager: ReplaySessionManager = app.state.replay_manager
+
+    class DrainingServer(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        async def serve(self, sockets: Any = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.loop is not None and not manager.draining:
+                # In a task of the loop: drain() closes streams, which needs one.
+                self.loop.call_soon_threadsafe(self.loop.create_task, _drain())
+            super().handle_exit(sig, frame)
+
+    async def _drain() -> None:
+        manager.drain()
+
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+        timeout_graceful_shutdown=max(1, round(drain_seconds)),
     )
+    DrainingServer(config).run()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..cli import _port, _positive_int, _seconds, _task_ttl
+    from ..cli import _add_operations_options, _port, _positive_int, _seconds, _task_ttl
 
     parser = argparse.ArgumentParser(
         prog="python -m replaystore.mcp.example", description=__doc__.splitlines()[0]
@@ -257,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=DEFAULT_TASK_TTL,
         help="how long a task (and its result) is kept after its creation, in seconds",
     )
+    _add_operations_options(parser)
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -267,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         lease_ttl=args.lease_seconds,
         max_payload=args.max_payload,
         task_ttl=args.task_ttl,
+        drain_seconds=args.drain_seconds,
+        ping_seconds=args.ping_seconds,
+        allowed_hosts=args.allowed_host,
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..buffer import ReplayBuffer
-from .manager import ReplaySessionManager, as_event_store
+from .manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
 from .metrics import ResumptionObserver
 from .sdk import check as check_sdk
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
@@ -44,7 +44,8 @@ def fastmcp_http_app(
     ``mcp`` is a ``fastmcp.FastMCP``; ``kwargs`` are those of ``http_app``
     (``path``, ``retry_interval``, ``middleware`` …) except ``event_store`` and
     ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
-    mount it with ``lifespan=app.lifespan`` as usual.
+    mount it with ``lifespan=app.lifespan`` as usual. Once running, the app
+    also answers the health check at ``/healthz``.
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
@@ -68,6 +69,8 @@ def fastmcp_http_app(
                 adopted = ReplaySessionManager.adopt(manager, store, settings)
                 # FastMCP entered the manager's run() before it could be adopted.
                 await stack.enter_async_context(adopted.replicating())
+                if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
+                    add_health_route(app, adopted)
             yield state
 
     app.router.lifespan_context = lifespan

@@ -21,15 +21,22 @@ from ..errors import StorageError, UnknownSessionError
 from .messages import encode_message
 
 if TYPE_CHECKING:
+    from .replica import Replica
     from .tail import Tail
     from .view import SessionView
 
-__all__ = ["LOST_REQUEST", "end_if_lost"]
+__all__ = ["LOST_REQUEST", "STORE_UNREACHABLE", "end_if_lost", "end_unanswered"]
 
 logger = logging.getLogger("replaystore.mcp")
 
 #: The error a client gets for a request whose server replica stopped mid-call.
 LOST_REQUEST = "request lost: its server replica stopped"
+
+#: The error a client gets for a request that stopped because the store was out of reach.
+STORE_UNREACHABLE = (
+    "request failed: the server's replay store could not be reached while it ran; "
+    "it was stopped and may be sent again"
+)
 
 
 async def end_if_lost(view: SessionView, tail: Tail) -> None:
@@ -71,6 +78,35 @@ async def end_if_lost(view: SessionView, tail: Tail) -> None:
         logger.debug("lease check of %r in session %s: %s", sequence[:64], session, exc)
         return
     replica.wake(session, sequence)
+
+
+async def end_unanswered(replica: Replica, session: str, stream: str, message: str) -> None:
+    """Store ``message`` as the error response of a request that stopped on this replica.
+
+    Under the end claim every replica uses for lost requests, so at most one
+    error is stored; the request's lease is then dropped. Raises
+    :class:`StorageError` while the store is out of reach (the caller tries
+    again); a session that ended meanwhile needs nothing.
+    """
+    try:
+        if not await replica.claim_end(session, stream):
+            return
+        logger.warning(
+            "request %r of session %s stopped while the replay store was out of reach; "
+            "ending its stream with an error",
+            stream[:64],
+            session,
+        )
+        error = JSONRPCError(
+            jsonrpc="2.0",
+            id=_request_id_of(stream),
+            error=ErrorData(code=INTERNAL_ERROR, message=message),
+        )
+        await replica.buffer.append(session, stream, encode_message(error))
+        await replica.registry.abandon(session, stream, replica.id)
+    except UnknownSessionError:
+        return
+    replica.wake(session, stream)
 
 
 def _request_id_of(sequence: str) -> str | int | None:

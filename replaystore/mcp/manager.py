@@ -48,11 +48,13 @@ from mcp_types import INTERNAL_ERROR, InitializeRequestParams, SubscriptionsList
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
 from .listen import StoreSubscriptionBus
+from .messages import GET_STREAM
 from .metrics import ResumptionObserver
 from .overrides import ManagerOverrides, ReplicaDispatcher
 from .replica import Replica
@@ -60,10 +62,16 @@ from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .task_listen import TaskListenHandler
 from .tasks import ReplayTasks
-from .transport import RETRY_AFTER, ReplayTransport
+from .transport import RETRY_AFTER, ReplayTransport, _bounded
 from .view import ReplayEventStore, SessionView
 
-__all__ = ["ReplaySessionManager", "as_event_store", "streamable_http_app"]
+__all__ = [
+    "HEALTH_PATH",
+    "ReplaySessionManager",
+    "add_health_route",
+    "as_event_store",
+    "streamable_http_app",
+]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -226,6 +234,57 @@ class ReplaySessionManager(ManagerOverrides):
                 if isinstance(view, SessionView):
                     view.close_local()
 
+    # ---------------------------------------------------------------- draining, health
+
+    @property
+    def draining(self) -> bool:
+        return self._replica.draining
+
+    def drain(self) -> None:
+        """Stop taking new work: the process is about to stop (call it on ``SIGTERM``).
+
+        From now on :meth:`health` says so (a balancer takes the replica out
+        of rotation), new requests are answered 503 with ``Retry-After`` (a
+        balancer retries them on another replica), and the standalone GET
+        streams served here are closed (their clients resume them, exactly,
+        on another replica). Requests already running here go on, and their
+        clients' resumptions are still served, until the server stops; then
+        whatever still runs is handed over as a replica that stopped is.
+        """
+        self._replica.draining = True
+        for transport in list(self._server_instances.values()):
+            view = transport._event_store
+            if isinstance(view, SessionView):
+                view.live.close_stream(GET_STREAM)
+
+    async def health(self) -> tuple[bool, str]:
+        """``(True, "ok: replica <id>")`` when this replica takes work (not draining, store up).
+
+        The store is asked one cheap question, bounded by ``store_timeout``.
+        """
+        if self._replica.draining:
+            return False, "draining: this replica is shutting down"
+        try:
+            with _bounded(self._replica.settings.store_timeout):
+                await self._replica.registry.get_session(_HEALTH_PROBE)
+        except StorageError as exc:
+            return False, f"the replay store cannot be reached: {str(exc)[:256]}"
+        return True, f"ok: replica {self._replica.id}"
+
+    async def health_endpoint(self, request: Request) -> Response:
+        """``GET /healthz``: 200 ``ok``, or 503 with the reason (plain text, never cached).
+
+        Served beside the MCP endpoint, not through it: no ``Host``,
+        ``Accept`` or session checks apply, so a balancer's bare check works.
+        """
+        ok, detail = await self.health()
+        return Response(
+            "" if request.method == "HEAD" else detail + "\n",
+            status_code=200 if ok else int(HTTPStatus.SERVICE_UNAVAILABLE),
+            media_type="text/plain",
+            headers={"Cache-Control": "no-store"},
+        )
+
     # ---------------------------------------------------------------- requests
 
     # (called by the overrides of the SDK's private methods, in overrides.py)
@@ -237,7 +296,7 @@ class ReplaySessionManager(ManagerOverrides):
         if session_id is not None and session_id not in self._server_instances:
             try:
                 refused = await self._adopt_session(session_id, _requestor(scope))
-            except (StorageError, TimeoutError) as exc:
+            except StorageError as exc:
                 logger.warning(
                     "session %s cannot be looked up: the replay store cannot be reached (%s)",
                     session_id[:64],
@@ -259,7 +318,7 @@ class ReplaySessionManager(ManagerOverrides):
             async with lock:
                 if session_id in self._server_instances:
                     return None
-                with anyio.fail_after(self._replica.settings.store_timeout):
+                with _bounded(self._replica.settings.store_timeout):
                     record = await self._replica.registry.get_session(session_id)
                     # The record and the events end together; if the events
                     # are gone (expired, torn down) the record is stale.
@@ -425,6 +484,9 @@ class _Hosted:
 
     def failed(self, exc: BaseException) -> None:
         manager = self._manager
+        if isinstance(exc, StorageError):
+            # Its requests stopped for the store, not for a replica: say so.
+            manager._replica.end_after_outage(self._session_id)
         manager._replica.spawn(self.discard)
         if manager._task_group is not None and not manager._replica.running:
             manager._task_group.start_soon(self.discard)
@@ -439,6 +501,13 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
             client, by_name=False
         )
     connection.initialized.set()
+
+
+#: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
+HEALTH_PATH = "/healthz"
+
+#: The session id the health check looks up (no session ever has it: ids are hex).
+_HEALTH_PROBE = "healthz"
 
 
 def _error_body(message: str) -> dict[str, Any]:
@@ -491,6 +560,9 @@ def streamable_http_app(
     :class:`~replaystore.mcp.listen.StoreSubscriptionBus` given to the server,
     so ``subscriptions/listen`` streams get events published on any replica
     (with both, listen streams also serve ``notifications.taskIds``).
+
+    The app also answers the health check at ``/healthz``
+    (:meth:`ReplaySessionManager.health_endpoint`).
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -500,7 +572,8 @@ def streamable_http_app(
     )
     typed = cast(_ServesStreamableHTTP, server)
     app = typed.streamable_http_app(event_store=store, **kwargs)
-    ReplaySessionManager.adopt(typed.session_manager, store, settings)
+    manager = ReplaySessionManager.adopt(typed.session_manager, store, settings)
+    add_health_route(app, manager)
     if tasks is not None or subscriptions is not None:
         inner = app.router.lifespan_context
         if tasks is not None:
@@ -526,3 +599,8 @@ def streamable_http_app(
 
         app.router.lifespan_context = lifespan
     return app
+
+
+def add_health_route(app: Starlette, manager: ReplaySessionManager) -> None:
+    """Serve ``manager``'s health check at :data:`HEALTH_PATH` (``GET`` and ``HEAD``)."""
+    app.router.routes.append(Route(HEALTH_PATH, manager.health_endpoint, methods=["GET", "HEAD"]))

@@ -43,6 +43,9 @@ __all__ = ["Followers", "Replica", "Sessions"]
 
 logger = logging.getLogger("replaystore.mcp")
 
+#: Seconds a replica keeps trying to answer, once the store is back, the requests an outage ended.
+_OUTAGE_PATIENCE = 600.0
+
 #: Seconds an end claim is remembered (long after any client gave up on the stream).
 _END_MEMORY = 3600.0
 
@@ -90,6 +93,11 @@ class Replica:
         self._leases: dict[tuple[str, str], None] = {}
         self._touched: dict[str, float] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
+        #: Set once the process is shutting down: new requests are refused
+        #: (503, ``Retry-After``) so that a balancer sends them elsewhere, while
+        #: the requests already running here finish.
+        self.draining = False
+        self._renew_now = anyio.Event()
 
     @property
     def running(self) -> bool:
@@ -167,10 +175,41 @@ class Replica:
             for session, stream in leases:
                 await self._abandon(session, stream)
 
+    def renew_soon(self) -> None:
+        """Renew the leases now (the store answers again after an outage), not at the next tick."""
+        self._renew_now.set()
+
+    def end_after_outage(self, session: str) -> None:
+        """The session is dropped here because the store failed: end its requests, once it is back.
+
+        Each unanswered request of the session gets an error response saying
+        the store was out of reach (not that a replica stopped), stored by
+        this replica as soon as the store answers again, under the same end
+        claim other replicas use for lost requests, so exactly one is stored.
+        """
+        for key in [key for key in self._leases if key[0] == session]:
+            del self._leases[key]
+            self.spawn(self._end_after_outage, *key)
+
+    async def _end_after_outage(self, session: str, stream: str) -> None:
+        from .lost import STORE_UNREACHABLE, end_unanswered
+
+        deadline = time.monotonic() + _OUTAGE_PATIENCE
+        while True:
+            try:
+                await end_unanswered(self, session, stream, STORE_UNREACHABLE)
+                return
+            except StorageError:
+                if time.monotonic() > deadline:
+                    return
+                await anyio.sleep(self.settings.check_interval)
+
     async def _renew_loop(self) -> None:
         ttl = self.settings.lease_ttl
         while True:
-            await anyio.sleep(ttl / 3)
+            with anyio.move_on_after(ttl / 3):
+                await self._renew_now.wait()
+            self._renew_now = anyio.Event()
             held = list(self._leases)
             if not held:
                 continue

@@ -110,6 +110,10 @@ class ReplayTransport(TransportOverrides):
             return False
         if not await self._validate_request_headers(request, send):
             return True
+        if view.replica is not None and view.replica.draining:
+            # The GET stream never ends by itself: open it on a replica that stays.
+            await self._unavailable(request, send, draining=True)
+            return True
         prime = _primes(request)
         await self._attach(lambda: view.live.attach_get(prime=prime), request, send, prime)
         return True
@@ -135,12 +139,31 @@ class ReplayTransport(TransportOverrides):
         body = await request.body()  # cached: the SDK reads it again from this request
         message = _peek(body)
         request_id = _request_id(message)
-        leased = request_id is not None and message and message.get("method") != "initialize"
+        initialize = message is not None and message.get("method") == "initialize"
+        leased = request_id is not None and message and not initialize
+        if replica.draining and request_id is not None:
+            # New work goes to another replica; answers and notifications for
+            # the requests still running here are taken.
+            await self._unavailable(request, send, draining=True)
+            return True
         try:
             with _bounded(replica.settings.store_timeout):
+                if initialize:
+                    # Open the session in the store before the SDK starts its
+                    # 200 response: an outage is a 503 now, not a cut stream.
+                    await view.open()
                 destination = await self._destination(view, message)
                 if destination is None and leased and request_id is not None:
-                    await replica.acquire(view.session_id, sequence_name(request_id))
+                    known = await self._lease(view, sequence_name(request_id))
+                    if not known:
+                        await self._gone(request, send)
+                        return True
+            if view.closed or self.is_terminated:
+                # This replica dropped its copy of the session meanwhile (a
+                # store error, an end elsewhere): a retry is served afresh, by
+                # whichever replica adopts it again, or answered 404.
+                await self._unavailable(request, send, dropped=True)
+                return True
             if destination is not None:
                 if await self._validate_request_headers(request, send):
                     await replica.forward(destination, view.session_id, body)
@@ -198,6 +221,43 @@ class ReplayTransport(TransportOverrides):
 
     # ------------------------------------------------------------ internals
 
+    async def _lease(self, view: SessionView, stream: str) -> bool:
+        """Take the request's lease; False if the store no longer has the session.
+
+        Both in one round trip's time. A session the store lost (expired, a
+        restart without persistence) would otherwise be found out by the
+        tool's first append, with its response already started: a cut stream
+        instead of the 404 that tells the client to initialize again.
+        """
+        replica = view.replica
+        assert replica is not None
+        known = True
+
+        async def look() -> None:
+            nonlocal known
+            known = await view.buffer.session_info(view.session_id) is not None
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(look)
+            await replica.acquire(view.session_id, stream)
+        return known
+
+    async def _gone(self, request: Request, send: Send) -> None:
+        """The store no longer has this session: forget it here, answer 404 (initialize again)."""
+        view = self.view
+        logger.info("session %s is no longer in the store; answered 404", self.mcp_session_id)
+        if view is not None:
+            view.close_local()
+            await view.discard()
+        await self._json_error(
+            request,
+            send,
+            HTTPStatus.NOT_FOUND,
+            INVALID_REQUEST,
+            "Session not found: the server's store no longer has it; initialize a new session",
+            None,
+        )
+
     async def _destination(self, view: SessionView, message: dict[str, Any] | None) -> str | None:
         """The other replica a client message must go to, or None to handle it here."""
         replica = view.replica
@@ -229,17 +289,45 @@ class ReplayTransport(TransportOverrides):
         if not attachment.ok:
             await self._fail_closed(attachment.resumption, request, send)
             return
+        view = self.view
+        replica = view.replica if view is not None else None
+        if attachment.stream == GET_STREAM and replica is not None and replica.draining:
+            # Request streams end with their response and are served while
+            # draining; the GET stream would hold the shutdown to its end.
+            if attachment.tail is not None and view is not None:
+                await view.live.detach(attachment.tail)
+            await self._unavailable(request, send, draining=True)
+            return
         await self._stream(attachment, request, send, prime)
 
-    async def _unavailable(self, request: Request, send: Send, *, resumption: bool = False) -> None:
-        detail = "the resumption verdict is unknown, " if resumption else ""
+    async def _unavailable(
+        self,
+        request: Request,
+        send: Send,
+        *,
+        resumption: bool = False,
+        draining: bool = False,
+        dropped: bool = False,
+    ) -> None:
+        if draining:
+            message = "Service Unavailable: this server replica is shutting down; retry"
+            reason = "draining"
+        elif dropped:
+            message = "Service Unavailable: this server replica just let the session go; retry"
+            reason = "session_dropped"
+        else:
+            detail = "the resumption verdict is unknown, " if resumption else ""
+            message = (
+                f"Service Unavailable: the replay store cannot be reached; {detail}retry later"
+            )
+            reason = "storage_error"
         await self._json_error(
             request,
             send,
             HTTPStatus.SERVICE_UNAVAILABLE,
             INTERNAL_ERROR,
-            f"Service Unavailable: the replay store cannot be reached; {detail}retry later",
-            {"verdict": None, "reason": "storage_error"},
+            message,
+            {"verdict": None, "reason": reason},
             extra_headers={"Retry-After": str(RETRY_AFTER)},
         )
 

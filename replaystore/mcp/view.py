@@ -54,6 +54,9 @@ __all__ = ["ReplayEventStore", "SessionHost", "SessionView"]
 
 logger = logging.getLogger("replaystore.mcp")
 
+#: Seconds between two attempts at an append while the store is out of reach.
+_RETRY_PAUSE = 0.25
+
 #: Request streams a view remembers as answered (beyond that, the store's lease record says).
 _ANSWERED_MEMORY = 4096
 
@@ -263,40 +266,84 @@ class SessionView(EventStore):
             self._observe(resumption.verdict.value, elapsed, replayed)
         return resumption
 
+    async def open(self) -> None:
+        """Open the session in the store now (raises :class:`StorageError` when it is out of reach).
+
+        Called before ``initialize`` is answered, so that a store outage is a
+        503 the client can retry instead of a 200 whose stream is then cut.
+        """
+        if not self._opened:
+            await self.buffer.open_session(self.session_id)
+            self._opened = True
+
     async def append(self, sequence: str, payload: bytes | None) -> str:
-        """Store one event (``None``: a priming event); a failure drops the session here."""
+        """Store one event (``None``: a priming event); a failure drops the session here.
+
+        A store that is out of reach is waited for, up to half a lease (the
+        lease outlives the wait, so no other replica takes the request for
+        lost), retrying with the same idempotency key: a short outage holds
+        the tool for a moment instead of ending its request.
+        """
         if self.closed:
             raise UnknownSessionError(self.session_id)
-        try:
-            if not self._opened:
-                await self.buffer.open_session(self.session_id)
-                self._opened = True
-            if sequence == GET_STREAM and payload is not None and self.live.get_mark is None:
-                # A view without a session record (used on its own): store an
-                # anchor just before the first GET message (one atomic step),
-                # so that a later plain GET can resume from it.
-                anchor, event_id = await self.buffer.append_many(
-                    self.session_id, sequence, [None, payload], idempotency_key=self._key()
-                )
-                self.live.get_mark = anchor
-                return event_id
-            return await self.buffer.append(
-                self.session_id, sequence, payload, idempotency_key=self._key()
+        key = self._key()
+        deadline: float | None = None
+        while True:
+            try:
+                event_id = await self._append_once(sequence, payload, key)
+            except UnknownSessionError:
+                self._say_ended()
+                self._failed(UnknownSessionError(self.session_id))
+                raise
+            except StorageError as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.settings.lease_ttl / 2
+                    logger.warning(
+                        "the replay store cannot be reached (%s); session %s waits up to %g s",
+                        str(exc)[:256],
+                        self.session_id,
+                        self.settings.lease_ttl / 2,
+                    )
+                if self.closed:  # dropped here meanwhile: nothing to say twice
+                    raise UnknownSessionError(self.session_id) from exc
+                if now < deadline:
+                    await anyio.sleep(min(_RETRY_PAUSE, deadline - now))
+                    continue
+                self._give_up(sequence, exc)
+                raise
+            except Exception as exc:
+                self._give_up(sequence, exc)
+                raise
+            if deadline is not None and self.replica is not None:
+                logger.info("the replay store answers again; session %s goes on", self.session_id)
+                self.replica.renew_soon()
+            return event_id
+
+    async def _append_once(self, sequence: str, payload: bytes | None, key: str) -> str:
+        if not self._opened:
+            await self.buffer.open_session(self.session_id)
+            self._opened = True
+        if sequence == GET_STREAM and payload is not None and self.live.get_mark is None:
+            # A view without a session record (used on its own): store an
+            # anchor just before the first GET message (one atomic step),
+            # so that a later plain GET can resume from it.
+            anchor, event_id = await self.buffer.append_many(
+                self.session_id, sequence, [None, payload], idempotency_key=key
             )
-        except UnknownSessionError:
-            self._say_ended()
-            self._failed(UnknownSessionError(self.session_id))
-            raise
-        except Exception as exc:
-            logger.error(
-                "could not store an event of session %s (stream %r): %s; "
-                "the session is dropped here, continuity can no longer be proven",
-                self.session_id,
-                sequence[:64],
-                str(exc)[:512],
-            )
-            self._failed(exc)
-            raise
+            self.live.get_mark = anchor
+            return event_id
+        return await self.buffer.append(self.session_id, sequence, payload, idempotency_key=key)
+
+    def _give_up(self, sequence: str, exc: Exception) -> None:
+        logger.error(
+            "could not store an event of session %s (stream %r): %s; "
+            "the session is dropped here, continuity can no longer be proven",
+            self.session_id,
+            sequence[:64],
+            str(exc)[:512],
+        )
+        self._failed(exc)
 
     def _oversized(self, sequence: str, message: JSONRPCMessage | None, size: int) -> bytes | None:
         """A message above the store's payload limit: answer its request with an error instead.

@@ -1,0 +1,505 @@
+"""The deployment of ``docs/deployment.md``, run: real nginx and HAProxy, three replicas, one Redis.
+
+The balancers run the very configuration files the deployment guide shows
+(``deploy/nginx.conf``, ``deploy/haproxy.cfg``; a test checks the guide quotes
+them verbatim); only the addresses are rewritten to free loopback ports. Each
+replica is ``replaystore example-server``, as an operator starts it. nginx and
+HAProxy are installed with apt when missing (CI starts from a bare machine);
+every process started here is stopped, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import redis
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
+from replaystore.testing.servers import start_standalone as start_redis
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+PV = "2025-11-25"
+
+#: The replicas' lease (seconds): a killed replica's call ends within about this plus a check.
+LEASE = 3
+#: How long a stopping replica lets its calls finish.
+DRAIN = 5
+#: nginx's ``fail_timeout`` in deploy/nginx.conf: how long it leaves out a replica that refused.
+NGINX_FAIL_TIMEOUT = 1.0
+#: One call of the steady traffic: progress every 100 ms, 0.8 s in all.
+CALL = {"n": 8, "interval_ms": 100}
+
+
+# ---------------------------------------------------------------- installing, rendering
+
+
+def _ensure_balancers() -> None:
+    """nginx and HAProxy on PATH, installed with apt-get when missing."""
+    if shutil.which("nginx") and shutil.which("haproxy"):
+        return
+    apt = shutil.which("apt-get")
+    if apt is None:
+        pytest.skip("nginx/haproxy are not installed and there is no apt-get to install them")
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for args in ([apt, "update", "-q"], [apt, "install", "-y", "-q", "nginx", "haproxy"]):
+        done = subprocess.run([*sudo, *args], env=env, capture_output=True, timeout=600)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert shutil.which("nginx") and shutil.which("haproxy")
+
+
+def render(text: str, replica_ports: list[int], listen: int) -> str:
+    """A deploy/ file with loopback addresses: ``replicaN:8000`` and the listening port."""
+    for i, port in enumerate(replica_ports, 1):
+        text = text.replace(f"replica{i}:8000", f"127.0.0.1:{port}")
+    text = re.sub(r"(?m)^(\s*)listen 8080;", rf"\g<1>listen 127.0.0.1:{listen};", text)
+    return re.sub(r"(?m)^(\s*)bind :8080$", rf"\g<1>bind 127.0.0.1:{listen}", text)
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass
+class Replica:
+    """One ``replaystore example-server`` process, restartable on its port."""
+
+    port: int
+    store: str
+    logs: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.logs / f"replica-{self.port}-{self.starts}.log"
+        args = [
+            sys.executable, "-m", "replaystore", "example-server",
+            "--host", "127.0.0.1", "--port", str(self.port), "--url", self.store,
+            "--lease-seconds", str(LEASE), "--drain-seconds", str(DRAIN),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def wait_healthy(self, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc is not None and self.proc.poll() is None, self.log_tail()
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(f"{self.base}/healthz", timeout=2)
+                if answer.status_code == 200:
+                    return answer.text
+            assert time.monotonic() < deadline, f"replica {self.port} not healthy"
+            time.sleep(0.1)
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = DRAIN + 10) -> float:
+        """Signal the process, wait for it to end; the seconds it took."""
+        started = time.monotonic()
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        return time.monotonic() - started
+
+    def log_tail(self) -> str:
+        files = sorted(self.logs.glob(f"replica-{self.port}-*.log"))
+        return files[-1].read_text(errors="replace")[-3000:] if files else ""
+
+
+@dataclass
+class Deployment:
+    redis: ServerHandle
+    replicas: list[Replica]
+    nginx_url: str
+    haproxy_url: str
+    haproxy_socket: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def haproxy_servers(self) -> dict[str, str]:
+        """HAProxy's view of the replicas: server name -> UP, DOWN, ... (its health check)."""
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(2)
+            sock.connect(str(self.haproxy_socket))
+            sock.sendall(b"show stat\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        rows = csv.DictReader(io.StringIO(data.decode().lstrip("# ")))
+        return {r["svname"]: r["status"] for r in rows if r["pxname"] == "replicas"}
+
+    def wait_haproxy(self, want: str, names: list[str], timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.haproxy_servers()
+            if all(seen.get(n, "").startswith(want) for n in names):
+                return
+            assert time.monotonic() < deadline, f"HAProxy sees {seen}, not {want} for {names}"
+            time.sleep(0.2)
+
+    def replica_of(self, replica_id: str) -> Replica:
+        for replica in self.replicas:
+            if replica_id in replica.wait_healthy():
+                return replica
+        raise AssertionError(f"no replica says it is {replica_id}")
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        assert proc.poll() is None, f"{what} exited"
+        with contextlib.suppress(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        assert time.monotonic() < deadline, f"{what} does not listen on {port}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[Deployment]:
+    _ensure_balancers()
+    work = Path(tempfile.mkdtemp(prefix="replaystore-balancers-"))
+    store = start_redis(redis_server_binary(), "redis")
+    replicas = [Replica(find_free_port(), store.url, work) for _ in range(3)]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for replica in replicas:
+            replica.start()
+        ports = [r.port for r in replicas]
+
+        nginx_port, haproxy_port = find_free_port(), find_free_port()
+        (work / "replaystore.conf").write_text(
+            render((DEPLOY / "nginx.conf").read_text(), ports, nginx_port)
+        )
+        temp = " ".join(
+            f"{kind}_temp_path {work}/{kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        (work / "nginx.conf").write_text(
+            f"daemon off;\nworker_processes 1;\npid {work}/nginx.pid;\n"
+            f"error_log {work}/nginx-error.log warn;\nevents {{ worker_connections 1024; }}\n"
+            f"http {{ access_log off; {temp} include {work}/replaystore.conf; }}\n"
+        )
+        (work / "haproxy.cfg").write_text(
+            render((DEPLOY / "haproxy.cfg").read_text(), ports, haproxy_port)
+        )
+        socket_path = work / "haproxy.sock"
+        # The test's own addition, in a file of its own: a socket to read HAProxy's health view.
+        (work / "haproxy-stats.cfg").write_text(f"global\n    stats socket {socket_path}\n")
+
+        nginx = [
+            "nginx", "-p", str(work), "-e", str(work / "nginx-error.log"),
+            "-c", str(work / "nginx.conf"),
+        ]  # fmt: skip
+        haproxy = [
+            "haproxy", "-db",
+            "-f", str(work / "haproxy-stats.cfg"), "-f", str(work / "haproxy.cfg"),
+        ]  # fmt: skip
+        for args, log in ((nginx, "nginx.out"), (haproxy, "haproxy.out")):
+            check = subprocess.run([*args, "-t"] if args[0] == "nginx" else [*args, "-c"],
+                                   capture_output=True)  # fmt: skip
+            assert check.returncode == 0, check.stderr.decode(errors="replace")
+            with (work / log).open("wb") as out:
+                procs.append(
+                    subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+                )
+        _wait_port(nginx_port, procs[0], "nginx")
+        _wait_port(haproxy_port, procs[1], "haproxy")
+        for replica in replicas:
+            replica.wait_healthy()
+        yield Deployment(
+            store,
+            replicas,
+            f"http://127.0.0.1:{nginx_port}/mcp",
+            f"http://127.0.0.1:{haproxy_port}/mcp",
+            socket_path,
+            procs,
+        )
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for replica in replicas:
+            replica.stop(signal.SIGKILL, timeout=5)
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        store.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- clients
+
+
+@dataclass
+class Traffic:
+    """Steady calls from a few SDK clients through one balancer."""
+
+    url: str
+    done: list[list[float]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    async def client(self, stop: anyio.Event) -> None:
+        async with (
+            streamable_http_client(self.url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            while not stop.is_set():
+                progress: list[float] = []
+
+                async def on_progress(value: float, total: float | None, msg: str | None) -> None:
+                    progress.append(value)  # noqa: B023 - read before the next call
+
+                try:
+                    with anyio.fail_after(30):
+                        result = await session.call_tool(
+                            "countdown", CALL, progress_callback=on_progress
+                        )
+                    text = result.content[0].text  # type: ignore[union-attr]
+                    if text != f"done {CALL['n']}":
+                        self.failed.append(f"result {text!r}")
+                except Exception as exc:
+                    self.failed.append(repr(exc)[:300])
+                self.done.append(progress)
+
+
+def _initialize_body() -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PV,
+            "capabilities": {},
+            "clientInfo": {"name": "balancer-test", "version": "1"},
+        },
+    }
+
+
+_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_guide_shows_the_tested_configurations() -> None:
+    """docs/deployment.md quotes deploy/nginx.conf and deploy/haproxy.cfg verbatim."""
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    for name in ("nginx.conf", "haproxy.cfg"):
+        text = (DEPLOY / name).read_text()
+        assert f"`deploy/{name}`" in guide
+        assert text.strip() in guide, f"docs/deployment.md does not quote deploy/{name} as it is"
+
+
+def test_compose_file_runs_the_tested_deployment() -> None:
+    """docker-compose.yml: Redis, replica1..3 on port 8000 checked at /healthz, both balancers."""
+    yaml = pytest.importorskip("yaml")
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("replica1", "replica2", "replica3"):
+        replica = services[name]
+        command = replica["command"]
+        assert command[:2] == ["replaystore", "example-server"]
+        assert command[command.index("--port") + 1] == "8000"
+        assert command[command.index("--url") + 1].startswith("redis://redis:")
+        assert "/healthz" in " ".join(replica["healthcheck"]["test"])
+        # Long enough for the drain: the container is not killed mid-call.
+        assert int(replica["stop_grace_period"].rstrip("s")) > 10
+    assert "./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro" in services["nginx"]["volumes"]
+    assert (
+        "./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"
+        in services["haproxy"]["volumes"]
+    )
+    for balancer in ("nginx", "haproxy"):
+        assert set(services[balancer]["depends_on"]) == {"replica1", "replica2", "replica3"}
+
+
+def test_documented_health_check_sees_every_replica_healthy(deployment: Deployment) -> None:
+    for replica in deployment.replicas:
+        answer = httpx.get(f"{replica.base}/healthz", timeout=5)
+        assert answer.status_code == 200 and answer.text.startswith("ok"), answer.text
+        # Bare, as a balancer sends it: no Host of ours, no Accept.
+        with socket.create_connection(("127.0.0.1", replica.port), timeout=5) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    deployment.wait_haproxy("UP", ["replica1", "replica2", "replica3"])
+    nginx = deployment.nginx_url.removesuffix("/mcp")
+    assert {httpx.get(f"{nginx}/healthz", timeout=5).status_code for _ in range(6)} == {200}
+    # And MCP itself through both, Host passed through as documented.
+    for url in (deployment.nginx_url, deployment.haproxy_url):
+        answer = httpx.post(url, json=_initialize_body(), headers=_HEADERS, timeout=10)
+        assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+async def test_rolling_restart_fails_no_call_and_duplicates_no_progress(
+    deployment: Deployment, balancer: str
+) -> None:
+    url = deployment.nginx_url if balancer == "nginx" else deployment.haproxy_url
+    traffic = Traffic(url)
+    stop = anyio.Event()
+    drains: list[float] = []
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(traffic.client, stop)
+        await anyio.sleep(1.5)
+        for i, replica in enumerate(deployment.replicas, 1):
+            drains.append(await anyio.to_thread.run_sync(replica.stop))
+            replica.start()
+            await anyio.to_thread.run_sync(replica.wait_healthy)
+            # A rolling restart moves on once the balancer takes the replica back:
+            # HAProxy's check sees it UP; nginx tries it again after fail_timeout.
+            if balancer == "haproxy":
+                await anyio.to_thread.run_sync(deployment.wait_haproxy, "UP", [f"replica{i}"])
+            else:
+                await anyio.sleep(NGINX_FAIL_TIMEOUT)
+            await anyio.sleep(0.5)
+        await anyio.sleep(1.0)
+        stop.set()
+    assert traffic.failed == [], traffic.failed
+    assert len(traffic.done) >= 9, "the traffic was not steady"
+    expected = [float(i) for i in range(1, CALL["n"] + 1)]
+    assert [p for p in traffic.done if p != expected] == []
+    # Each replica stopped once its calls were done, well before the drain ran out.
+    assert all(seconds < DRAIN for seconds in drains), drains
+
+
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+async def test_sigkill_ends_the_call_with_an_error_within_the_lease(
+    deployment: Deployment, balancer: str
+) -> None:
+    url = deployment.nginx_url if balancer == "nginx" else deployment.haproxy_url
+    progress: list[float] = []
+    three = anyio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+        if len(progress) == 3:
+            three.set()
+
+    client = redis.Redis.from_url(deployment.redis.url)
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        failure: list[BaseException] = []
+        ended = anyio.Event()
+
+        async def call() -> None:
+            try:
+                await session.call_tool(
+                    "countdown", {"n": 200, "interval_ms": 100}, progress_callback=on_progress
+                )
+            except MCPError as exc:
+                failure.append(exc)
+            ended.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(15):
+                await three.wait()
+            owners = {
+                value.decode()
+                for key in client.scan_iter(match="*:mcp:lease:*")
+                if (value := client.get(key)) not in (None, b"-")
+            }
+            assert len(owners) == 1, owners
+            victim = deployment.replica_of(owners.pop())
+            killed = time.monotonic()
+            victim.stop(signal.SIGKILL)
+            with anyio.fail_after(LEASE + 8):
+                await ended.wait()
+            took = time.monotonic() - killed
+        # The session lives on: its next call is served by a surviving replica.
+        with anyio.fail_after(15):
+            after = await session.call_tool("countdown", {"n": 2, "interval_ms": 0})
+        assert after.content[0].text == "done 2"  # type: ignore[union-attr]
+    client.close()
+    victim.start()
+    await anyio.to_thread.run_sync(victim.wait_healthy)
+    if balancer == "haproxy":
+        names = ["replica1", "replica2", "replica3"]
+        await anyio.to_thread.run_sync(deployment.wait_haproxy, "UP", names)
+    else:
+        await anyio.sleep(NGINX_FAIL_TIMEOUT)
+    assert failure and "request lost" in str(failure[0]), failure
+    assert took <= LEASE + 5, took
+    assert progress == [float(i) for i in range(1, len(progress) + 1)]
+
+
+def test_store_outage_initialize_is_503_and_new_sessions_work_after(
+    deployment: Deployment,
+) -> None:
+    old = httpx.post(deployment.haproxy_url, json=_initialize_body(), headers=_HEADERS, timeout=10)
+    assert old.status_code == 200
+    pid = deployment.redis.pids()[0]
+    os.kill(pid, signal.SIGSTOP)  # a hung store: connections open, nothing answers
+    try:
+        for replica in deployment.replicas:
+            started = time.monotonic()
+            answer = httpx.get(f"{replica.base}/healthz", timeout=10)
+            assert answer.status_code == 503 and "replay store" in answer.text, answer.text
+            assert time.monotonic() - started < 3
+        for url in (deployment.nginx_url, deployment.haproxy_url):
+            started = time.monotonic()
+            answer = httpx.post(url, json=_initialize_body(), headers=_HEADERS, timeout=20)
+            assert answer.status_code == 503, (url, answer.status_code, answer.text)
+            assert answer.headers.get("retry-after") == "1"
+            assert time.monotonic() - started < 8
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # The store comes back empty (a restart without persistence).
+    deployment.redis.restart()
+    for url in (deployment.nginx_url, deployment.haproxy_url):
+        deadline = time.monotonic() + 15
+        while True:
+            answer = httpx.post(url, json=_initialize_body(), headers=_HEADERS, timeout=10)
+            if answer.status_code == 200:
+                break
+            assert time.monotonic() < deadline, (url, answer.status_code, answer.text)
+            time.sleep(0.3)
+    deployment.wait_haproxy("UP", ["replica1", "replica2", "replica3"])
+    # A session the store lost is a clean 404 on every replica, never a cut stream.
+    session = old.headers["mcp-session-id"]
+    headers = {**_HEADERS, "Mcp-Session-Id": session, "Mcp-Protocol-Version": PV}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    for replica in deployment.replicas:
+        answer = httpx.post(f"{replica.base}/mcp", json=call, headers=headers, timeout=10)
+        assert answer.status_code == 404, (answer.status_code, answer.text)
