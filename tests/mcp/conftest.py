@@ -79,3 +79,13 @@ def sdk(request: pytest.FixtureRequest, mcp_servers: dict[str, ServerProcess]) -
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
         yield client
+
+
+@pytest.fixture
+async def fresh() -> AsyncIterator[httpx.AsyncClient]:
+    """A raw client with a new connection per request: behind a round-robin proxy,
+    each request (and each reconnect) lands on the next replica."""
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
+    ) as client:
+        yield client

@@ -13,7 +13,7 @@ memory:// and Redis, one server and three replicas behind a round-robin proxy:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,15 +82,6 @@ def deployments(
 @pytest.fixture(params=["one-memory", "one-redis", "three-memory", "three-redis"])
 def deployment(request: pytest.FixtureRequest, deployments: dict[str, Deployment]) -> Deployment:
     return deployments[request.param]
-
-
-@pytest.fixture
-async def fresh() -> AsyncIterator[httpx.AsyncClient]:
-    """A new connection per request: behind the proxy, each lands on the next replica."""
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
-    ) as client:
-        yield client
 
 
 def messages(events: list[SSE]) -> list[str]:

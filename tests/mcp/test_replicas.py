@@ -11,7 +11,7 @@ a different process. The same case runs on FastMCP (three apps built with
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,15 +101,6 @@ def replica_sets(
 @pytest.fixture(params=["sdk", "fastmcp", "memory"])
 def any_set(request: pytest.FixtureRequest, replica_sets: dict[str, ReplicaSet]) -> ReplicaSet:
     return replica_sets[request.param]
-
-
-@pytest.fixture
-async def fresh() -> AsyncIterator[httpx.AsyncClient]:
-    """A raw client with a new connection per request."""
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
-    ) as client:
-        yield client
 
 
 # ---------------------------------------------------------------- the SDK's own client
