@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -279,14 +279,44 @@ class ReplayTasks(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        support = self._tools.get(params.name)
-        if support is None or support.mode == "forbidden":
+        support = self.task_support(params.name, ctx)
+        if support is None:
             return await call_next(ctx)
+
+        async def body(run: _Run) -> HandlerResult:
+            session = _TaskSession(ctx.session, self, run)
+            return await call_next(replace(ctx, session=session, close_sse_stream=None))
+
+        return await self.start(support, ctx, body)
+
+    def task_support(self, tool: str, ctx: Any) -> TaskSupport | None:
+        """How this call of ``tool`` runs: its :class:`TaskSupport` as a task, None as a plain call.
+
+        A tool that requires a task, called by a client that did not declare
+        the extension, raises -32021. ``ctx`` is the request context (the SDK's,
+        or FastMCP's, which has the same ``session`` and ``protocol_version``).
+        """
+        support = self._tools.get(tool)
+        if support is None or support.mode == "forbidden":
+            return None
         if not self.declared(ctx):
             if support.mode == "required":
                 require_client_extension(ctx, EXTENSION)  # raises -32021 with the details
                 raise MCPError(INTERNAL_ERROR, "unreachable")  # pragma: no cover
-            return await call_next(ctx)
+            return None
+        return support
+
+    async def start(
+        self,
+        support: TaskSupport,
+        ctx: Any,
+        body: Callable[[_Run], Awaitable[HandlerResult]],
+    ) -> dict[str, Any]:
+        """Store a new task, run ``body`` for it in the background, return the ``CreateTaskResult``.
+
+        The record is written before this returns, so the task resolves on any
+        replica as soon as the client has its id.
+        """
         group = self._group
         if group is None:
             raise MCPError(INTERNAL_ERROR, "the task runner is not running")
@@ -306,14 +336,10 @@ class ReplayTasks(Extension):
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
         run = _Run(task_id)
         self._runs[task_id] = run
-        group.start_soon(self._run, run, ctx, call_next)
+        group.start_soon(self._run, run, body)
         return {"resultType": "task", **record.detailed()}
 
-    async def _run(
-        self, run: _Run, ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> None:
-        session = _TaskSession(ctx.session, self, run)
-        task_ctx = replace(ctx, session=session, close_sse_stream=None)
+    async def _run(self, run: _Run, body: Callable[[_Run], Awaitable[HandlerResult]]) -> None:
         status, payload = FAILED, dict(_SHUTDOWN_ERROR)
         message: str | None = None
         try:
@@ -321,7 +347,7 @@ class ReplayTasks(Extension):
                 beats.start_soon(self._beat, run)
                 with run.scope:
                     try:
-                        status, payload = "completed", _result(await call_next(task_ctx))
+                        status, payload = "completed", _result(await body(run))
                     except MCPError as exc:
                         status = FAILED
                         payload = exc.error.model_dump(
