@@ -11,7 +11,8 @@ gets the very same tasks (records, leases, cancellation, ``tasks/*``) as an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from fastmcp.exceptions import FastMCPError
@@ -24,6 +25,11 @@ from pydantic import BaseModel
 from .tasks import EXTENSION, ReplayTasks
 
 __all__ = ["FastMCPTasks"]
+
+
+# Set while a survivor runs a task's stored call again, so the interceptor lets
+# that call through to the tool instead of making it a task of its own.
+_rerunning: ContextVar[bool] = ContextVar("replaystore_task_rerun", default=False)
 
 
 class _Created(BaseModel, extra="allow"):
@@ -43,6 +49,7 @@ class FastMCPTasks(ServerExtension):
 
     def __init__(self, tasks: ReplayTasks) -> None:
         self.tasks = tasks
+        tasks.rerun_with(self._rerun)
 
     def methods(self) -> Sequence[MethodBinding]:
         return [
@@ -57,24 +64,40 @@ class FastMCPTasks(ServerExtension):
         call_next: ToolCallContinuation,
     ) -> Any:
         request = context.request_context
+        if _rerunning.get():  # a task's own run again: the tool itself
+            return await call_next()
         support = None if request is None else self.tasks.task_support(params.name, request)
         if support is None:
             return await call_next()
 
         async def body(_run: Any) -> CallToolResult:
-            try:
-                result = await call_next()
-            except FastMCPError as exc:
-                # What FastMCP answers a plain call whose tool raised ToolError.
-                text = TextContent(type="text", text=str(exc))
-                return CallToolResult(content=[text], is_error=True)
-            if isinstance(result, ToolResult):
-                return CallToolResult(
-                    content=result.content,
-                    structured_content=result.structured_content,
-                    is_error=result.is_error,
-                    _meta=result.meta,
-                )
-            raise TypeError(f"a task tool returned {type(result).__name__}, not a tool result")
+            return await _tool_result(call_next)
 
-        return _Created(**await self.tasks.start(support, request, body))
+        return _Created(**await self.tasks.start(support, request, body, params))
+
+    async def _rerun(
+        self, name: str, arguments: dict[str, Any], _run: Any, _ctx: Any
+    ) -> CallToolResult:
+        """Run a stored call again through the server (its middleware included), not as a task."""
+        token = _rerunning.set(True)
+        try:
+            return await _tool_result(lambda: self.server.call_tool(name, arguments))
+        finally:
+            _rerunning.reset(token)
+
+
+async def _tool_result(call: Callable[[], Awaitable[Any]]) -> CallToolResult:
+    """The tool's outcome as the ``CallToolResult`` a plain call would answer."""
+    try:
+        result = await call()
+    except FastMCPError as exc:
+        # What FastMCP answers a plain call whose tool raised ToolError.
+        return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+    if isinstance(result, ToolResult):
+        return CallToolResult(
+            content=result.content,
+            structured_content=result.structured_content,
+            is_error=result.is_error,
+            _meta=result.meta,
+        )
+    raise TypeError(f"a task tool returned {type(result).__name__}, not a tool result")

@@ -114,7 +114,9 @@ class TaskRecord:
     """One task as the store holds it. Times are milliseconds since the epoch, store clock.
 
     ``input_requests`` holds the outstanding requests only: an answered one
-    leaves it in the same atomic step that records the answer.
+    leaves it in the same atomic step that records the answer. ``rerun`` (not
+    on the wire): the runner's lease lapsed on a re-runnable task, so a replica
+    may :meth:`~.store.TaskStore.claim` it and run it again.
     """
 
     task_id: str
@@ -127,6 +129,7 @@ class TaskRecord:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rerun: bool = False
 
     @property
     def terminal(self) -> bool:

@@ -34,7 +34,7 @@ def _source(name: str) -> str:
 _LIB = _source("_lib")
 _SCRIPTS = {
     name: _LIB + _source(name)
-    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat")
+    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat", "claim")
 }
 _SHAS = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
 
@@ -47,7 +47,9 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
     return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
-def _record(task_id: str, fields: dict[str, Any], outstanding: dict[str, Any]) -> TaskRecord:
+def _record(
+    task_id: str, fields: dict[str, Any], outstanding: dict[str, Any], rerun: bool = False
+) -> TaskRecord:
     status = _text(fields["st"])
     message = _text(fields["msg"]) if "msg" in fields else None
     error = unpack(fields["err"]) if "err" in fields else None
@@ -65,6 +67,7 @@ def _record(task_id: str, fields: dict[str, Any], outstanding: dict[str, Any]) -
         result=unpack(fields["res"]) if "res" in fields else None,
         error=error,
         input_requests={key: unpack(blob) for key, blob in outstanding.items()},
+        rerun=rerun,
     )
 
 
@@ -112,9 +115,12 @@ class RedisTaskStore(TaskStore):
         ttl_ms: int,
         poll_ms: int | None = None,
         owner: str | None = None,
+        attempts: int = 1,
+        call: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         poll = "" if poll_ms is None else str(poll_ms)
-        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "")
+        call_blob = pack(call) if call is not None else b""
+        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "", max(1, attempts), call_blob)
         if self._wait_replicas:
             created = await self._create_replicated(task_id, args)
         else:
@@ -146,7 +152,8 @@ class RedisTaskStore(TaskStore):
         reply = await self._run("get", task_id, owner or "")
         if not reply:
             return None
-        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]))
+        rerun = len(reply) > 2 and int(reply[2]) == 1
+        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]), rerun)
 
     async def ask(
         self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
@@ -195,3 +202,7 @@ class RedisTaskStore(TaskStore):
             return None
         answers = {key: unpack(blob) for key, blob in _pairs(reply[1]).items()}
         return Beat(_text(reply[0]), answers)
+
+    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
+        blob = await self._run("claim", task_id, runner, int(lease * 1000))
+        return None if blob is None else unpack(blob)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import PrometheusObserver, fastmcp_http_app
-from replaystore.mcp.tasks import ReplayTasks
+from replaystore.mcp.tasks import ReplayTasks, TaskSupport
 
 
 class _Name(BaseModel):
@@ -73,9 +73,13 @@ def build_app(
 
 
 def example_tasks(lease: float, ttl: float) -> ReplayTasks:
-    """``countdown``, ``ask`` and ``hold`` as tasks for clients that declare the extension."""
+    """``countdown`` (idempotent), ``ask`` and ``hold`` as tasks for clients with the extension."""
     return ReplayTasks(
-        {"countdown": "optional", "ask": "optional", "hold": "optional"},
+        {
+            "countdown": TaskSupport("optional", idempotent=True),
+            "ask": "optional",
+            "hold": "optional",
+        },
         ttl=ttl,
         lease=lease,
         check_interval=min(0.25, lease / 4),

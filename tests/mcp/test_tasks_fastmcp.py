@@ -3,7 +3,8 @@
 Three ``tests.mcp.fastmcp_app`` processes on one real Redis behind a
 round-robin proxy, a new connection per request: a task is created on one
 replica and read or cancelled on the others; a runner killed with SIGKILL
-fails its task within the lease.
+fails its task within the lease, unless the tool is idempotent: then one
+survivor runs it again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, _popen, find_free_port, wait_ready
-from tests.mcp.test_tasks import EXTENSION, LEASE_SECONDS, Modern, TaskSet
+from tests.mcp.test_tasks import EXTENSION, LEASE_SECONDS, Modern, TaskSet, rerun_on_a_survivor
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +139,11 @@ async def test_a_fastmcp_runner_killed_mid_task_fails_it_within_the_lease(
     finally:
         doomed.stop()
         survivor.stop()
+
+
+async def test_an_idempotent_fastmcp_task_runs_again_on_one_survivor(
+    mcp_redis: ServerHandle, tmp_path: Path, fresh: httpx.AsyncClient
+) -> None:
+    store = f"{mcp_redis.url}?prefix=ftrerun:"
+    replicas = [spawn_fastmcp(f"ftrerun-{i}", store, tmp_path) for i in range(3)]
+    await rerun_on_a_survivor(replicas, mcp_redis, fresh)

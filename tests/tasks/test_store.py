@@ -197,6 +197,52 @@ async def test_a_lapsed_lease_ends_the_task_failed(make_store: MakeStore) -> Non
     assert again == lost
 
 
+async def test_a_rerunnable_task_is_claimed_by_one_survivor_then_fails_as_lost(
+    make_store: MakeStore,
+) -> None:
+    a, b, c = await make_store(), await make_store(), await make_store()
+    task_id = new_task_id()
+    call = {"name": "countdown", "arguments": {"n": 3}}
+    await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000, attempts=2, call=call)
+    assert await b.claim(task_id, "r2", 0.3) is None  # the lease holds: nothing to claim
+    assert (await a.ask(task_id, "r1", [{"method": "elicitation/create"}])) == ["r1"]
+    await anyio.sleep(0.5)
+    orphan = await b.get(task_id)
+    assert orphan is not None and orphan.status == "input_required" and orphan.rerun
+    # Survivors race for it: exactly one takes it over, with the stored call.
+    claims: list[dict[str, Any] | None] = [None, None, None]
+
+    async def claim(i: int, store: TaskStore) -> None:
+        claims[i] = await store.claim(task_id, f"s{i}", 0.3)
+
+    async with anyio.create_task_group() as group:
+        for i, store in enumerate((a, b, c)):
+            group.start_soon(claim, i, store)
+    won = [i for i, got in enumerate(claims) if got is not None]
+    assert len(won) == 1 and claims[won[0]] == call
+    rerun = await c.get(task_id)
+    assert rerun is not None and rerun.status == "working" and not rerun.rerun
+    assert rerun.input_requests == {} and rerun.updated_ms >= orphan.updated_ms
+    assert await a.beat(task_id, "r1", 5) is None  # the first runner no longer holds it
+    assert (await a.ask(task_id, f"s{won[0]}", [{"m": 1}])) == ["r2"]  # keys never reused
+    # Its two runs are spent: the next lapse fails it as lost, and nothing claims it.
+    await anyio.sleep(0.5)
+    lost = await b.get(task_id)
+    assert lost is not None and lost.status == "failed" and not lost.rerun
+    assert lost.detailed()["error"] == LOST_ERROR
+    assert await b.claim(task_id, "s9", 5) is None
+
+
+async def test_a_task_without_a_stored_call_is_never_claimed(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=0.2, ttl_ms=60_000, attempts=3)
+    await anyio.sleep(0.4)
+    assert await b.claim(task_id, "r2", 5) is None
+    lost = await b.get(task_id)
+    assert lost is not None and lost.status == "failed"
+
+
 async def test_after_the_ttl_the_store_holds_nothing(make_store: MakeStore) -> None:
     a, b = await _two(make_store)
     task_id = new_task_id()
