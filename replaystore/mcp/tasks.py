@@ -65,6 +65,7 @@ from ..errors import StorageError
 from ..tasks import (
     FAILED,
     LOST_ERROR,
+    NotReplicatedError,
     TaskInputError,
     TaskRecord,
     TaskStore,
@@ -570,6 +571,12 @@ class ReplayTasks(Extension):
     async def _stored(call: Any) -> Any:
         try:
             return await call
+        except NotReplicatedError as exc:
+            logger.warning("task change not replicated: %s", exc)
+            raise MCPError(
+                INTERNAL_ERROR,
+                "the change is stored but too few store replicas acknowledged it: repeat it",
+            ) from None
         except StorageError as exc:
             logger.warning("task store unreachable: %s", exc)
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgpack
 
-from ..errors import ReplayStoreError
+from ..errors import ReplayStoreError, StorageError
 
 __all__ = [
     "ACTIVE",
@@ -32,6 +32,7 @@ __all__ = [
     "TERMINAL",
     "WORKING",
     "Beat",
+    "NotReplicatedError",
     "TaskInputError",
     "TaskRecord",
     "new_task_id",
@@ -70,6 +71,15 @@ _ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{24}")
 
 class TaskInputError(ReplayStoreError, ValueError):
     """A value cannot be stored in a task (too large, or not JSON-shaped)."""
+
+
+class NotReplicatedError(StorageError):
+    """A change is stored on the primary but fewer replicas than required acknowledged it.
+
+    Raised with ``wait_replicas`` for a client's change (``tasks/update``,
+    ``tasks/cancel``): the change stands on the primary, but a failover now
+    could lose it, so the client is told to repeat it (both are safe to repeat).
+    """
 
 
 def new_task_id() -> str:
