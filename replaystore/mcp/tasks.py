@@ -22,7 +22,9 @@ How each rule holds on every replica:
   runs within one check interval;
 - a replica that dies stops renewing: once the lease lapses, the next reader
   ends the task ``failed`` with a JSON-RPC error saying the server running it
-  stopped; a replica that shuts down fails its running tasks itself;
+  stopped, or, for a tool marked idempotent, claims it (one claimant wins, in
+  the store) and runs it again; a replica that shuts down fails its running
+  tasks itself;
 - ``ctx.elicit`` (and sampling, any server-to-client request) inside a task
   tool becomes an entry of ``inputRequests`` with a key the store issues, and
   waits for its answer; progress and log notifications are dropped, as the
