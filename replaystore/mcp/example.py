@@ -46,7 +46,7 @@ from .listen import StoreSubscriptionBus
 from .manager import HEALTH_PATH, ReplaySessionManager, streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
 from .settings import DEFAULT_LEASE_TTL
-from .tasks import ReplayTasks
+from .tasks import ReplayTasks, TaskSupport
 
 __all__ = ["build_app", "build_server", "main", "serve"]
 
@@ -347,9 +347,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TTL) -> ReplayTasks:
-    """``countdown`` and ``ask`` as tasks for clients that declare the extension."""
+    """``countdown`` and ``ask`` as tasks for clients that declare the extension.
+
+    ``countdown`` is idempotent: if its replica dies, a survivor counts again.
+    """
     return ReplayTasks(
-        {"countdown": "optional", "ask": "optional"},
+        {"countdown": TaskSupport("optional", idempotent=True), "ask": "optional"},
         ttl=ttl,
         lease=lease,
         check_interval=min(0.25, lease / 4),

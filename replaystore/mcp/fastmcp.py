@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -25,6 +25,9 @@ from .metrics import ResumptionObserver
 from .sdk import check as check_sdk
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .view import ReplayEventStore
+
+if TYPE_CHECKING:
+    from .tasks import ReplayTasks
 
 __all__ = ["fastmcp_http_app"]
 
@@ -37,6 +40,7 @@ def fastmcp_http_app(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     check_interval: float = DEFAULT_CHECK_INTERVAL,
     store_timeout: float = DEFAULT_STORE_TIMEOUT,
+    tasks: ReplayTasks | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -46,6 +50,11 @@ def fastmcp_http_app(
     ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
     mount it with ``lifespan=app.lifespan`` as usual. Once running, the app
     also answers the health check at ``/healthz``.
+
+    ``tasks``: a :class:`~replaystore.mcp.tasks.ReplayTasks` (not registered
+    on ``mcp`` yet): it is added to ``mcp`` as a FastMCP extension
+    (:class:`~replaystore.mcp.fastmcp_tasks.FastMCPTasks`), its tasks are kept
+    in the buffer's store, and its tools run while the app's lifespan is open.
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
@@ -56,12 +65,22 @@ def fastmcp_http_app(
     settings = Settings(
         lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
     )
+    if tasks is not None:
+        from .fastmcp_tasks import FastMCPTasks
+
+        tasks.bind(store.buffer)
+        mcp.add_extension(FastMCPTasks(tasks))
     app = mcp.http_app(event_store=store, **kwargs)
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(starlette_app: Any) -> AsyncIterator[Any]:
-        async with inner(starlette_app) as state, AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
+            if tasks is not None:
+                # Entered first, left last: a task still running when the
+                # server stops fails with an error saying so.
+                await stack.enter_async_context(tasks.running())
+            state = await stack.enter_async_context(inner(starlette_app))
             managers = list(_session_managers(app))
             if not managers and not kwargs.get("stateless_http"):
                 raise RuntimeError("FastMCP app has no streamable HTTP session manager to adopt")

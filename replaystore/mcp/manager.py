@@ -577,7 +577,7 @@ def streamable_http_app(
     if tasks is not None or subscriptions is not None:
         inner = app.router.lifespan_context
         if tasks is not None:
-            tasks.bind(store.buffer)
+            tasks.bind(store.buffer, server)
         if subscriptions is not None:
             subscriptions.bind(store.buffer)
         if tasks is not None and subscriptions is not None:

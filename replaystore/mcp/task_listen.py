@@ -157,7 +157,7 @@ class TaskListenHandler:
             )
             async with anyio.create_task_group() as group:
                 if task_ids:
-                    group.start_soon(self._follow, task_ids, self._tasks.owner_of(ctx), send)
+                    group.start_soon(self._follow, task_ids, self._tasks.owner_of(ctx), send, ctx)
                 async for item in recv:
                     if isinstance(item, dict):
                         note: Any = _TaskNotification(params={**item, "_meta": meta})
@@ -180,8 +180,14 @@ class TaskListenHandler:
         task_ids: list[str],
         owner: str | None,
         send: MemoryObjectSendStream[_Item],
+        ctx: Any,
     ) -> None:
-        """Send each task's state when it changes, until it ends (or vanishes)."""
+        """Send each task's state when it changes, until it ends (or vanishes).
+
+        A re-runnable task whose runner died is claimed here too (and run
+        again on this replica if it wins), so a task only listened to is
+        never left without a runner.
+        """
         seen: dict[str, tuple[str, int]] = {}
         following = list(task_ids)
         while following:
@@ -194,6 +200,8 @@ class TaskListenHandler:
                 if record is None:  # expired: nothing more will come
                     following.remove(task_id)
                     continue
+                if record.rerun:
+                    await self._tasks.take_over(task_id, ctx)
                 state = (record.status, record.updated_ms)
                 if seen.get(task_id) != state:
                     seen[task_id] = state

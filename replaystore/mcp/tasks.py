@@ -22,7 +22,9 @@ How each rule holds on every replica:
   runs within one check interval;
 - a replica that dies stops renewing: once the lease lapses, the next reader
   ends the task ``failed`` with a JSON-RPC error saying the server running it
-  stopped; a replica that shuts down fails its running tasks itself;
+  stopped, or, for a tool marked idempotent, claims it (one claimant wins, in
+  the store) and runs it again; a replica that shuts down fails its running
+  tasks itself;
 - ``ctx.elicit`` (and sampling, any server-to-client request) inside a task
   tool becomes an entry of ``inputRequests`` with a key the store issues, and
   waits for its answer; progress and log notifications are dropped, as the
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -44,10 +46,18 @@ import anyio
 import anyio.abc
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    RequestParams,
+    TextContent,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
@@ -56,6 +66,8 @@ from ..backends.coordination import coordination_of
 from ..errors import StorageError
 from ..tasks import (
     FAILED,
+    LOST_ERROR,
+    NotReplicatedError,
     TaskInputError,
     TaskRecord,
     TaskStore,
@@ -83,6 +95,9 @@ _SHUTDOWN_ERROR = {
 
 Mode = Literal["forbidden", "optional", "required"]
 
+#: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
+Rerun = Callable[[str, dict[str, Any], "_Run", Any], Awaitable[HandlerResult]]
+
 
 @dataclass(frozen=True, slots=True)
 class TaskSupport:
@@ -92,16 +107,25 @@ class TaskSupport:
     task for a client that declares the extension, plainly otherwise;
     ``required``: only as a task (a client without the extension gets -32021).
     ``ttl`` (seconds) overrides the default for this tool's tasks.
+
+    ``idempotent``: running the tool again with the same arguments is safe, so
+    when the replica running its task dies, a survivor runs it again from the
+    start (with ``attempts`` runs in all, the first one included) instead of
+    failing the task as lost. The call's arguments are stored with the task.
     """
 
     mode: Mode = "optional"
     ttl: float | None = None
+    idempotent: bool = False
+    attempts: int = 3
 
     def __post_init__(self) -> None:
         if self.mode not in ("forbidden", "optional", "required"):
             raise ValueError(f"task support must be forbidden, optional or required: {self.mode!r}")
         if self.ttl is not None and not 0 < self.ttl <= 366 * 86400:
             raise ValueError("a task TTL is between 0 and 366 days (seconds)")
+        if not 1 <= self.attempts <= 100:
+            raise ValueError("attempts is between 1 and 100")
 
 
 class TaskIdParams(RequestParams):
@@ -218,11 +242,18 @@ class ReplayTasks(Extension):
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, _Run] = {}
+        self._rerun: Rerun | None = None
 
     # -- wiring ------------------------------------------------------------------
 
-    def bind(self, buffer: ReplayBuffer) -> None:
-        """Keep tasks in the store of ``buffer`` (its backend's replica coordination)."""
+    def bind(self, buffer: ReplayBuffer, server: Any = None) -> None:
+        """Keep tasks in the store of ``buffer`` (its backend's replica coordination).
+
+        ``server``: the ``MCPServer`` whose tools these are, so that an
+        idempotent tool's task can be run again here when its runner died.
+        """
+        if isinstance(server, MCPServer) and self._rerun is None:
+            self.rerun_with(_sdk_rerun(self, server))
         if self._store is None:
             backend = buffer.backend
             self._store = task_store_for(
@@ -230,6 +261,10 @@ class ReplayTasks(Extension):
                 wait_replicas=getattr(backend, "wait_replicas", 0),
                 wait_timeout=getattr(backend, "wait_timeout", 1.0),
             )
+
+    def rerun_with(self, rerun: Rerun) -> None:
+        """How this replica runs a task's stored call again (set by the server wiring)."""
+        self._rerun = rerun
 
     @property
     def store(self) -> TaskStore:
@@ -279,19 +314,54 @@ class ReplayTasks(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        support = self._tools.get(params.name)
-        if support is None or support.mode == "forbidden":
+        support = self.task_support(params.name, ctx)
+        if support is None:
             return await call_next(ctx)
+
+        async def body(run: _Run) -> HandlerResult:
+            session = _TaskSession(ctx.session, self, run)
+            return await call_next(replace(ctx, session=session, close_sse_stream=None))
+
+        return await self.start(support, ctx, body, params)
+
+    def task_support(self, tool: str, ctx: Any) -> TaskSupport | None:
+        """How this call of ``tool`` runs: its :class:`TaskSupport` as a task, None as a plain call.
+
+        A tool that requires a task, called by a client that did not declare
+        the extension, raises -32021. ``ctx`` is the request context (the SDK's,
+        or FastMCP's, which has the same ``session`` and ``protocol_version``).
+        """
+        support = self._tools.get(tool)
+        if support is None or support.mode == "forbidden":
+            return None
         if not self.declared(ctx):
             if support.mode == "required":
                 require_client_extension(ctx, EXTENSION)  # raises -32021 with the details
                 raise MCPError(INTERNAL_ERROR, "unreachable")  # pragma: no cover
-            return await call_next(ctx)
+            return None
+        return support
+
+    async def start(
+        self,
+        support: TaskSupport,
+        ctx: Any,
+        body: Callable[[_Run], Awaitable[HandlerResult]],
+        params: CallToolRequestParams,
+    ) -> dict[str, Any]:
+        """Store a new task, run ``body`` for it in the background, return the ``CreateTaskResult``.
+
+        The record is written before this returns, so the task resolves on any
+        replica as soon as the client has its id. An idempotent tool's call
+        (``params``) is stored with it, for a survivor to run again.
+        """
         group = self._group
         if group is None:
             raise MCPError(INTERNAL_ERROR, "the task runner is not running")
         ttl = support.ttl if support.ttl is not None else self.ttl
         task_id = new_task_id()
+        call = None
+        if support.idempotent:
+            call = {"name": params.name, "arguments": params.arguments or {}}
         try:
             record = await self.store.create(
                 task_id,
@@ -300,20 +370,52 @@ class ReplayTasks(Extension):
                 ttl_ms=math.ceil(ttl * 1000),
                 poll_ms=math.ceil(self.poll_interval * 1000),
                 owner=self.owner_of(ctx),
+                attempts=support.attempts if call is not None else 1,
+                call=call,
             )
         except StorageError as exc:
             logger.warning("task store unreachable, tools/call refused: %s", exc)
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+        except TaskInputError as exc:
+            raise MCPError(INVALID_PARAMS, f"the arguments cannot be kept: {exc}") from None
         run = _Run(task_id)
         self._runs[task_id] = run
-        group.start_soon(self._run, run, ctx, call_next)
+        group.start_soon(self._run, run, body)
         return {"resultType": "task", **record.detailed()}
 
-    async def _run(
-        self, run: _Run, ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> None:
-        session = _TaskSession(ctx.session, self, run)
-        task_ctx = replace(ctx, session=session, close_sse_stream=None)
+    async def take_over(self, task_id: str, ctx: Any) -> bool:
+        """Run again here a re-runnable task whose runner died, if this replica wins the claim.
+
+        Called by whoever reads a task the store flags ``rerun`` (``tasks/get``,
+        listen streams), with that request's context: the new run's input
+        requests and cancellation work as for the first run. True if the run
+        started here. A claimed task this replica cannot run (the tool is not
+        idempotent here, or no server to run it) fails as lost at once rather
+        than waiting for another lapse.
+        """
+        if self._group is None:
+            return False
+        try:
+            call = await self.store.claim(task_id, self._runner, self.lease)
+        except StorageError as exc:
+            logger.warning("task %s: claim failed: %s", task_id, exc)
+            return False
+        if call is None:
+            return False
+        name, arguments = call.get("name"), call.get("arguments")
+        support = self._tools.get(name) if isinstance(name, str) else None
+        rerun = self._rerun
+        if rerun is None or support is None or not support.idempotent:
+            await self._finish(task_id, FAILED, dict(LOST_ERROR), str(LOST_ERROR["message"]))
+            return False
+        logger.info("task %s: its runner stopped; running %s again here", task_id, name)
+        run = _Run(task_id)
+        self._runs[task_id] = run
+        args = arguments if isinstance(arguments, dict) else {}
+        self._group.start_soon(self._run, run, lambda r: rerun(str(name), args, r, ctx))
+        return True
+
+    async def _run(self, run: _Run, body: Callable[[_Run], Awaitable[HandlerResult]]) -> None:
         status, payload = FAILED, dict(_SHUTDOWN_ERROR)
         message: str | None = None
         try:
@@ -321,7 +423,7 @@ class ReplayTasks(Extension):
                 beats.start_soon(self._beat, run)
                 with run.scope:
                     try:
-                        status, payload = "completed", _result(await call_next(task_ctx))
+                        status, payload = "completed", _result(await body(run))
                     except MCPError as exc:
                         status = FAILED
                         payload = exc.error.model_dump(
@@ -426,6 +528,9 @@ class ReplayTasks(Extension):
     ) -> HandlerResult:
         owner = self._check(ctx, params)
         record = await self._stored(self.store.get(params.task_id, owner=owner))
+        if isinstance(record, TaskRecord) and record.rerun:
+            await self.take_over(params.task_id, ctx)
+            record = await self._stored(self.store.get(params.task_id, owner=owner))
         if not isinstance(record, TaskRecord):
             raise MCPError(INVALID_PARAMS, _NOT_FOUND)
         return {"resultType": "complete", **record.detailed()}
@@ -468,9 +573,36 @@ class ReplayTasks(Extension):
     async def _stored(call: Any) -> Any:
         try:
             return await call
+        except NotReplicatedError as exc:
+            logger.warning("task change not replicated: %s", exc)
+            raise MCPError(
+                INTERNAL_ERROR,
+                "the change is stored but too few store replicas acknowledged it: repeat it",
+            ) from None
         except StorageError as exc:
             logger.warning("task store unreachable: %s", exc)
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+
+
+def _sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
+    """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
+
+    async def rerun(name: str, arguments: dict[str, Any], run: _Run, ctx: Any) -> HandlerResult:
+        session = _TaskSession(ctx.session, tasks, run)
+        task_ctx = replace(ctx, session=session, close_sse_stream=None)
+        try:
+            result: HandlerResult = await server.call_tool(
+                name, arguments, Context(request_context=task_ctx, mcp_server=server)
+            )
+        except MCPError:
+            raise
+        except Exception as exc:  # what the SDK answers a plain call whose tool raised
+            logger.info("task %s: tool %r failed: %r", run.task_id, name, str(exc))
+            text = TextContent(type="text", text=str(exc))
+            return CallToolResult(content=[text], is_error=True)
+        return result
+
+    return rerun
 
 
 def _result(value: HandlerResult) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from .records import (
     TERMINAL,
     WORKING,
     Beat,
+    NotReplicatedError,
     TaskInputError,
     TaskRecord,
     new_task_id,
@@ -35,6 +36,7 @@ __all__ = [
     "WORKING",
     "Beat",
     "MemoryTaskStore",
+    "NotReplicatedError",
     "TaskInputError",
     "TaskRecord",
     "TaskStore",
@@ -49,8 +51,9 @@ def task_store_for(
 ) -> TaskStore:
     """The task store a backend's coordination declares: beside the sessions, in its store.
 
-    ``wait_replicas`` (Redis): a create returns only once that many replicas
-    acknowledged it, within ``wait_timeout`` seconds, or raises ``StorageError``.
+    ``wait_replicas`` (Redis): a create, and every later change of a task's
+    status, returns only once that many replicas acknowledged it, within
+    ``wait_timeout`` seconds (see :class:`~.redis.RedisTaskStore`).
     """
     if isinstance(coordination, OnRedis):
         from .redis import RedisTaskStore

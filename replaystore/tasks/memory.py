@@ -52,8 +52,20 @@ class _Task:
     issued: int = 0
     outstanding: dict[str, bytes] = field(default_factory=dict)
     answers: dict[str, bytes] = field(default_factory=dict)
+    call: bytes | None = None  # the tools/call to run again, for a re-runnable task
+    runs: int = 1
+    max_runs: int = 1
 
-    def record(self, task_id: str) -> TaskRecord:
+    def orphaned(self, now: int) -> bool:
+        """Its runner's lease lapsed, and another run may claim it."""
+        return (
+            self.status in ACTIVE
+            and self.lease_until <= now
+            and self.call is not None
+            and self.runs < self.max_runs
+        )
+
+    def record(self, task_id: str, now: int) -> TaskRecord:
         return TaskRecord(
             task_id=task_id,
             status=self.status,
@@ -65,6 +77,7 @@ class _Task:
             result=unpack(self.result) if self.result is not None else None,
             error=unpack(self.error) if self.error is not None else None,
             input_requests={k: unpack(v) for k, v in self.outstanding.items()},
+            rerun=self.orphaned(now),
         )
 
 
@@ -116,7 +129,7 @@ class MemoryTaskStore(TaskStore):
         if task.created + task.ttl <= now:
             del shared.tasks[task_id]
             return None
-        if task.status in ACTIVE and task.lease_until <= now:
+        if task.status in ACTIVE and task.lease_until <= now and not task.orphaned(now):
             self._end(task, FAILED, now, error=self._lost, message=LOST_ERROR["message"])
         return task
 
@@ -154,7 +167,10 @@ class MemoryTaskStore(TaskStore):
         ttl_ms: int,
         poll_ms: int | None = None,
         owner: str | None = None,
+        attempts: int = 1,
+        call: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
+        call_blob = pack(call) if call is not None else None
         with self._shared.lock:
             now = self._clock()
             if self._live(task_id, now) is not None:
@@ -168,14 +184,17 @@ class MemoryTaskStore(TaskStore):
                 owner=owner,
                 runner=runner,
                 lease_until=now + int(lease * 1000),
+                call=call_blob,
+                max_runs=max(1, attempts),
             )
             self._shared.tasks[task_id] = task
-            return task.record(task_id)
+            return task.record(task_id, now)
 
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
         with self._shared.lock:
-            task = self._visible(task_id, owner, self._clock())
-            return None if task is None else task.record(task_id)
+            now = self._clock()
+            task = self._visible(task_id, owner, now)
+            return None if task is None else task.record(task_id, now)
 
     async def ask(
         self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
@@ -261,3 +280,18 @@ class MemoryTaskStore(TaskStore):
             answers = {key: unpack(blob) for key, blob in task.answers.items()}
             task.answers.clear()
             return Beat(task.status, answers)
+
+    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
+        with self._shared.lock:
+            now = self._clock()
+            task = self._live(task_id, now)
+            if task is None or task.call is None or not task.orphaned(now):
+                return None
+            task.runner = runner
+            task.lease_until = now + int(lease * 1000)
+            task.runs += 1
+            task.status = WORKING
+            task.outstanding.clear()
+            task.answers.clear()
+            task.updated = max(now, task.updated)
+            return unpack(task.call)

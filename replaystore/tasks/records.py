@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgpack
 
-from ..errors import ReplayStoreError
+from ..errors import ReplayStoreError, StorageError
 
 __all__ = [
     "ACTIVE",
@@ -32,6 +32,7 @@ __all__ = [
     "TERMINAL",
     "WORKING",
     "Beat",
+    "NotReplicatedError",
     "TaskInputError",
     "TaskRecord",
     "new_task_id",
@@ -70,6 +71,15 @@ _ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{24}")
 
 class TaskInputError(ReplayStoreError, ValueError):
     """A value cannot be stored in a task (too large, or not JSON-shaped)."""
+
+
+class NotReplicatedError(StorageError):
+    """A change is stored on the primary but fewer replicas than required acknowledged it.
+
+    Raised with ``wait_replicas`` for a client's change (``tasks/update``,
+    ``tasks/cancel``): the change stands on the primary, but a failover now
+    could lose it, so the client is told to repeat it (both are safe to repeat).
+    """
 
 
 def new_task_id() -> str:
@@ -114,7 +124,9 @@ class TaskRecord:
     """One task as the store holds it. Times are milliseconds since the epoch, store clock.
 
     ``input_requests`` holds the outstanding requests only: an answered one
-    leaves it in the same atomic step that records the answer.
+    leaves it in the same atomic step that records the answer. ``rerun`` (not
+    on the wire): the runner's lease lapsed on a re-runnable task, so a replica
+    may :meth:`~.store.TaskStore.claim` it and run it again.
     """
 
     task_id: str
@@ -127,6 +139,7 @@ class TaskRecord:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rerun: bool = False
 
     @property
     def terminal(self) -> bool:

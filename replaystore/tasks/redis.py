@@ -15,16 +15,19 @@ each, as the session scripts do.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
 from ..backends.coordination import OnRedis
 from ..errors import StorageError
-from .records import LOST_ERROR, Beat, TaskRecord, pack, unpack
+from .records import LOST_ERROR, Beat, NotReplicatedError, TaskRecord, pack, unpack
 from .store import TaskStore
 
 __all__ = ["RedisTaskStore"]
+
+logger = logging.getLogger(__name__)
 
 
 def _source(name: str) -> str:
@@ -34,7 +37,7 @@ def _source(name: str) -> str:
 _LIB = _source("_lib")
 _SCRIPTS = {
     name: _LIB + _source(name)
-    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat")
+    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat", "claim")
 }
 _SHAS = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
 
@@ -47,7 +50,9 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
     return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
-def _record(task_id: str, fields: dict[str, Any], outstanding: dict[str, Any]) -> TaskRecord:
+def _record(
+    task_id: str, fields: dict[str, Any], outstanding: dict[str, Any], rerun: bool = False
+) -> TaskRecord:
     status = _text(fields["st"])
     message = _text(fields["msg"]) if "msg" in fields else None
     error = unpack(fields["err"]) if "err" in fields else None
@@ -65,20 +70,34 @@ def _record(task_id: str, fields: dict[str, Any], outstanding: dict[str, Any]) -
         result=unpack(fields["res"]) if "res" in fields else None,
         error=error,
         input_requests={key: unpack(blob) for key, blob in outstanding.items()},
+        rerun=rerun,
     )
 
 
 class RedisTaskStore(TaskStore):
-    """Task records in the Redis a backend declares through its coordination."""
+    """Task records in the Redis a backend declares through its coordination.
+
+    With ``wait_replicas``, each write that changes a task's status is sent
+    with ``WAIT`` on the same connection, in one round trip, and counts only
+    once that many Redis replicas acknowledged it (within ``wait_timeout``):
+
+    - the create: otherwise ``StorageError``, and the client gets no task;
+    - a client's change (``respond``, ``cancel``): otherwise
+      :class:`~.records.NotReplicatedError`; the change stands on the primary
+      and is safe to repeat;
+    - the runner's changes (``ask``, ``finish``, ``claim``): a warning is
+      logged; the change stands on the primary (the runner has no one to tell,
+      and refusing would only turn a stored result into a lost one).
+
+    Lease renewals are not waited for: they change no status, and a failover
+    that loses one only lets the lease lapse sooner.
+    """
 
     def __init__(
         self, redis: OnRedis, *, wait_replicas: int = 0, wait_timeout: float = 1.0
     ) -> None:
         self._client = redis.client
         self._key_base = redis.key_base
-        # As for session events: with wait_replicas, a task counts as created
-        # only once that many Redis replicas hold it, so a failover right after
-        # the CreateTaskResult cannot lose it.
         self._wait_replicas = wait_replicas
         self._wait_timeout = wait_timeout
 
@@ -103,6 +122,35 @@ class RedisTaskStore(TaskStore):
         except Exception as exc:  # redis.RedisError and cluster errors alike
             raise StorageError(f"task {name} failed on redis: {exc}") from exc
 
+    async def _change(self, name: str, task_id: str, *args: Any, client: bool = False) -> Any:
+        """A status-changing script, waited for by ``wait_replicas`` replicas if set.
+
+        ``client``: the change was asked by a client, who is told (by
+        :class:`NotReplicatedError`) when too few replicas acknowledged it.
+        """
+        if not self._wait_replicas:
+            return await self._run(name, task_id, *args)
+        keys = self.keys(task_id)
+        timeout_ms = max(1, int(self._wait_timeout * 1000))
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.eval(_SCRIPTS[name], len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self._wait_replicas, timeout_ms)
+            reply, acked = await pipe.execute()
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise StorageError(f"task {name} failed on redis: {exc}") from exc
+        if int(acked) < self._wait_replicas:
+            text = (
+                f"task {name} stored on the primary but acknowledged by {acked} of "
+                f"{self._wait_replicas} replica(s) within {self._wait_timeout} s"
+            )
+            if name == "create":
+                raise StorageError(text)
+            if client:
+                raise NotReplicatedError(text)
+            logger.warning("task %s: %s", task_id, text)
+        return reply
+
     async def create(
         self,
         task_id: str,
@@ -112,47 +160,30 @@ class RedisTaskStore(TaskStore):
         ttl_ms: int,
         poll_ms: int | None = None,
         owner: str | None = None,
+        attempts: int = 1,
+        call: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         poll = "" if poll_ms is None else str(poll_ms)
-        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "")
-        if self._wait_replicas:
-            created = await self._create_replicated(task_id, args)
-        else:
-            created = await self._run("create", task_id, *args)
+        call_blob = pack(call) if call is not None else b""
+        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "", max(1, attempts), call_blob)
+        created = await self._change("create", task_id, *args)
         if created is None:
             raise ValueError(f"task id {task_id!r} is taken")
         now = int(created)
         return TaskRecord(task_id, "working", now, now, ttl_ms, poll_ms)
 
-    async def _create_replicated(self, task_id: str, args: tuple[Any, ...]) -> Any:
-        """The create script and ``WAIT`` on one connection, in one round trip."""
-        keys = self.keys(task_id)
-        timeout_ms = max(1, int(self._wait_timeout * 1000))
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.eval(_SCRIPTS["create"], len(keys), *keys, *args)
-            pipe.execute_command("WAIT", self._wait_replicas, timeout_ms)
-            created, acked = await pipe.execute()
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise StorageError(f"task create failed on redis: {exc}") from exc
-        if created is not None and int(acked) < self._wait_replicas:
-            raise StorageError(
-                f"task create stored on the primary but acknowledged by {acked} of "
-                f"{self._wait_replicas} replica(s) within {self._wait_timeout} s"
-            )
-        return created
-
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
         reply = await self._run("get", task_id, owner or "")
         if not reply:
             return None
-        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]))
+        rerun = len(reply) > 2 and int(reply[2]) == 1
+        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]), rerun)
 
     async def ask(
         self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
     ) -> list[str] | None:
         blobs = [pack(request) for request in requests]
-        reply = await self._run("ask", task_id, runner, *blobs)
+        reply = await self._change("ask", task_id, runner, *blobs)
         return None if reply is None else [_text(key) for key in reply]
 
     async def respond(
@@ -161,13 +192,14 @@ class RedisTaskStore(TaskStore):
         args: list[Any] = []
         for key, answer in answers.items():
             args += [key, pack(answer)]
-        return bool(await self._run("respond", task_id, owner or "", *args))
+        return bool(await self._change("respond", task_id, owner or "", *args, client=True))
 
     async def cancel(
         self, task_id: str, *, owner: str | None = None, message: str | None = None
     ) -> bool:
         flag = "" if message is None else "1"
-        return bool(await self._run("cancel", task_id, owner or "", flag, message or ""))
+        reply = await self._change("cancel", task_id, owner or "", flag, message or "", client=True)
+        return bool(reply)
 
     async def finish(
         self,
@@ -186,7 +218,7 @@ class RedisTaskStore(TaskStore):
         elif error is not None:
             field, blob = "err", pack(error)
         flag = "" if message is None else "1"
-        ended = await self._run("finish", task_id, status, field, blob, flag, message or "")
+        ended = await self._change("finish", task_id, status, field, blob, flag, message or "")
         return bool(ended)
 
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
@@ -195,3 +227,7 @@ class RedisTaskStore(TaskStore):
             return None
         answers = {key: unpack(blob) for key, blob in _pairs(reply[1]).items()}
         return Beat(_text(reply[0]), answers)
+
+    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
+        blob = await self._change("claim", task_id, runner, int(lease * 1000))
+        return None if blob is None else unpack(blob)

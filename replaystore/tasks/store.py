@@ -14,6 +14,10 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
 - the runner holds a lease it renews with :meth:`TaskStore.beat`; once the
   lease lapses, the first replica that reads the task ends it ``failed`` with
   :data:`~.records.LOST_ERROR`, so a task is never ``working`` forever;
+- unless the task was created re-runnable (``attempts`` > 1 and its ``call``
+  stored): then a lapsed lease leaves it active for one :meth:`TaskStore.claim`
+  to take over, exactly one claimant winning, until ``attempts`` runs have
+  started; after that a lapsed lease fails it as above;
 - after the task's TTL the store holds nothing of it;
 - a task created with an owner is invisible to anyone else: every operation
   answers as for an unknown id.
@@ -43,11 +47,15 @@ class TaskStore(ABC):
         ttl_ms: int,
         poll_ms: int | None = None,
         owner: str | None = None,
+        attempts: int = 1,
+        call: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         """Store a new ``working`` task run by ``runner`` (lease of ``lease`` seconds).
 
         Returns once the record is written: a :meth:`get` on any replica
-        finds it. ``ValueError`` if the id is taken.
+        finds it. ``ValueError`` if the id is taken. With ``call`` (what to
+        run again) and ``attempts`` > 1, the task may start that many runs in
+        all when runners die (see :meth:`claim`).
         """
 
     @abstractmethod
@@ -105,6 +113,17 @@ class TaskStore(ABC):
 
         None if the task is gone (expired) or another runner holds it. The
         lease is not renewed once the task is terminal.
+        """
+
+    @abstractmethod
+    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
+        """Take over a re-runnable task whose runner's lease lapsed; return its stored ``call``.
+
+        In one atomic step: the task must be active, its lease lapsed, and
+        fewer than its ``attempts`` runs started. ``runner`` then holds the
+        lease, the run count grows, the task is ``working`` with nothing
+        outstanding (the new run asks again). None otherwise, so of replicas
+        racing for one task exactly one gets the call.
         """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook

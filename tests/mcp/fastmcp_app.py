@@ -1,6 +1,8 @@
 """The example server's tools on FastMCP 4, served through ``fastmcp_http_app``.
 
-Run as ``python -m tests.mcp.fastmcp_app --port P --url URL --max-events N``.
+Run as ``python -m tests.mcp.fastmcp_app --port P --url URL --max-events N``; with
+``--lease-seconds S`` (and ``--task-ttl``), ``countdown`` and ``ask`` also run as
+durable tasks for 2026-07-28 clients that declare the extension.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from starlette.responses import Response
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import PrometheusObserver, fastmcp_http_app
+from replaystore.mcp.tasks import ReplayTasks, TaskSupport
 
 
 class _Name(BaseModel):
     name: str
 
 
-def build_app(url: str = "memory://", max_events: int = 10_000) -> Any:
+def build_app(
+    url: str = "memory://", max_events: int = 10_000, tasks: ReplayTasks | None = None
+) -> Any:
     mcp = FastMCP("replaystore-fastmcp-example")
 
     @mcp.tool
@@ -50,6 +55,11 @@ def build_app(url: str = "memory://", max_events: int = 10_000) -> Any:
             return f"hello {answer.data.name}"  # type: ignore[union-attr]
         return f"no answer ({answer.action})"
 
+    @mcp.tool
+    async def hold(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return f"held {seconds}"
+
     registry = CollectorRegistry()
 
     @mcp.custom_route("/metrics", methods=["GET"])
@@ -57,7 +67,23 @@ def build_app(url: str = "memory://", max_events: int = 10_000) -> Any:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     buffer = ReplayBuffer.from_url(url, max_events=max_events)
-    return fastmcp_http_app(mcp, buffer, observer=PrometheusObserver(registry), retry_interval=100)
+    return fastmcp_http_app(
+        mcp, buffer, observer=PrometheusObserver(registry), retry_interval=100, tasks=tasks
+    )
+
+
+def example_tasks(lease: float, ttl: float) -> ReplayTasks:
+    """``countdown`` (idempotent), ``ask`` and ``hold`` as tasks for clients with the extension."""
+    return ReplayTasks(
+        {
+            "countdown": TaskSupport("optional", idempotent=True),
+            "ask": "optional",
+            "hold": "optional",
+        },
+        ttl=ttl,
+        lease=lease,
+        check_interval=min(0.25, lease / 4),
+    )
 
 
 def main() -> None:
@@ -67,8 +93,11 @@ def main() -> None:
     parser.add_argument("--url", default="memory://")
     parser.add_argument("--max-events", type=int, default=10_000)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--lease-seconds", type=float, default=0.0)
+    parser.add_argument("--task-ttl", type=float, default=3600.0)
     args = parser.parse_args()
-    app = build_app(args.url, args.max_events)
+    tasks = example_tasks(args.lease_seconds, args.task_ttl) if args.lease_seconds else None
+    app = build_app(args.url, args.max_events, tasks)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 

@@ -267,8 +267,9 @@ async def test_the_runner_killed_mid_task_fails_it_within_the_lease(
     try:
         wait_ready([doomed, survivor])
         on_doomed, on_survivor = Modern(fresh, doomed.url), Modern(fresh, survivor.url)
-        task_id = (await on_doomed.call("countdown", {"n": 100_000, "interval_ms": 10}))["taskId"]
-        assert (await on_survivor.get(task_id))["status"] == "working"
+        # ``ask`` is not idempotent: it fails as lost rather than running again.
+        task_id = (await on_doomed.call("ask", {}))["taskId"]
+        await on_survivor.wait(task_id, "input_required")
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
         killed = time.monotonic()
@@ -282,6 +283,62 @@ async def test_the_runner_killed_mid_task_fails_it_within_the_lease(
     finally:
         doomed.stop()
         survivor.stop()
+
+
+async def test_an_idempotent_task_runs_again_on_one_survivor_when_its_runner_is_killed(
+    mcp_redis: ServerHandle, tmp_path: Path, fresh: httpx.AsyncClient
+) -> None:
+    await rerun_on_a_survivor(
+        [spawn_replica(f"trerun-{i}", *_rerun_store(mcp_redis, tmp_path)) for i in range(3)],
+        mcp_redis,
+        fresh,
+    )
+
+
+def _rerun_store(mcp_redis: ServerHandle, tmp_path: Path) -> tuple[str, Path, str, str]:
+    return f"{mcp_redis.url}?prefix=trerun:", tmp_path, "--lease-seconds", str(LEASE_SECONDS)
+
+
+async def rerun_on_a_survivor(
+    replicas: list[ServerProcess], mcp_redis: ServerHandle, fresh: httpx.AsyncClient
+) -> None:
+    """``countdown`` (idempotent) on the first replica, SIGKILLed mid-run: a survivor re-runs it.
+
+    Both survivors poll the task at once; the store lets exactly one claim it,
+    which the task's run count (2) shows.
+    """
+    doomed, *survivors = replicas
+    prefix = doomed.store_url.rsplit("prefix=", 1)[1]
+    try:
+        wait_ready(replicas)
+        on_doomed = Modern(fresh, doomed.url)
+        created = await on_doomed.call("countdown", {"n": 15, "interval_ms": 100})
+        task_id = created["taskId"]
+        await anyio.sleep(0.5)
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(10)
+        killed = time.monotonic()
+        ends: list[dict[str, Any]] = []
+
+        async def poll(url: str) -> None:
+            ends.append(await Modern(fresh, url).wait(task_id, "completed", "failed", "cancelled"))
+
+        async with anyio.create_task_group() as group:
+            for survivor in survivors:
+                group.start_soon(poll, survivor.url)
+        elapsed = time.monotonic() - killed
+        assert [end["status"] for end in ends] == ["completed"] * len(survivors), ends
+        assert _text(ends[0]) == "done 15" and ends[0] == ends[1]
+        assert ends[0]["createdAt"] == created["createdAt"]
+        assert elapsed <= LEASE_SECONDS + 1.5 + 1.0, elapsed  # the lease, then a whole run
+        connection = redis.Redis.from_url(mcp_redis.url)
+        try:
+            assert connection.hget(f"{prefix}{{task:{task_id}}}:task", "att") == b"2"
+        finally:
+            connection.close()
+    finally:
+        for server in replicas:
+            server.stop()
 
 
 async def test_after_its_ttl_nothing_of_a_task_is_left(

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import redis.asyncio as aioredis
 from fakeredis import FakeAsyncRedis, FakeServer
 
 from replaystore import ReplayBuffer
@@ -20,6 +21,7 @@ from replaystore.backends.coordination import coordination_of
 from replaystore.errors import StorageError
 from replaystore.tasks import (
     LOST_ERROR,
+    NotReplicatedError,
     TaskInputError,
     TaskStore,
     new_task_id,
@@ -27,6 +29,7 @@ from replaystore.tasks import (
     valid_task_id,
 )
 from replaystore.tasks.records import MAX_BLOB
+from replaystore.testing.servers import redis_server_binary, start_standalone
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -197,6 +200,52 @@ async def test_a_lapsed_lease_ends_the_task_failed(make_store: MakeStore) -> Non
     assert again == lost
 
 
+async def test_a_rerunnable_task_is_claimed_by_one_survivor_then_fails_as_lost(
+    make_store: MakeStore,
+) -> None:
+    a, b, c = await make_store(), await make_store(), await make_store()
+    task_id = new_task_id()
+    call = {"name": "countdown", "arguments": {"n": 3}}
+    await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000, attempts=2, call=call)
+    assert await b.claim(task_id, "r2", 0.3) is None  # the lease holds: nothing to claim
+    assert (await a.ask(task_id, "r1", [{"method": "elicitation/create"}])) == ["r1"]
+    await anyio.sleep(0.5)
+    orphan = await b.get(task_id)
+    assert orphan is not None and orphan.status == "input_required" and orphan.rerun
+    # Survivors race for it: exactly one takes it over, with the stored call.
+    claims: list[dict[str, Any] | None] = [None, None, None]
+
+    async def claim(i: int, store: TaskStore) -> None:
+        claims[i] = await store.claim(task_id, f"s{i}", 0.3)
+
+    async with anyio.create_task_group() as group:
+        for i, store in enumerate((a, b, c)):
+            group.start_soon(claim, i, store)
+    won = [i for i, got in enumerate(claims) if got is not None]
+    assert len(won) == 1 and claims[won[0]] == call
+    rerun = await c.get(task_id)
+    assert rerun is not None and rerun.status == "working" and not rerun.rerun
+    assert rerun.input_requests == {} and rerun.updated_ms >= orphan.updated_ms
+    assert await a.beat(task_id, "r1", 5) is None  # the first runner no longer holds it
+    assert (await a.ask(task_id, f"s{won[0]}", [{"m": 1}])) == ["r2"]  # keys never reused
+    # Its two runs are spent: the next lapse fails it as lost, and nothing claims it.
+    await anyio.sleep(0.5)
+    lost = await b.get(task_id)
+    assert lost is not None and lost.status == "failed" and not lost.rerun
+    assert lost.detailed()["error"] == LOST_ERROR
+    assert await b.claim(task_id, "s9", 5) is None
+
+
+async def test_a_task_without_a_stored_call_is_never_claimed(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=0.2, ttl_ms=60_000, attempts=3)
+    await anyio.sleep(0.4)
+    assert await b.claim(task_id, "r2", 5) is None
+    lost = await b.get(task_id)
+    assert lost is not None and lost.status == "failed"
+
+
 async def test_after_the_ttl_the_store_holds_nothing(make_store: MakeStore) -> None:
     a, b = await _two(make_store)
     task_id = new_task_id()
@@ -265,3 +314,65 @@ async def test_wait_replicas_refuses_a_create_no_replica_acknowledged(
         task_id = new_task_id()
         await plain.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
         assert await plain.get(task_id) is not None
+
+
+async def test_wait_replicas_covers_every_status_change(real_servers: RealServers) -> None:
+    """Without a replica to acknowledge: a client's change is refused as not replicated
+    (yet stands on the primary), the runner's changes stand with a warning."""
+    url = f"{real_servers.shared('redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
+    async with ReplayBuffer.from_url(url) as buffer:
+        coordination = coordination_of(buffer.backend)
+        waiting = task_store_for(coordination, wait_replicas=1, wait_timeout=0.1)
+        plain = task_store_for(coordination)
+        task_id = new_task_id()
+        await plain.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+        assert await waiting.ask(task_id, "r1", [{"m": 1}]) == ["r1"]
+        with pytest.raises(NotReplicatedError, match="acknowledged by 0 of 1"):
+            await waiting.respond(task_id, {"r1": {"action": "accept"}})
+        answered = await plain.get(task_id)
+        assert answered is not None and answered.status == "working"
+        with pytest.raises(NotReplicatedError):
+            await waiting.cancel(task_id)
+        cancelled = await plain.get(task_id)
+        assert cancelled is not None and cancelled.status == "cancelled"
+        other = new_task_id()
+        await plain.create(other, runner="r1", lease=5, ttl_ms=60_000)
+        assert await waiting.finish(other, "completed", result={"content": []})
+        done = await plain.get(other)
+        assert done is not None and done.status == "completed"
+
+
+async def test_wait_replicas_with_a_real_replica_every_change_is_on_it() -> None:
+    primary = start_standalone(redis_server_binary(), "redis")
+    replica = start_standalone(redis_server_binary(), "redis")
+    follower = aioredis.Redis.from_url(replica.url)
+    try:
+        await follower.replicaof("127.0.0.1", primary.ports[0])
+        with anyio.fail_after(10):
+            while (await follower.info("replication")).get("master_link_status") != "up":  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        async with ReplayBuffer.from_url(
+            primary.url, prefix="tr:", wait_replicas=1, wait_timeout=2.0
+        ) as buffer:
+            store = task_store_for(
+                coordination_of(buffer.backend), wait_replicas=1, wait_timeout=2.0
+            )
+            task_id = new_task_id()
+            key = f"tr:{{task:{task_id}}}:task"
+
+            async def on_replica() -> str:
+                status = await follower.hget(key, "st")
+                return status.decode() if status else ""
+
+            await store.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+            assert await on_replica() == "working"
+            await store.ask(task_id, "r1", [{"m": 1}])
+            assert await on_replica() == "input_required"
+            await store.respond(task_id, {"r1": {"action": "accept"}})
+            assert await on_replica() == "working"
+            await store.cancel(task_id)
+            assert await on_replica() == "cancelled"
+    finally:
+        await follower.aclose()
+        replica.stop()
+        primary.stop()

@@ -27,14 +27,21 @@ end
 
 -- The task's status (nil if the store holds nothing of it), after ending it
 -- failed if its runner's lease lapsed: whoever looks first decides, once.
+-- A re-runnable task (its call stored, fewer runs started than allowed) stays
+-- active instead, and the second value says a claim may take it over.
 local function live(now)
   local st = redis.call('HGET', KEYS[1], 'st')
   if not st then return nil end
   if not TERMINAL[st] and tonumber(redis.call('HGET', KEYS[1], 'ls')) <= now then
+    local runs = tonumber(redis.call('HGET', KEYS[1], 'att') or '1')
+    local max_runs = tonumber(redis.call('HGET', KEYS[1], 'max') or '1')
+    if runs < max_runs and redis.call('HEXISTS', KEYS[1], 'call') == 1 then
+      return st, true
+    end
     finish(now, 'failed', 'lost', '1', nil)
     return 'failed'
   end
-  return st
+  return st, false
 end
 
 -- A task created with an owner is visible to that owner only ('' is no owner).

@@ -1,4 +1,5 @@
--- ARGV: owner. Returns {task fields, outstanding requests} or nil.
-local st = live(now_ms())
+-- ARGV: owner. Returns {task fields, outstanding requests, 1 if a claim may take it over}
+-- or nil.
+local st, orphaned = live(now_ms())
 if not st or not visible(ARGV[1]) then return false end
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]), orphaned and 1 or 0}

@@ -1,0 +1,149 @@
+"""Durable tasks on FastMCP 4 replicas: the same rules as on the SDK, through FastMCP's extension.
+
+Three ``tests.mcp.fastmcp_app`` processes on one real Redis behind a
+round-robin proxy, a new connection per request: a task is created on one
+replica and read or cancelled on the others; a runner killed with SIGKILL
+fails its task within the lease, unless the tool is idempotent: then one
+survivor runs it again.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from replaystore.testing.proxy import TcpProxy
+from replaystore.testing.servers import ServerHandle
+from tests.mcp._support import ServerProcess, _popen, find_free_port, wait_ready
+from tests.mcp.test_tasks import EXTENSION, LEASE_SECONDS, Modern, TaskSet, rerun_on_a_survivor
+
+pytestmark = pytest.mark.anyio
+
+
+def spawn_fastmcp(name: str, store_url: str, log_dir: Path) -> ServerProcess:
+    """One FastMCP replica serving ``countdown`` and ``ask`` as tasks too."""
+    port = find_free_port()
+    log_path = log_dir / f"{name}.log"
+    args = ["-m", "tests.mcp.fastmcp_app", "--port", str(port), "--url", store_url,
+            "--lease-seconds", str(LEASE_SECONDS), "--log-level", "warning"]  # fmt: skip
+    return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
+
+
+@pytest.fixture
+async def fresh() -> AsyncIterator[httpx.AsyncClient]:
+    """A raw client with a new connection per request (each one lands on the next replica)."""
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def fastmcp_set(
+    mcp_redis: ServerHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TaskSet]:
+    logs = tmp_path_factory.mktemp("fastmcp-task-replicas")
+    store = f"{mcp_redis.url}?prefix=ftk:"
+    replicas = [spawn_fastmcp(f"fastmcp-task-{i}", store, logs) for i in range(3)]
+    proxy: TcpProxy | None = None
+    try:
+        wait_ready(replicas)
+        proxy = TcpProxy([("127.0.0.1", s.port) for s in replicas]).start()
+        yield TaskSet("fastmcp", replicas, proxy)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for server in replicas:
+            server.stop()
+
+
+async def test_discover_advertises_the_extension(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    reply = await Modern(fresh, fastmcp_set.url).send("server/discover", {}, "discover")
+    assert EXTENSION in reply["result"]["capabilities"]["extensions"]
+
+
+async def test_a_task_created_on_one_fastmcp_replica_resolves_on_every_other(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, fastmcp_set.url)
+    created = await client.call("countdown", {"n": 4, "interval_ms": 150})
+    assert created["resultType"] == "task" and created["status"] == "working", created
+    task_id = created["taskId"]
+    for replica in fastmcp_set.replicas:  # each replica directly, at once
+        task = await Modern(fresh, replica.url).get(task_id)
+        assert task["resultType"] == "complete" and task["taskId"] == task_id
+        assert task["status"] in ("working", "completed")
+    done = await client.wait(task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "done 4"
+    assert done["result"]["isError"] is False
+    assert done["createdAt"] == created["createdAt"]
+    again = [await client.get(task_id) for _ in range(3)]
+    assert all(task == done for task in again)
+
+
+async def test_cancel_on_another_fastmcp_replica_stops_the_task_for_good(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    runner, other = fastmcp_set.replicas[0], fastmcp_set.replicas[1]
+    on_runner, on_other = Modern(fresh, runner.url), Modern(fresh, other.url)
+    task_id = (await on_runner.call("countdown", {"n": 100_000, "interval_ms": 10}))["taskId"]
+    assert (await on_other.get(task_id))["status"] == "working"
+    ack = await on_other.task("tasks/cancel", task_id)
+    assert ack["result"]["resultType"] == "complete", ack
+    cancelled = await on_other.get(task_id)
+    assert cancelled["status"] == "cancelled"
+    await anyio.sleep(1.0)  # the runner stopped at its next lease renewal; the end stays
+    assert await on_runner.get(task_id) == cancelled
+
+
+async def test_plain_calls_and_unknown_ids_on_fastmcp(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    plain = Modern(fresh, fastmcp_set.url, tasks=False)
+    result = await plain.call("countdown", {"n": 2, "interval_ms": 0})
+    assert result["resultType"] == "complete" and result["content"][0]["text"] == "done 2"
+    reply = await plain.task("tasks/get", "A" * 24)
+    assert reply["error"]["code"] == -32021, reply
+    client = Modern(fresh, fastmcp_set.url)
+    assert (await client.task("tasks/get", "A" * 24))["error"]["code"] == -32602
+    assert (await client.task("tasks/get", "bad id"))["error"]["code"] == -32602
+
+
+async def test_a_fastmcp_runner_killed_mid_task_fails_it_within_the_lease(
+    mcp_redis: ServerHandle, tmp_path: Path, fresh: httpx.AsyncClient
+) -> None:
+    store = f"{mcp_redis.url}?prefix=ftkill:"
+    doomed, survivor = (spawn_fastmcp(f"ftkill-{i}", store, tmp_path) for i in range(2))
+    try:
+        wait_ready([doomed, survivor])
+        on_doomed, on_survivor = Modern(fresh, doomed.url), Modern(fresh, survivor.url)
+        task_id = (await on_doomed.call("hold", {"seconds": 60}))["taskId"]
+        assert (await on_survivor.get(task_id))["status"] == "working"
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(10)
+        killed = time.monotonic()
+        failed = await on_survivor.wait(task_id, "failed", "completed", "cancelled")
+        elapsed = time.monotonic() - killed
+        assert failed["status"] == "failed", failed
+        assert failed["error"]["code"] == -32603
+        assert "stopped" in failed["error"]["message"]
+        assert elapsed <= LEASE_SECONDS + 1.0, elapsed
+    finally:
+        doomed.stop()
+        survivor.stop()
+
+
+async def test_an_idempotent_fastmcp_task_runs_again_on_one_survivor(
+    mcp_redis: ServerHandle, tmp_path: Path, fresh: httpx.AsyncClient
+) -> None:
+    store = f"{mcp_redis.url}?prefix=ftrerun:"
+    replicas = [spawn_fastmcp(f"ftrerun-{i}", store, tmp_path) for i in range(3)]
+    await rerun_on_a_survivor(replicas, mcp_redis, fresh)
