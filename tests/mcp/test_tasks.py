@@ -88,15 +88,6 @@ def any_set(request: pytest.FixtureRequest, task_sets: dict[str, TaskSet]) -> Ta
     return task_sets[request.param]
 
 
-@pytest.fixture
-async def fresh() -> AsyncIterator[httpx.AsyncClient]:
-    """A raw client with a new connection per request (each one lands on the next replica)."""
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
-    ) as client:
-        yield client
-
-
 _ids = itertools.count(1)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -33,15 +33,6 @@ def spawn_fastmcp(name: str, store_url: str, log_dir: Path) -> ServerProcess:
     args = ["-m", "tests.mcp.fastmcp_app", "--port", str(port), "--url", store_url,
             "--lease-seconds", str(LEASE_SECONDS), "--log-level", "warning"]  # fmt: skip
     return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
-
-
-@pytest.fixture
-async def fresh() -> AsyncIterator[httpx.AsyncClient]:
-    """A raw client with a new connection per request (each one lands on the next replica)."""
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(15.0), limits=httpx.Limits(max_keepalive_connections=0)
-    ) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
