@@ -36,6 +36,7 @@ to the SDK's single-exchange transport, which has no sessions to resume.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import time
@@ -63,12 +64,14 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from ..errors import StorageError, UnknownSessionError
+from ..info import SessionInfo
 from ..verdicts import Resumption
 from .forwarding import route
 from .live import Attachment, _vanished
-from .lost import end_if_lost
+from .lost import LOST_REQUEST, end_if_lost, end_unanswered
 from .messages import GET_STREAM, decode_message, is_response, sequence_name
 from .overrides import TransportOverrides
+from .registry import FINISHED
 from .tail import Tail
 from .view import SessionView
 
@@ -81,6 +84,14 @@ PRIMING_SINCE = "2025-11-25"
 
 #: Seconds a client is asked to wait before retrying when the store is unreachable.
 RETRY_AFTER = 1
+
+
+class _Lease(enum.Enum):
+    """What taking a POSTed request's lease found."""
+
+    TAKEN = "taken"  #: the request runs here
+    RECEIVED = "received"  #: the request was received before: it must not run again
+    GONE = "gone"  #: the store no longer has the session
 
 
 class ReplayTransport(TransportOverrides):
@@ -140,12 +151,20 @@ class ReplayTransport(TransportOverrides):
         message = _peek(body)
         request_id = _request_id(message)
         initialize = message is not None and message.get("method") == "initialize"
-        leased = request_id is not None and message and not initialize
+        leased = (
+            request_id is not None
+            and message is not None
+            and not initialize
+            and not self._refused_by_sdk(request, body)
+        )
         if replica.draining and request_id is not None:
             # New work goes to another replica; answers and notifications for
             # the requests still running here are taken.
             await self._unavailable(request, send, draining=True)
             return True
+        if leased and not await self._validate_request_headers(request, send):
+            return True
+        taken: str | None = None
         try:
             with _bounded(replica.settings.store_timeout):
                 if initialize:
@@ -153,16 +172,27 @@ class ReplayTransport(TransportOverrides):
                     # 200 response: an outage is a 503 now, not a cut stream.
                     await view.open()
                 destination = await self._destination(view, message)
+                again = None
                 if destination is None and leased and request_id is not None:
-                    known = await self._lease(view, sequence_name(request_id))
-                    if not known:
+                    stream = sequence_name(request_id)
+                    lease = await self._lease(view, stream)
+                    if lease is _Lease.GONE:
                         await self._gone(request, send)
                         return True
+                    if lease is _Lease.RECEIVED:
+                        again = stream
+                    else:
+                        taken = stream
             if view.closed or self.is_terminated:
                 # This replica dropped its copy of the session meanwhile (a
                 # store error, an end elsewhere): a retry is served afresh, by
                 # whichever replica adopts it again, or answered 404.
+                if taken is not None:
+                    await replica.give_back(view.session_id, taken)
                 await self._unavailable(request, send, dropped=True)
+                return True
+            if again is not None:
+                await self._answer_again(view, again, request, send)
                 return True
             if destination is not None:
                 if await self._validate_request_headers(request, send):
@@ -221,26 +251,156 @@ class ReplayTransport(TransportOverrides):
 
     # ------------------------------------------------------------ internals
 
-    async def _lease(self, view: SessionView, stream: str) -> bool:
-        """Take the request's lease; False if the store no longer has the session.
+    def _refused_by_sdk(self, request: Request, body: bytes) -> bool:
+        """True when the SDK will answer this POST with an error, without running it.
 
-        Both in one round trip's time. A session the store lost (expired, a
-        restart without persistence) would otherwise be found out by the
-        tool's first append, with its response already started: a cut stream
-        instead of the 404 that tells the client to initialize again.
+        The checks of the SDK's POST handler, before it dispatches: such a
+        request takes no lease (a lease nobody releases would make the
+        corrected request look like one received before).
+        """
+        has_json, has_sse = check_accept_headers(request)
+        if not (has_json if self.is_json_response_enabled else has_json and has_sse):
+            return True
+        content_type = request.headers.get("content-type", "").split(";")[0]
+        if not any(part.strip() == CONTENT_TYPE_JSON for part in content_type.split(",")):
+            return True
+        try:
+            decode_message(body)
+        except ValueError:
+            return True
+        return False
+
+    async def _lease(self, view: SessionView, stream: str) -> _Lease:
+        """Take the request's lease, unless the request was received before.
+
+        JSON-RPC request ids are never reused within a session, so a request
+        whose lease is held (it runs, here or on another replica), or whose
+        stream is already stored (it ran, or its replica stopped), is the same
+        request sent again: a balancer retrying a POST after an empty answer
+        or a timeout. It must not run twice. The lease is a set-if-absent in
+        the store, so of two replicas receiving it at once exactly one runs it.
+
+        The lease and a look at the session, in one round trip's time: a
+        session the store lost (expired, a restart without persistence) would
+        otherwise be found out by the tool's first append, with its response
+        already started: a cut stream instead of the 404 that tells the client
+        to initialize again.
         """
         replica = view.replica
         assert replica is not None
-        known = True
+        info: SessionInfo | None = None
+        taken = False
 
         async def look() -> None:
-            nonlocal known
-            known = await view.buffer.session_info(view.session_id) is not None
+            nonlocal info
+            info = await view.buffer.session_info(view.session_id)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(look)
-            await replica.acquire(view.session_id, stream)
-        return known
+            taken = await replica.acquire(view.session_id, stream)
+        if info is None:
+            if taken:
+                await replica.give_back(view.session_id, stream)
+            return _Lease.GONE
+        if stream == GET_STREAM:  # a request id that names the standalone stream
+            return _Lease.TAKEN
+        if taken and stream not in info.sequences:
+            return _Lease.TAKEN
+        if taken:
+            # Its stream is stored but nobody holds its lease: it was
+            # answered long ago, or its replica stopped (the lease lapsed):
+            # the follower below then answers it as lost.
+            await replica.give_back(view.session_id, stream)
+        return _Lease.RECEIVED
+
+    async def _answer_again(
+        self, view: SessionView, stream: str, request: Request, send: Send
+    ) -> None:
+        """A request received before: attach the client to its stream, do not run it again.
+
+        The client gets the request's stream from its start (replay, then
+        live): the one response, or the "request lost" error if the replica
+        that ran it stopped, exactly like a client resuming that stream.
+        """
+        _, has_sse = check_accept_headers(request)
+        if not has_sse:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.NOT_ACCEPTABLE,
+                INVALID_REQUEST,
+                "Not Acceptable: this request was received before; its answer is sent "
+                "again as a text/event-stream",
+                None,
+            )
+            return
+        logger.info(
+            "request %r of session %s was received before; attaching to its stream "
+            "instead of running it again",
+            stream[:64],
+            view.session_id,
+        )
+        try:
+            origin = await self._stream_origin(view, stream)
+        except StorageError:
+            await self._unavailable(request, send)
+            return
+        except UnknownSessionError:
+            await self._gone(request, send)
+            return
+        if origin is None:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.CONFLICT,
+                INVALID_REQUEST,
+                "Conflict: this request was received before and its stream can no longer "
+                "be replayed from its start (its events were evicted); it was not run again",
+                {"reason": "request_received"},
+            )
+            return
+        prime = _primes(request)
+        await self._attach(
+            lambda: view.live.attach_again(origin, stream, prime=prime), request, send, prime
+        )
+
+    async def _stream_origin(self, view: SessionView, stream: str) -> str | None:
+        """The cursor that replays ``stream`` from its start, once it is stored.
+
+        The replica running the request stores its stream's first event right
+        after it took the lease; until then, wait. If that replica stopped
+        before storing anything (its lease lapsed), store the "request lost"
+        error here, under the end claim every replica uses. None when the
+        stream cannot be replayed from its start (its first events were
+        evicted, or nothing of an answered request is left). Raises
+        :class:`StorageError` when the store does not answer, and
+        :class:`UnknownSessionError` for a session the store no longer has.
+        """
+        replica = view.replica
+        assert replica is not None
+        session = view.session_id
+        settings = replica.settings
+        deadline = time.monotonic() + settings.lease_ttl + 2 * settings.check_interval
+        pause = 0.01
+        while True:
+            with _bounded(settings.store_timeout):
+                info = await view.buffer.session_info(session)
+                if info is None:
+                    raise UnknownSessionError(session)
+                if stream in info.sequences:
+                    origin = str(info.origin)
+                    probe = await view.buffer.resolve(session, origin, stream)
+                    return origin if probe.ok else None
+                holder = await replica.registry.owner(session, stream)
+                if holder == FINISHED:
+                    return None
+                if holder is None:
+                    await end_unanswered(replica, session, stream, LOST_REQUEST)
+                    continue
+            if time.monotonic() > deadline:
+                raise StorageError("the replica running the request stored nothing of it")
+            await anyio.sleep(pause)
+            pause = min(pause * 2, settings.check_interval)
 
     async def _gone(self, request: Request, send: Send) -> None:
         """The store no longer has this session: forget it here, answer 404 (initialize again)."""
