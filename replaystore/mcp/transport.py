@@ -368,19 +368,23 @@ class ReplayTransport(TransportOverrides):
         """The cursor that replays ``stream`` from its start, once it is stored.
 
         The replica running the request stores its stream's first event right
-        after it took the lease; until then, wait. If that replica stopped
+        after it took the lease (a priming event; with older clients, its
+        first message); until then, wait, as long as that replica holds the
+        lease, as the first POST waits for its answer. If that replica stopped
         before storing anything (its lease lapsed), store the "request lost"
         error here, under the end claim every replica uses. None when the
         stream cannot be replayed from its start (its first events were
         evicted, or nothing of an answered request is left). Raises
-        :class:`StorageError` when the store does not answer, and
+        :class:`StorageError` when the store does not answer (or the lost
+        error, claimed by another replica, never appears), and
         :class:`UnknownSessionError` for a session the store no longer has.
         """
         replica = view.replica
         assert replica is not None
         session = view.session_id
         settings = replica.settings
-        deadline = time.monotonic() + settings.lease_ttl + 2 * settings.check_interval
+        patience = settings.lease_ttl + 2 * settings.check_interval
+        deadline = time.monotonic() + patience
         pause = 0.01
         while True:
             with _bounded(settings.store_timeout):
@@ -396,9 +400,10 @@ class ReplayTransport(TransportOverrides):
                     return None
                 if holder is None:
                     await end_unanswered(replica, session, stream, LOST_REQUEST)
-                    continue
+                else:  # it runs: wait for its first event
+                    deadline = time.monotonic() + patience
             if time.monotonic() > deadline:
-                raise StorageError("the replica running the request stored nothing of it")
+                raise StorageError("the error response of a lost request was not stored")
             await anyio.sleep(pause)
             pause = min(pause * 2, settings.check_interval)
 

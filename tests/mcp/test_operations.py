@@ -341,3 +341,37 @@ async def test_a_post_reaching_a_replica_that_just_let_its_session_go_is_503_the
                     assert texts == ["done 3"]
             finally:
                 server.should_exit = True
+
+
+async def test_a_post_sent_again_whose_stream_lost_its_start_is_409_and_not_run() -> None:
+    """The session's oldest events were evicted: the stream cannot be replayed from its start.
+
+    The request is not run again either: the answer is 409 with the reason
+    ``request_received``, and nothing more is stored for the request.
+    """
+    app = build_app("memory://ops-evicted", max_events=5)
+    port = find_free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        try:
+            with anyio.fail_after(20):
+                while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                    await anyio.sleep(0.02)
+            buffer = app.state.replay_manager._replay_store.buffer
+            async with httpx.AsyncClient(timeout=20) as http:
+                session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
+                request_id, body = session.call("countdown", {"n": 10, "interval_ms": 0}, "e")
+                async with session.post(body) as response:
+                    async for event in sse_events(response):
+                        if result_text(event, request_id) is not None:
+                            break
+                before = await buffer.session_info(session.session_id)
+                again = await http.post(session.url, json=body, headers=session.headers())
+                assert again.status_code == 409, again.text
+                assert again.json()["error"]["data"]["reason"] == "request_received"
+                after = await buffer.session_info(session.session_id)
+                assert before is not None and after is not None
+                assert after.high_water == before.high_water  # nothing ran, nothing stored
+        finally:
+            server.should_exit = True
