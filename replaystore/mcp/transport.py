@@ -36,12 +36,9 @@ to the SDK's single-exchange transport, which has no sessions to resume.
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -64,14 +61,14 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from ..errors import StorageError, UnknownSessionError
-from ..info import SessionInfo
 from ..verdicts import Resumption
+from .again import Lease, stream_origin, take_lease
+from .again import bounded as _bounded
 from .forwarding import route
 from .live import Attachment, _vanished
-from .lost import LOST_REQUEST, end_if_lost, end_unanswered
+from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response, sequence_name
 from .overrides import TransportOverrides
-from .registry import FINISHED
 from .tail import Tail
 from .view import SessionView
 
@@ -84,14 +81,6 @@ PRIMING_SINCE = "2025-11-25"
 
 #: Seconds a client is asked to wait before retrying when the store is unreachable.
 RETRY_AFTER = 1
-
-
-class _Lease(enum.Enum):
-    """What taking a POSTed request's lease found."""
-
-    TAKEN = "taken"  #: the request runs here
-    RECEIVED = "received"  #: the request was received before: it must not run again
-    GONE = "gone"  #: the store no longer has the session
 
 
 class ReplayTransport(TransportOverrides):
@@ -175,11 +164,11 @@ class ReplayTransport(TransportOverrides):
                 again = None
                 if destination is None and leased and request_id is not None:
                     stream = sequence_name(request_id)
-                    lease = await self._lease(view, stream)
-                    if lease is _Lease.GONE:
+                    lease = await take_lease(view, stream)
+                    if lease is Lease.GONE:
                         await self._gone(request, send)
                         return True
-                    if lease is _Lease.RECEIVED:
+                    if lease is Lease.RECEIVED:
                         again = stream
                     else:
                         taken = stream
@@ -270,49 +259,6 @@ class ReplayTransport(TransportOverrides):
             return True
         return False
 
-    async def _lease(self, view: SessionView, stream: str) -> _Lease:
-        """Take the request's lease, unless the request was received before.
-
-        JSON-RPC request ids are never reused within a session, so a request
-        whose lease is held (it runs, here or on another replica), or whose
-        stream is already stored (it ran, or its replica stopped), is the same
-        request sent again: a balancer retrying a POST after an empty answer
-        or a timeout. It must not run twice. The lease is a set-if-absent in
-        the store, so of two replicas receiving it at once exactly one runs it.
-
-        The lease and a look at the session, in one round trip's time: a
-        session the store lost (expired, a restart without persistence) would
-        otherwise be found out by the tool's first append, with its response
-        already started: a cut stream instead of the 404 that tells the client
-        to initialize again.
-        """
-        replica = view.replica
-        assert replica is not None
-        info: SessionInfo | None = None
-        taken = False
-
-        async def look() -> None:
-            nonlocal info
-            info = await view.buffer.session_info(view.session_id)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(look)
-            taken = await replica.acquire(view.session_id, stream)
-        if info is None:
-            if taken:
-                await replica.give_back(view.session_id, stream)
-            return _Lease.GONE
-        if stream == GET_STREAM:  # a request id that names the standalone stream
-            return _Lease.TAKEN
-        if taken and stream not in info.sequences:
-            return _Lease.TAKEN
-        if taken:
-            # Its stream is stored but nobody holds its lease: it was
-            # answered long ago, or its replica stopped (the lease lapsed):
-            # the follower below then answers it as lost.
-            await replica.give_back(view.session_id, stream)
-        return _Lease.RECEIVED
-
     async def _answer_again(
         self, view: SessionView, stream: str, request: Request, send: Send
     ) -> None:
@@ -341,7 +287,7 @@ class ReplayTransport(TransportOverrides):
             view.session_id,
         )
         try:
-            origin = await self._stream_origin(view, stream)
+            origin = await stream_origin(view, stream)
         except StorageError:
             await self._unavailable(request, send)
             return
@@ -363,49 +309,6 @@ class ReplayTransport(TransportOverrides):
         await self._attach(
             lambda: view.live.attach_again(origin, stream, prime=prime), request, send, prime
         )
-
-    async def _stream_origin(self, view: SessionView, stream: str) -> str | None:
-        """The cursor that replays ``stream`` from its start, once it is stored.
-
-        The replica running the request stores its stream's first event right
-        after it took the lease (a priming event; with older clients, its
-        first message); until then, wait, as long as that replica holds the
-        lease, as the first POST waits for its answer. If that replica stopped
-        before storing anything (its lease lapsed), store the "request lost"
-        error here, under the end claim every replica uses. None when the
-        stream cannot be replayed from its start (its first events were
-        evicted, or nothing of an answered request is left). Raises
-        :class:`StorageError` when the store does not answer (or the lost
-        error, claimed by another replica, never appears), and
-        :class:`UnknownSessionError` for a session the store no longer has.
-        """
-        replica = view.replica
-        assert replica is not None
-        session = view.session_id
-        settings = replica.settings
-        patience = settings.lease_ttl + 2 * settings.check_interval
-        deadline = time.monotonic() + patience
-        pause = 0.01
-        while True:
-            with _bounded(settings.store_timeout):
-                info = await view.buffer.session_info(session)
-                if info is None:
-                    raise UnknownSessionError(session)
-                if stream in info.sequences:
-                    origin = str(info.origin)
-                    probe = await view.buffer.resolve(session, origin, stream)
-                    return origin if probe.ok else None
-                holder = await replica.registry.owner(session, stream)
-                if holder == FINISHED:
-                    return None
-                if holder is None:
-                    await end_unanswered(replica, session, stream, LOST_REQUEST)
-                else:  # it runs: wait for its first event
-                    deadline = time.monotonic() + patience
-            if time.monotonic() > deadline:
-                raise StorageError("the error response of a lost request was not stored")
-            await anyio.sleep(pause)
-            pause = min(pause * 2, settings.check_interval)
 
     async def _gone(self, request: Request, send: Send) -> None:
         """The store no longer has this session: forget it here, answer 404 (initialize again)."""
@@ -665,16 +568,6 @@ class ReplayTransport(TransportOverrides):
 def _primes(request: Request) -> bool:
     version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
     return is_version_at_least(version, PRIMING_SINCE)
-
-
-@contextmanager
-def _bounded(seconds: float) -> Iterator[None]:
-    """Give up on the store after ``seconds``: a :class:`StorageError`, answered 503."""
-    try:
-        with anyio.fail_after(seconds):
-            yield
-    except TimeoutError as exc:
-        raise StorageError(f"the replay store did not answer within {seconds:g} s") from exc
 
 
 def _header_text(value: str) -> str:
