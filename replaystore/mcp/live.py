@@ -69,6 +69,9 @@ class LiveStreams:
         self.buffer = view.buffer
         self.session_id = view.session_id
         self._tails: dict[str, Tail] = {}
+        #: Connections of requests sent again (:meth:`attach_again`): they
+        #: follow a stream beside the connection that carries it.
+        self._again: dict[str, set[Tail]] = {}
         #: The last GET-stream event handed to a GET connection (or the
         #: session's anchor): where the next plain GET resumes from.
         self.get_mark: str | None = None
@@ -93,6 +96,25 @@ class LiveStreams:
         await self._watch()
         try:
             attachment = await self._resume(last_event_id, sequence=sequence, prime=prime)
+        except BaseException:
+            await self._unwatch()
+            raise
+        if attachment.tail is None:
+            await self._unwatch()
+        return attachment
+
+    async def attach_again(self, origin: str, stream: str, *, prime: bool) -> Attachment:
+        """A request received before, sent again: its stream from its start, then live.
+
+        ``origin`` is the session's origin cursor (:attr:`SessionInfo.origin`).
+        The stream is not taken over: the connection carrying it (the first
+        POST, whose client may still be listening) keeps it, and both get
+        the one response. Raises :class:`StorageError` when the verdict is
+        unknown.
+        """
+        await self._watch()
+        try:
+            attachment = await self._resume(origin, sequence=stream, prime=prime, again=True)
         except BaseException:
             await self._unwatch()
             raise
@@ -166,6 +188,13 @@ class LiveStreams:
     async def detach(self, tail: Tail) -> None:
         """A connection ended: forget its tail, save the GET mark, stop watching."""
         tail.close()
+        again = self._again.get(tail.sequence)
+        if again is not None and tail in again:
+            again.discard(tail)
+            if not again:
+                del self._again[tail.sequence]
+            await self._unwatch()
+            return
         if self._tails.get(tail.sequence) is not tail:
             return
         del self._tails[tail.sequence]
@@ -183,21 +212,29 @@ class LiveStreams:
         tail = self._tails.get(sequence)
         if tail is not None:
             tail.wake()
+        for again in self._again.get(sequence, ()):
+            again.wake()
 
     def wake_all(self) -> None:
         for tail in list(self._tails.values()):
             tail.wake()
+        for tails in list(self._again.values()):
+            for again in tails:
+                again.wake()
 
     def close_stream(self, sequence: str) -> None:
-        """End the connection of this process currently following ``sequence``, if any."""
+        """End the connections of this process currently following ``sequence``, if any."""
+        tails = list(self._again.pop(sequence, ()))
         tail = self._tails.pop(sequence, None)
         if tail is not None:
-            tail.close()
+            tails.append(tail)
+        for each in tails:
+            each.close()
             if self.view.replica is not None:
                 self.view.replica.spawn(self._unwatch)
 
     def close_all(self) -> None:
-        for sequence in list(self._tails):
+        for sequence in {*self._tails, *self._again}:
             self.close_stream(sequence)
 
     # ------------------------------------------------------------ internals
@@ -209,7 +246,9 @@ class LiveStreams:
     async def _append(self, sequence: str, payload: bytes | None) -> str:
         return await self.view.append(sequence, payload)
 
-    async def _resume(self, last_event_id: str, *, sequence: str | None, prime: bool) -> Attachment:
+    async def _resume(
+        self, last_event_id: str, *, sequence: str | None, prime: bool, again: bool = False
+    ) -> Attachment:
         resumption = await self.view.resolve(last_event_id, sequence)
         if not resumption.ok:
             self.view.closed = True  # the store tore the session down (or it never existed)
@@ -231,10 +270,15 @@ class LiveStreams:
         attachment = Attachment(resumption, stream, replay)
         if not finished and stream != GET_STREAM:
             finished = await self._finished(stream)
-        await self._take_over(stream)
+        if not again:
+            await self._take_over(stream)
         if finished:
             return attachment
-        attachment.tail = self._register(stream, last)
+        if again:
+            attachment.tail = Tail(stream, last)
+            self._again.setdefault(stream, set()).add(attachment.tail)
+        else:
+            attachment.tail = self._register(stream, last)
         if prime and not self._dead:
             try:
                 priming = await self._append(stream, None)

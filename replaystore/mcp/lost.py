@@ -81,7 +81,7 @@ async def end_if_lost(view: SessionView, tail: Tail) -> None:
 
 
 async def end_unanswered(replica: Replica, session: str, stream: str, message: str) -> None:
-    """Store ``message`` as the error response of a request that stopped on this replica.
+    """Store ``message`` as the error response of a request that stopped unanswered.
 
     Under the end claim every replica uses for lost requests, so at most one
     error is stored; the request's lease is then dropped. Raises
@@ -92,10 +92,10 @@ async def end_unanswered(replica: Replica, session: str, stream: str, message: s
         if not await replica.claim_end(session, stream):
             return
         logger.warning(
-            "request %r of session %s stopped while the replay store was out of reach; "
-            "ending its stream with an error",
+            "request %r of session %s ended with an error: %s",
             stream[:64],
             session,
+            message,
         )
         error = JSONRPCError(
             jsonrpc="2.0",

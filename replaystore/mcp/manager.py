@@ -53,6 +53,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
+from .again import bounded as _bounded
 from .listen import StoreSubscriptionBus
 from .messages import GET_STREAM
 from .metrics import ResumptionObserver
@@ -62,7 +63,7 @@ from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .task_listen import TaskListenHandler
 from .tasks import ReplayTasks
-from .transport import RETRY_AFTER, ReplayTransport, _bounded
+from .transport import RETRY_AFTER, ReplayTransport
 from .view import ReplayEventStore, SessionView
 
 __all__ = [

@@ -63,8 +63,14 @@ class Registry(ABC):
         """Forget the record: every replica answers 404 for the session from now on."""
 
     @abstractmethod
-    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
-        """Take (or take back) the lease of a request's stream for ``ttl`` seconds."""
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
+        """Take the lease of a request's stream for ``ttl`` seconds, if nobody holds it.
+
+        One atomic set-if-absent: of two replicas receiving the same request
+        at once (a balancer retrying a POST), exactly one gets True and runs
+        it. False while another replica runs it, or once it was answered
+        (:data:`FINISHED`).
+        """
 
     @abstractmethod
     async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
@@ -152,9 +158,12 @@ class MemoryRegistry(Registry):
     async def drop_session(self, session: str) -> None:
         self._state.records.pop(session, None)
 
-    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
         self._state.sweep()
+        if await self.owner(session, stream) is not None:
+            return False
         self._state.leases[(session, stream)] = (owner, _deadline(ttl))
+        return True
 
     async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
         kept = []
@@ -268,9 +277,10 @@ class RedisRegistry(Registry):
     async def drop_session(self, session: str) -> None:
         await self._call("drop", self._client.delete(self._record(session)))
 
-    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> None:
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
         key = self._lease(session, stream)
-        await self._call("lease", self._client.set(key, owner, px=int(ttl * 1000)))
+        taken = await self._call("lease", self._client.set(key, owner, nx=True, px=int(ttl * 1000)))
+        return bool(taken)
 
     async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
         kept = []

@@ -124,19 +124,28 @@ class Replica:
 
     # ---------------------------------------------------------------- leases
 
-    async def acquire(self, session: str, stream: str) -> None:
+    async def acquire(self, session: str, stream: str) -> bool:
         """Take the lease of a request about to run here (raises :class:`StorageError`).
 
-        Also keeps the session's record from expiring while the session is in
-        use (at most one refresh per quarter of its lifetime).
+        False when a replica (this one or another) already took it: the
+        request was received before (a balancer sent the POST again) and must
+        not run twice. Also keeps the session's record from expiring while the
+        session is in use (at most one refresh per quarter of its lifetime).
         """
-        await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl)
+        if not await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl):
+            return False
         self._leases[(session, stream)] = None
         ttl = self.buffer.retention.session_ttl
         now = time.monotonic()
         if ttl and now - self._touched.get(session, 0.0) > ttl / 4:
             self._touched[session] = now
             await self.registry.touch_session(session, ttl)
+        return True
+
+    async def give_back(self, session: str, stream: str) -> None:
+        """Drop a lease just taken for a request that must not run here after all."""
+        if self._leases.pop((session, stream), 0) is None:
+            await self.registry.abandon(session, stream, self.id)
 
     def release(self, session: str, stream: str) -> None:
         """The request's response is stored: drop its lease (in the background)."""

@@ -39,8 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -64,6 +62,8 @@ from starlette.types import Send
 
 from ..errors import StorageError, UnknownSessionError
 from ..verdicts import Resumption
+from .again import Lease, stream_origin, take_lease
+from .again import bounded as _bounded
 from .forwarding import route
 from .live import Attachment, _vanished
 from .lost import end_if_lost
@@ -140,12 +140,20 @@ class ReplayTransport(TransportOverrides):
         message = _peek(body)
         request_id = _request_id(message)
         initialize = message is not None and message.get("method") == "initialize"
-        leased = request_id is not None and message and not initialize
+        leased = (
+            request_id is not None
+            and message is not None
+            and not initialize
+            and not self._refused_by_sdk(request, body)
+        )
         if replica.draining and request_id is not None:
             # New work goes to another replica; answers and notifications for
             # the requests still running here are taken.
             await self._unavailable(request, send, draining=True)
             return True
+        if leased and not await self._validate_request_headers(request, send):
+            return True
+        taken: str | None = None
         try:
             with _bounded(replica.settings.store_timeout):
                 if initialize:
@@ -153,16 +161,27 @@ class ReplayTransport(TransportOverrides):
                     # 200 response: an outage is a 503 now, not a cut stream.
                     await view.open()
                 destination = await self._destination(view, message)
+                again = None
                 if destination is None and leased and request_id is not None:
-                    known = await self._lease(view, sequence_name(request_id))
-                    if not known:
+                    stream = sequence_name(request_id)
+                    lease = await take_lease(view, stream)
+                    if lease is Lease.GONE:
                         await self._gone(request, send)
                         return True
+                    if lease is Lease.RECEIVED:
+                        again = stream
+                    else:
+                        taken = stream
             if view.closed or self.is_terminated:
                 # This replica dropped its copy of the session meanwhile (a
                 # store error, an end elsewhere): a retry is served afresh, by
                 # whichever replica adopts it again, or answered 404.
+                if taken is not None:
+                    await replica.give_back(view.session_id, taken)
                 await self._unavailable(request, send, dropped=True)
+                return True
+            if again is not None:
+                await self._answer_again(view, again, request, send)
                 return True
             if destination is not None:
                 if await self._validate_request_headers(request, send):
@@ -221,26 +240,75 @@ class ReplayTransport(TransportOverrides):
 
     # ------------------------------------------------------------ internals
 
-    async def _lease(self, view: SessionView, stream: str) -> bool:
-        """Take the request's lease; False if the store no longer has the session.
+    def _refused_by_sdk(self, request: Request, body: bytes) -> bool:
+        """True when the SDK will answer this POST with an error, without running it.
 
-        Both in one round trip's time. A session the store lost (expired, a
-        restart without persistence) would otherwise be found out by the
-        tool's first append, with its response already started: a cut stream
-        instead of the 404 that tells the client to initialize again.
+        The checks of the SDK's POST handler, before it dispatches: such a
+        request takes no lease (a lease nobody releases would make the
+        corrected request look like one received before).
         """
-        replica = view.replica
-        assert replica is not None
-        known = True
+        has_json, has_sse = check_accept_headers(request)
+        if not (has_json if self.is_json_response_enabled else has_json and has_sse):
+            return True
+        content_type = request.headers.get("content-type", "").split(";")[0]
+        if not any(part.strip() == CONTENT_TYPE_JSON for part in content_type.split(",")):
+            return True
+        try:
+            decode_message(body)
+        except ValueError:
+            return True
+        return False
 
-        async def look() -> None:
-            nonlocal known
-            known = await view.buffer.session_info(view.session_id) is not None
+    async def _answer_again(
+        self, view: SessionView, stream: str, request: Request, send: Send
+    ) -> None:
+        """A request received before: attach the client to its stream, do not run it again.
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(look)
-            await replica.acquire(view.session_id, stream)
-        return known
+        The client gets the request's stream from its start (replay, then
+        live): the one response, or the "request lost" error if the replica
+        that ran it stopped, exactly like a client resuming that stream.
+        """
+        _, has_sse = check_accept_headers(request)
+        if not has_sse:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.NOT_ACCEPTABLE,
+                INVALID_REQUEST,
+                "Not Acceptable: this request was received before; its answer is sent "
+                "again as a text/event-stream",
+                None,
+            )
+            return
+        logger.info(
+            "request %r of session %s was received before; attaching to its stream "
+            "instead of running it again",
+            stream[:64],
+            view.session_id,
+        )
+        try:
+            origin = await stream_origin(view, stream)
+        except StorageError:
+            await self._unavailable(request, send)
+            return
+        except UnknownSessionError:
+            await self._gone(request, send)
+            return
+        if origin is None:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.CONFLICT,
+                INVALID_REQUEST,
+                "Conflict: this request was received before and its stream can no longer "
+                "be replayed from its start (its events were evicted); it was not run again",
+                {"reason": "request_received"},
+            )
+            return
+        prime = _primes(request)
+        await self._attach(
+            lambda: view.live.attach_again(origin, stream, prime=prime), request, send, prime
+        )
 
     async def _gone(self, request: Request, send: Send) -> None:
         """The store no longer has this session: forget it here, answer 404 (initialize again)."""
@@ -500,16 +568,6 @@ class ReplayTransport(TransportOverrides):
 def _primes(request: Request) -> bool:
     version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
     return is_version_at_least(version, PRIMING_SINCE)
-
-
-@contextmanager
-def _bounded(seconds: float) -> Iterator[None]:
-    """Give up on the store after ``seconds``: a :class:`StorageError`, answered 503."""
-    try:
-        with anyio.fail_after(seconds):
-            yield
-    except TimeoutError as exc:
-        raise StorageError(f"the replay store did not answer within {seconds:g} s") from exc
 
 
 def _header_text(value: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import re
 import shutil
@@ -35,8 +36,12 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from replaystore import ReplayBuffer
+from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
 from replaystore.testing.servers import start_standalone as start_redis
+from replaystore.testing.sse import SSE, sse_events
+from tests.mcp._support import RawSession, progress_of, result_text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
@@ -151,30 +156,38 @@ class Deployment:
 
     def haproxy_servers(self) -> dict[str, str]:
         """HAProxy's view of the replicas: server name -> UP, DOWN, ... (its health check)."""
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(2)
-            sock.connect(str(self.haproxy_socket))
-            sock.sendall(b"show stat\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
-        rows = csv.DictReader(io.StringIO(data.decode().lstrip("# ")))
-        return {r["svname"]: r["status"] for r in rows if r["pxname"] == "replicas"}
+        return _haproxy_servers(self.haproxy_socket)
 
     def wait_haproxy(self, want: str, names: list[str], timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            seen = self.haproxy_servers()
-            if all(seen.get(n, "").startswith(want) for n in names):
-                return
-            assert time.monotonic() < deadline, f"HAProxy sees {seen}, not {want} for {names}"
-            time.sleep(0.2)
+        _wait_haproxy(self.haproxy_socket, want, names, timeout)
 
     def replica_of(self, replica_id: str) -> Replica:
         for replica in self.replicas:
             if replica_id in replica.wait_healthy():
                 return replica
         raise AssertionError(f"no replica says it is {replica_id}")
+
+
+def _haproxy_servers(socket_path: Path) -> dict[str, str]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(2)
+        sock.connect(str(socket_path))
+        sock.sendall(b"show stat\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    rows = csv.DictReader(io.StringIO(data.decode().lstrip("# ")))
+    return {r["svname"]: r["status"] for r in rows if r["pxname"] == "replicas"}
+
+
+def _wait_haproxy(socket_path: Path, want: str, names: list[str], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = _haproxy_servers(socket_path)
+        if all(seen.get(n, "").startswith(want) for n in names):
+            return
+        assert time.monotonic() < deadline, f"HAProxy sees {seen}, not {want} for {names}"
+        time.sleep(0.2)
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -186,6 +199,53 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
             return
         assert time.monotonic() < deadline, f"{what} does not listen on {port}"
         time.sleep(0.05)
+
+
+def _start_balancers(
+    work: Path, ports: list[int], procs: list[subprocess.Popen[bytes]]
+) -> tuple[int, int, Path]:
+    """nginx and HAProxy on the deploy/ files in front of ``ports``: their ports, HAProxy's socket.
+
+    The processes are appended to ``procs`` (the caller stops them).
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    nginx_port, haproxy_port = find_free_port(), find_free_port()
+    (work / "replaystore.conf").write_text(
+        render((DEPLOY / "nginx.conf").read_text(), ports, nginx_port)
+    )
+    temp = " ".join(
+        f"{kind}_temp_path {work}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (work / "nginx.conf").write_text(
+        f"daemon off;\nworker_processes 1;\npid {work}/nginx.pid;\n"
+        f"error_log {work}/nginx-error.log warn;\nevents {{ worker_connections 1024; }}\n"
+        f"http {{ access_log off; {temp} include {work}/replaystore.conf; }}\n"
+    )
+    (work / "haproxy.cfg").write_text(
+        render((DEPLOY / "haproxy.cfg").read_text(), ports, haproxy_port)
+    )
+    socket_path = work / "haproxy.sock"
+    # The test's own addition, in a file of its own: a socket to read HAProxy's health view.
+    (work / "haproxy-stats.cfg").write_text(f"global\n    stats socket {socket_path}\n")
+
+    nginx = [
+        "nginx", "-p", str(work), "-e", str(work / "nginx-error.log"),
+        "-c", str(work / "nginx.conf"),
+    ]  # fmt: skip
+    haproxy = [
+        "haproxy", "-db",
+        "-f", str(work / "haproxy-stats.cfg"), "-f", str(work / "haproxy.cfg"),
+    ]  # fmt: skip
+    for args, log in ((nginx, "nginx.out"), (haproxy, "haproxy.out")):
+        check = subprocess.run([*args, "-t"] if args[0] == "nginx" else [*args, "-c"],
+                               capture_output=True)  # fmt: skip
+        assert check.returncode == 0, check.stderr.decode(errors="replace")
+        with (work / log).open("wb") as out:
+            procs.append(subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out))
+    _wait_port(nginx_port, procs[-2], "nginx")
+    _wait_port(haproxy_port, procs[-1], "haproxy")
+    return nginx_port, haproxy_port, socket_path
 
 
 @pytest.fixture(scope="module")
@@ -200,44 +260,7 @@ def deployment() -> Iterator[Deployment]:
             replica.start()
         ports = [r.port for r in replicas]
 
-        nginx_port, haproxy_port = find_free_port(), find_free_port()
-        (work / "replaystore.conf").write_text(
-            render((DEPLOY / "nginx.conf").read_text(), ports, nginx_port)
-        )
-        temp = " ".join(
-            f"{kind}_temp_path {work}/{kind};"
-            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        )
-        (work / "nginx.conf").write_text(
-            f"daemon off;\nworker_processes 1;\npid {work}/nginx.pid;\n"
-            f"error_log {work}/nginx-error.log warn;\nevents {{ worker_connections 1024; }}\n"
-            f"http {{ access_log off; {temp} include {work}/replaystore.conf; }}\n"
-        )
-        (work / "haproxy.cfg").write_text(
-            render((DEPLOY / "haproxy.cfg").read_text(), ports, haproxy_port)
-        )
-        socket_path = work / "haproxy.sock"
-        # The test's own addition, in a file of its own: a socket to read HAProxy's health view.
-        (work / "haproxy-stats.cfg").write_text(f"global\n    stats socket {socket_path}\n")
-
-        nginx = [
-            "nginx", "-p", str(work), "-e", str(work / "nginx-error.log"),
-            "-c", str(work / "nginx.conf"),
-        ]  # fmt: skip
-        haproxy = [
-            "haproxy", "-db",
-            "-f", str(work / "haproxy-stats.cfg"), "-f", str(work / "haproxy.cfg"),
-        ]  # fmt: skip
-        for args, log in ((nginx, "nginx.out"), (haproxy, "haproxy.out")):
-            check = subprocess.run([*args, "-t"] if args[0] == "nginx" else [*args, "-c"],
-                                   capture_output=True)  # fmt: skip
-            assert check.returncode == 0, check.stderr.decode(errors="replace")
-            with (work / log).open("wb") as out:
-                procs.append(
-                    subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-                )
-        _wait_port(nginx_port, procs[0], "nginx")
-        _wait_port(haproxy_port, procs[1], "haproxy")
+        nginx_port, haproxy_port, socket_path = _start_balancers(work, ports, procs)
         for replica in replicas:
             replica.wait_healthy()
         yield Deployment(
@@ -462,6 +485,141 @@ async def test_sigkill_ends_the_call_with_an_error_within_the_lease(
     assert failure and "request lost" in str(failure[0]), failure
     assert took <= LEASE + 5, took
     assert progress == [float(i) for i in range(1, len(progress) + 1)]
+
+
+@contextlib.contextmanager
+def _balancers_behind_a_cut(deployment: Deployment) -> Iterator[tuple[TcpProxy, int, int, Path]]:
+    """Both balancers again, the first replica behind a proxy that can lose its answers."""
+    cutter = TcpProxy([("127.0.0.1", deployment.replicas[0].port)]).start()
+    ports = [cutter.port, *(r.port for r in deployment.replicas[1:])]
+    work = Path(tempfile.mkdtemp(prefix="replaystore-retried-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        nginx_port, haproxy_port, socket_path = _start_balancers(work, ports, procs)
+        _wait_haproxy(socket_path, "UP", ["replica1", "replica2", "replica3"])
+        yield cutter, nginx_port, haproxy_port, socket_path
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        cutter.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def _stored_messages(deployment: Deployment, session: str, stream: str) -> list[Any]:
+    """The messages the store holds for one request's stream."""
+    async with ReplayBuffer.from_url(deployment.redis.url) as buffer:
+        info = await buffer.session_info(session)
+        assert info is not None
+        stored = await buffer.resolve_and_replay(session, info.origin, stream)
+    assert stored.ok
+    return [json.loads(e.payload) for e in stored.events if e.payload is not None]
+
+
+async def test_a_post_nginx_sends_again_after_its_replica_took_it_runs_once(
+    deployment: Deployment,
+) -> None:
+    """A replica takes a POST, its answer is lost: nginx's retry gets the result of the one run.
+
+    A proxy in front of the first replica lets the request through, then cuts
+    the connection at the first byte of the answer: to nginx, an upstream
+    that closed before its response header, so it sends the POST to the next
+    replica (``proxy_next_upstream error ... non_idempotent``).
+    """
+    with _balancers_behind_a_cut(deployment) as (cutter, nginx_port, _, _):
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
+            session = await RawSession(http, f"http://127.0.0.1:{nginx_port}/mcp").initialize()
+            cut: tuple[int, list[SSE]] | None = None
+            for attempt in range(12):  # round robin: until one lands on the cut replica
+                token = f"cut-{attempt}-{os.urandom(4).hex()}"
+                cutter.drop_reply_after(token.encode())
+                request_id, body = session.call("countdown", {"n": 5, "interval_ms": 100}, token)
+                events: list[SSE] = []
+                with anyio.fail_after(30):
+                    async with session.post(body) as response:
+                        assert response.status_code == 200, await response.aread()
+                        async for event in sse_events(response):
+                            events.append(event)
+                            if event.message and event.message.get("id") == request_id:
+                                break
+                if cutter.wait_dropped(0):
+                    cut = (request_id, events)
+                    break
+            assert cut is not None, "nginx never sent a call to the first replica"
+    request_id, events = cut
+    assert [p for e in events if (p := progress_of(e)) is not None] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert result_text(events[-1], request_id) == "done 5"
+    # The store holds one run of it: five progress notifications, one response.
+    messages = await _stored_messages(deployment, session.session_id, str(request_id))
+    assert len([m for m in messages if "id" in m]) == 1
+    assert len([m for m in messages if m.get("method") == "notifications/progress"]) == 5
+
+
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+async def test_a_post_sent_again_after_its_replica_was_killed_is_answered_lost(
+    deployment: Deployment, balancer: str
+) -> None:
+    """The replica running a POST is SIGKILLed before answering; the balancer sends it again.
+
+    The proxy in front of the first replica holds that replica's answer (the
+    replica took the request and runs it); then the replica is killed: to the
+    balancer, an upstream that closed without answering. The POST sent again
+    gets "request lost" within the lease, and the tool does not run again.
+    """
+    victim = deployment.replicas[0]
+    with _balancers_behind_a_cut(deployment) as (cutter, nginx_port, haproxy_port, _):
+        port = nginx_port if balancer == "nginx" else haproxy_port
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
+            session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
+            found: tuple[int, list[SSE]] | None = None
+            for attempt in range(12):  # round robin: until one lands on the first replica
+                token = f"kill-{attempt}-{os.urandom(4).hex()}"
+                cutter.stall_reply_after(token.encode(), 0)
+                request_id, body = session.call("countdown", {"n": 20, "interval_ms": 100}, token)
+                events: list[SSE] = []
+                killed = anyio.Event()
+
+                async def kill_when_held(killed: anyio.Event = killed) -> None:
+                    if await anyio.to_thread.run_sync(cutter.wait_dropped, 3.0):
+                        await anyio.sleep(0.5)  # the tool runs and reports progress
+                        await anyio.to_thread.run_sync(victim.stop, signal.SIGKILL)
+                        killed.set()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(kill_when_held)
+                    with anyio.fail_after(30):
+                        async with session.post(body) as response:
+                            assert response.status_code == 200, await response.aread()
+                            async for event in sse_events(response):
+                                events.append(event)
+                                if event.message and event.message.get("id") == request_id:
+                                    break
+                if killed.is_set():
+                    found = (request_id, events)
+                    break
+            assert found is not None, f"{balancer} never sent a call to the first replica"
+    victim.start()
+    await anyio.to_thread.run_sync(victim.wait_healthy)
+    await anyio.to_thread.run_sync(deployment.wait_haproxy, "UP", ["replica1"])
+    request_id, events = found
+    final = events[-1].message
+    assert final is not None and final["error"]["message"] == (
+        "request lost: its server replica stopped"
+    ), final
+    progress = [p for e in events if (p := progress_of(e)) is not None]
+    assert progress and progress == [float(i) for i in range(1, len(progress) + 1)]
+    # One run, stopped by the kill: what the store holds is what the client got.
+    messages = await _stored_messages(deployment, session.session_id, str(request_id))
+    assert [m for m in messages if "id" in m] == [final]
+    assert len([m for m in messages if m.get("method") == "notifications/progress"]) == len(
+        progress
+    )
 
 
 def test_store_outage_initialize_is_503_and_new_sessions_work_after(

@@ -280,3 +280,98 @@ async def test_fastmcp_apps_answer_the_health_check_too() -> None:
             assert answer.status_code == 200 and answer.text.startswith("ok: replica ")
         finally:
             server.should_exit = True
+
+
+async def test_a_post_reaching_a_replica_that_just_let_its_session_go_is_503_then_served(
+    mcp_redis: ServerHandle,
+) -> None:
+    """The session is dropped here while a POST waits for the store: 503, and a retry runs.
+
+    The POST waits on its lease (the store is paused); meanwhile the replica
+    forgets its copy of the session (what it does when told the session
+    ended elsewhere, or when the store failed under it). The POST is answered
+    ``503 session_dropped`` with ``Retry-After``, never cut; the lease it took
+    is given back, so the same POST sent again is served afresh (the replica
+    adopts the session from the store again) and runs: it did not run before.
+    """
+    with TcpProxy([("127.0.0.1", mcp_redis.ports[0])]) as proxy:
+        app = build_app(f"{proxy.url()}?prefix=dropped:")
+        port = find_free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            try:
+                with anyio.fail_after(20):
+                    while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                        await anyio.sleep(0.02)
+                manager = app.state.replay_manager
+                async with httpx.AsyncClient(timeout=20) as http:
+                    session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
+                    request_id, body = session.call("countdown", {"n": 3, "interval_ms": 0})
+                    answers: list[httpx.Response] = []
+
+                    async def post() -> None:
+                        answers.append(
+                            await http.post(session.url, json=body, headers=session.headers())
+                        )
+
+                    proxy.pause()
+                    try:
+                        async with anyio.create_task_group() as posting:
+                            posting.start_soon(post)
+                            await anyio.sleep(0.3)  # the POST waits for its lease
+                            manager.ended_elsewhere(session.session_id)
+                            await anyio.sleep(0.2)
+                            proxy.resume()  # within the store timeout (1 s)
+                    finally:
+                        proxy.resume()
+                    (refused,) = answers
+                    assert refused.status_code == 503, refused.text
+                    assert refused.headers["retry-after"] == "1"
+                    assert refused.json()["error"]["data"]["reason"] == "session_dropped"
+                    # The retry the 503 asks for: the same request, served afresh.
+                    with anyio.fail_after(15):
+                        async with session.post(body) as response:
+                            assert response.status_code == 200, await response.aread()
+                            texts = [
+                                text
+                                async for event in sse_events(response)
+                                if (text := result_text(event, request_id)) is not None
+                            ]
+                    assert texts == ["done 3"]
+            finally:
+                server.should_exit = True
+
+
+async def test_a_post_sent_again_whose_stream_lost_its_start_is_409_and_not_run() -> None:
+    """The session's oldest events were evicted: the stream cannot be replayed from its start.
+
+    The request is not run again either: the answer is 409 with the reason
+    ``request_received``, and nothing more is stored for the request.
+    """
+    app = build_app("memory://ops-evicted", max_events=5)
+    port = find_free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        try:
+            with anyio.fail_after(20):
+                while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                    await anyio.sleep(0.02)
+            buffer = app.state.replay_manager._replay_store.buffer
+            async with httpx.AsyncClient(timeout=20) as http:
+                session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
+                request_id, body = session.call("countdown", {"n": 10, "interval_ms": 0}, "e")
+                async with session.post(body) as response:
+                    async for event in sse_events(response):
+                        if result_text(event, request_id) is not None:
+                            break
+                before = await buffer.session_info(session.session_id)
+                again = await http.post(session.url, json=body, headers=session.headers())
+                assert again.status_code == 409, again.text
+                assert again.json()["error"]["data"]["reason"] == "request_received"
+                after = await buffer.session_info(session.session_id)
+                assert before is not None and after is not None
+                assert after.high_water == before.high_water  # nothing ran, nothing stored
+        finally:
+            server.should_exit = True

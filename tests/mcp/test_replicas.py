@@ -10,6 +10,7 @@ a different process. The same case runs on FastMCP (three apps built with
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -468,7 +469,9 @@ async def test_replica_killed_mid_call(mcp_redis: ServerHandle, tmp_path: Path) 
                                 doomed.proc.send_signal(signal.SIGKILL)
                                 doomed.proc.wait(10)
                                 break
-                on_survivor = RawSession(http, survivor.url, session_id=victim.session_id)
+                on_survivor = RawSession(
+                    http, survivor.url, session_id=victim.session_id, next_id=victim.next_id
+                )
                 final: dict[str, Any] | None = None
                 with anyio.fail_after(30):  # a hang guard, not a timing assertion
                     while final is None:
@@ -532,4 +535,103 @@ async def test_a_replica_stopped_gracefully_hands_its_requests_over_at_once(
             assert final["error"]["message"] == "request lost: its server replica stopped"
     finally:
         stopping.stop()
+        survivor.stop()
+
+
+# ---------------------------------------------------------------- a request sent again
+
+
+def _progress_and_ids(events: list[SSE]) -> tuple[list[float], list[str]]:
+    """The progress values and the ids of the stored messages of one answer."""
+    progress = [value for event in events if (value := progress_of(event)) is not None]
+    ids = [event.id for event in events if event.message and event.id]
+    return progress, ids
+
+
+async def _read_answer(raw: RawSession, body: dict[str, Any], request_id: int) -> list[SSE]:
+    """POST ``body`` and read its SSE answer up to the request's response."""
+    events: list[SSE] = []
+    with anyio.fail_after(30):  # a hang guard
+        async with raw.post(body) as response:
+            assert response.status_code == 200, await response.aread()
+            async for event in sse_events(response):
+                events.append(event)
+                if event.message and event.message.get("id") == request_id:
+                    return events
+    raise AssertionError(f"the answer ended without the response: {events}")
+
+
+async def test_a_request_sent_twice_to_two_replicas_runs_once(
+    any_set: ReplicaSet, fresh: httpx.AsyncClient
+) -> None:
+    """The same POST at once on two replicas, then again later: one run, one result for all."""
+    a, b, c = any_set.replicas
+    session = await RawSession(fresh, a.url).initialize()
+    on_b = RawSession(fresh, b.url, session_id=session.session_id)
+    on_c = RawSession(fresh, c.url, session_id=session.session_id)
+    request_id, body = session.call("countdown", {"n": 20, "interval_ms": 20}, "twice")
+    answers: dict[str, list[SSE]] = {}
+
+    async def send(name: str, raw: RawSession) -> None:
+        answers[name] = await _read_answer(raw, body, request_id)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send, "a", session)
+        tg.start_soon(send, "b", on_b)
+    answers["c"] = await _read_answer(on_c, body, request_id)  # after the response
+    runs = {name: _progress_and_ids(events) for name, events in answers.items()}
+    for name, events in answers.items():
+        assert runs[name][0] == [float(i) for i in range(1, 21)], name
+        final = events[-1].message
+        assert final is not None and final["result"]["content"][0]["text"] == "done 20", name
+    # The very same stored events: the tool ran once (two runs store two interleaved sets).
+    assert runs["a"][1] == runs["b"][1] == runs["c"][1]
+    # A new request id runs as usual.
+    on_b.next_id = session.next_id
+    assert await on_b.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
+
+
+async def test_a_request_whose_replica_was_killed_sent_again_is_answered_lost(
+    mcp_redis: ServerHandle, tmp_path: Path
+) -> None:
+    """SIGKILL mid-call, the POST sent again elsewhere: "request lost", never a second run."""
+    store = f"{mcp_redis.url}?prefix=ra:"
+    lease = ("--lease-seconds", str(LEASE_SECONDS))
+    doomed, survivor = (spawn_replica(f"again-{i}", store, tmp_path, *lease) for i in range(2))
+    try:
+        wait_ready([doomed, survivor])
+        async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
+            session = await RawSession(http, doomed.url).initialize()
+            request_id, body = session.call("countdown", {"n": 10_000, "interval_ms": 20}, "k")
+            with anyio.fail_after(30):
+                async with session.post(body) as response:
+                    async for event in sse_events(response):
+                        if progress_of(event) == 3.0:
+                            doomed.proc.send_signal(signal.SIGKILL)
+                            doomed.proc.wait(10)
+                            break
+            on_survivor = RawSession(
+                http, survivor.url, session_id=session.session_id, next_id=session.next_id
+            )
+            events = await _read_answer(on_survivor, body, request_id)
+            progress, _ = _progress_and_ids(events)
+            final = events[-1].message
+            assert final is not None
+            assert final["error"]["message"] == "request lost: its server replica stopped"
+            assert progress[:3] == [1.0, 2.0, 3.0]
+            assert progress == [float(i) for i in range(1, len(progress) + 1)]
+            # What the store holds: one answer, and no progress after the kill's.
+            async with ReplayBuffer.from_url(store) as buffer:
+                info = await buffer.session_info(session.session_id)
+                assert info is not None
+                stored = await buffer.resolve_and_replay(
+                    session.session_id, info.origin, str(request_id)
+                )
+            assert stored.ok
+            messages = [json.loads(e.payload) for e in stored.events if e.payload is not None]
+            assert [m for m in messages if "id" in m] == [final]
+            assert len(messages) == len(progress) + 1
+            assert await on_survivor.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
+    finally:
+        doomed.stop()
         survivor.stop()
