@@ -1,7 +1,14 @@
 -- facts: what the rules need to judge a cursor, read in one atomic step (the
 -- decision is made by the client, in replaystore/_rules.py).
 -- ARGV: has_cursor, position, hint_tag ('' for none), hint_ordinal, named_tag
---       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold
+--       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold,
+--       cursor_epoch, cursor_stamp ('' for none), named_name, teardown
+-- teardown is '' (never tear down here) or "tombstone_ttl_ms,nonce,code=verdict,...":
+-- when the facts read show one of those codes for certain (see decided() below),
+-- the session is torn down in this same call, on exactly the state judged, and
+-- the reply's status is 'torn' with the code in SLOT.torn (the client's rules
+-- must reach the same code from the same facts: the tests compare the two).
+-- Anything else is left to the client, which tears down with close.lua.
 -- Reply: an array whose slots are named by SLOT; the chain's elements follow.
 local out = {}
 for j = 1, SLOT._n do out[j] = false end
@@ -13,13 +20,18 @@ end
 local has_cursor, p = arg(1) == '1', tonumber(arg(2))
 local hint_tag, hint_ord, named_tag = arg(3), tonumber(arg(4)), arg(5)
 local replay = arg(6) == '1'
-trim(tonumber(arg(7)), tonumber(arg(8)), now_ms())
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq')
+local now = now_ms()
+trim(tonumber(arg(7)), tonumber(arg(8)), now)
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'rf')
 local top, floor, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[5])
 out[SLOT.status] = 'ok'
 out[SLOT.epoch], out[SLOT.top], out[SLOT.floor] = meta[1], meta[2], meta[3]
 out[SLOT.count], out[SLOT.nseq] = meta[4], meta[5]
-if named_tag ~= '' then out[SLOT.named_state] = redis.call('HGET', M, 's:' .. named_tag) or false end
+local named_raw = nil
+if named_tag ~= '' then
+  named_raw = redis.call('HGET', M, 's:' .. named_tag)
+  out[SLOT.named_state] = named_raw or false
+end
 
 local function need(tag)
   out[SLOT.status] = 'need'
@@ -90,6 +102,48 @@ elseif has_cursor and p == 0 and floor <= 1 then
     chain_tag = tags[1]
   end
 end
+-- The failures decided here, in the order of the rules (replaystore/_rules.py,
+-- judge): only where the facts read leave no other outcome; nil otherwise.
+local function decided()
+  if not has_cursor then return 'malformed' end
+  if arg(11) ~= meta[1] then return 'foreign' end
+  if named_tag ~= '' then
+    local s = parse_state(named_raw)
+    if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
+  end
+  if p > top then return 'ahead' end
+  if p == 0 then return nil end
+  if p < floor then
+    if chain_tag then return nil end -- resumes, or a stamp to compare: the client's
+    return 'evicted'
+  end
+  local el = out[SLOT.record_element]
+  if not el or named_tag == '' or out[SLOT.record_tag] == named_tag then return nil end
+  local stamp = string.match(el, '^%d+,(%d+)')
+  if arg(12) ~= '' and tonumber(stamp) ~= tonumber(arg(12)) then return nil end -- other_event
+  return 'mismatch'
+end
+
+local teardown = arg(14)
+if replay and teardown ~= '' then
+  local code = decided()
+  local verdict = code and string.match(',' .. teardown .. ',', ',' .. code .. '=([%w_]+),')
+  if verdict then
+    local ttl, nonce = string.match(teardown, '^(%d+),(%x+),')
+    if out[SLOT.record_tag] then
+      -- the record's sequence names the cursor's in the evidence
+      local s = load(out[SLOT.record_tag])
+      if s then out[SLOT.chain_state] = state_text(s) end
+    end
+    out[SLOT.status] = 'torn'
+    out[SLOT.torn] = code
+    out[SLOT.touch] = {}
+    out[SLOT.sweep] = bury('{"code":"' .. code .. '","verdict":"' .. verdict .. '","id":"'
+                           .. nonce .. '"', tonumber(ttl))
+    return out
+  end
+end
+
 if chain_tag then
   local s = load(chain_tag)
   if s then
@@ -109,6 +163,11 @@ if chain_tag then
     end
   end
 end
-if replay then out[SLOT.touch] = refresh(tonumber(arg(9))) else out[SLOT.touch] = {} end
+out[SLOT.touch] = {}
+if replay then
+  local touch, due = refresh(tonumber(arg(9)), now, meta[6])
+  out[SLOT.touch] = touch
+  if due then redis.call('HSET', M, 'rf', due) end
+end
 out[SLOT.sweep] = sweep_due(tonumber(arg(10)))
 return out

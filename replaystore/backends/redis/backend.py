@@ -34,7 +34,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
-from ...verdicts import Resumption, Verdict
+from ...verdicts import REASONS, Resumption, Verdict
 from .. import register_backend
 from .._redis_client import build_client
 from ..base import Backend
@@ -387,6 +387,8 @@ class RedisBackend(Backend):
         r = self.retention
         named_tag = sequence_tag(sequence) if sequence is not None else ""
         declared = [t for t in (cursor.tag if cursor else None, named_tag) if t]
+        torn_down = replay and teardown
+        nonce = secrets.token_hex(8)
         for _ in range(8):
             tags = sorted(set(declared))
             out = await self._run(
@@ -404,35 +406,65 @@ class RedisBackend(Backend):
                     r.max_age_ms,
                     r.session_ttl_ms,
                     self._sweep_threshold,
+                    cursor.epoch if cursor else "",
+                    "" if cursor is None or cursor.stamp is None else cursor.stamp,
+                    (sequence or "").encode("utf-8"),
+                    f"{r.tombstone_ttl_ms},{nonce},{_DECIDED_IN_LUA}" if torn_down else "",
                 ],
                 retry=True,
             )
             status = out[SLOT["status"]]
             if status == b"gone":
                 tomb = decode_tombstone(out[SLOT["tombstone"]])
+                if tomb is not None and f'"id":"{nonce}"'.encode() in out[SLOT["tombstone"]]:
+                    # This call's own teardown, its reply lost and the call sent again.
+                    evidence = unknown_session(session, raw_cursor, tomb)
+                    return Resumption(tomb.verdict or Verdict.UNKNOWN_SESSION, evidence, sequence)
                 evidence = unknown_session(session, raw_cursor, tomb)
                 return Resumption(Verdict.UNKNOWN_SESSION, evidence, sequence)
             if status == b"need":
                 declared.append(out[SLOT["need_tag"]].decode())
                 continue
             facts = decode_facts(out)
-            await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
             judgement = judge(facts, cursor, sequence)
             failed = judgement.verdict is not Verdict.RESUMED
-            torn_down = failed and replay and teardown
-            if torn_down:
-                tomb_json = json.dumps(
-                    {"code": judgement.code, "verdict": judgement.verdict.value}
-                )[:-1]
-                expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
-                if not await self._close(session, tomb_json, expect, tags):
-                    continue  # the session moved since the facts were read: judge again
+            if status == b"torn":
+                # Torn down by the script on the facts it read: the rules must agree.
+                if judgement.code != out[SLOT["torn"]].decode():
+                    raise StorageError(
+                        f"the teardown script decided {out[SLOT['torn']].decode()!r} where "
+                        f"the rules decide {judgement.code!r}"
+                    )
+                await self._sweep_lists(session, out[SLOT["sweep"]])
+            else:
+                await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
+                if failed and torn_down:
+                    tomb_json = json.dumps(
+                        {"code": judgement.code, "verdict": judgement.verdict.value}
+                    )[:-1]
+                    expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
+                    if not await self._close(session, tomb_json, expect, tags):
+                        continue  # the session moved since the facts were read: judge again
             evidence = evidence_for(
-                session, raw_cursor, cursor, facts, judgement, torn_down=torn_down, replay=replay
+                session,
+                raw_cursor,
+                cursor,
+                facts,
+                judgement,
+                torn_down=failed and torn_down,
+                replay=replay,
             )
             events = judgement.chain.events(facts.epoch) if replay and not failed else []
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
         raise StorageError("the session kept changing while a resume was judged; try again")
+
+
+#: The failures ``facts.lua`` may decide and tear down in the same call, with
+#: their verdicts (from the one table of reasons): the common failed reconnects.
+_DECIDED_IN_LUA = ",".join(
+    f"{code}={REASONS[code][0].value}"
+    for code in ("malformed", "foreign", "ahead", "evicted", "mismatch")
+)
 
 
 def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:

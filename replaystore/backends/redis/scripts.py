@@ -44,6 +44,7 @@ FACT_SLOTS = (
     "evicted_element",
     "touch",
     "sweep",
+    "torn",
 )
 SLOT = {name: index for index, name in enumerate(FACT_SLOTS)}
 _PRELUDE = (
