@@ -363,6 +363,28 @@ class RedisBackend(Backend):
         for start in range(0, len(names), _CHUNK):
             await self._run("sweep", session, names[start : start + _CHUNK], [], retry=True)
 
+    def _facts_args(
+        self, cursor: Cursor | None, sequence: str | None, *, replay: bool, teardown: str
+    ) -> list[Any]:
+        """``facts.lua``'s arguments; ``teardown`` as that script describes it."""
+        r = self.retention
+        return [
+            1 if cursor else 0,
+            cursor.position if cursor else 0,
+            cursor.tag or "" if cursor else "",
+            cursor.ordinal or 0 if cursor else 0,
+            sequence_tag(sequence) if sequence is not None else "",
+            1 if replay else 0,
+            r.max_events,
+            r.max_age_ms,
+            r.session_ttl_ms,
+            self._sweep_threshold,
+            cursor.epoch if cursor else "",
+            "" if cursor is None or cursor.stamp is None else cursor.stamp,
+            (sequence or "").encode("utf-8"),
+            teardown,
+        ]
+
     async def resolve(
         self,
         session: str,
@@ -391,26 +413,12 @@ class RedisBackend(Backend):
         nonce = secrets.token_hex(8)
         for _ in range(8):
             tags = sorted(set(declared))
+            spec = f"{r.tombstone_ttl_ms},{nonce},{_DECIDED_IN_LUA}" if torn_down else ""
             out = await self._run(
                 "facts",
                 session,
                 tags,
-                [
-                    1 if cursor else 0,
-                    cursor.position if cursor else 0,
-                    cursor.tag or "" if cursor else "",
-                    cursor.ordinal or 0 if cursor else 0,
-                    named_tag,
-                    1 if replay else 0,
-                    r.max_events,
-                    r.max_age_ms,
-                    r.session_ttl_ms,
-                    self._sweep_threshold,
-                    cursor.epoch if cursor else "",
-                    "" if cursor is None or cursor.stamp is None else cursor.stamp,
-                    (sequence or "").encode("utf-8"),
-                    f"{r.tombstone_ttl_ms},{nonce},{_DECIDED_IN_LUA}" if torn_down else "",
-                ],
+                self._facts_args(cursor, sequence, replay=replay, teardown=spec),
                 retry=True,
             )
             status = out[SLOT["status"]]
