@@ -165,7 +165,7 @@ if chain_tag then
 end
 out[SLOT.touch] = {}
 if replay then
-  local touch, due = refresh(tonumber(arg(9)), now, meta[6])
+  local touch, due = refresh(tonumber(arg(9)), now, meta[6], CLOCK_MARGIN_MS)
   out[SLOT.touch] = touch
   if due then redis.call('HSET', M, 'rf', due) end
 end

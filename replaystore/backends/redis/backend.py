@@ -2,9 +2,12 @@
 
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
-decided here by ``replaystore/_rules.py``, the same rules as in memory, and a
-failed resume is torn down by ``close.lua`` as a compare-and-delete on the
-state the verdict was decided on (judged again if the session moved). Sweeps
+decided here by ``replaystore/_rules.py``, the same rules as in memory. A
+failed resume costs one script when the facts leave no doubt about its
+failure (``facts.lua`` tears it down on the state it read, and the rules must
+reach the same code from those facts, or the call fails); otherwise it is torn
+down by ``close.lua`` as a compare-and-delete on the state the verdict was
+decided on (judged again if the session moved). Sweeps
 of evicted elements and lazy TTL refreshes follow as separate operations only
 when a script says they are due.
 """
