@@ -191,9 +191,11 @@ local function mark_dirty(dirtied)
   end
 end
 
--- evict() for a caller with no sequence of its own, bookkeeping saved.
-local function trim(max_events, max_age_ms, now)
-  local meta = redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq', 'ra')
+-- evict() for a caller with no sequence of its own, bookkeeping saved. `meta`
+-- is {top, floor, count, nseq, ra} when the caller has read them already.
+-- Returns the floor, count and nseq after it.
+local function trim(max_events, max_age_ms, now, meta)
+  meta = meta or redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq', 'ra')
   local evicted, floor, count, nseq, dirtied, _, head_at =
     evict(max_events, max_age_ms, now, meta[1], meta[2], meta[3], meta[4])
   if evicted > 0 then
@@ -201,6 +203,7 @@ local function trim(max_events, max_age_ms, now)
     mark_dirty(dirtied)
   end
   if head_at and tostring(head_at) ~= meta[5] then redis.call('HSET', M, 'ra', head_at) end
+  return floor, count, nseq
 end
 
 -- Tags of every sequence of the session (for a refresh or a teardown).
@@ -216,8 +219,8 @@ end
 
 -- Delete the session and leave the tombstone `tomb` (JSON without its time and
 -- closing brace) for ttl_ms. The declared lists go with it; returns the tags
--- of the others, which the client sweeps next.
-local function bury(tomb, ttl_ms)
+-- of the others, which the client sweeps next. `now` when the caller has it.
+local function bury(tomb, ttl_ms, now)
   local out = {}
   for _, tag in ipairs(all_tags()) do
     if not Q[tag] then out[#out + 1] = tag end
@@ -227,7 +230,7 @@ local function bury(tomb, ttl_ms)
   end
   redis.call('DEL', M, I, G, K, K2, X)
   for _, q in pairs(Q) do redis.call('DEL', q) end
-  redis.call('SET', T, tomb .. ',"at":' .. now_ms() .. '}', 'PX', ttl_ms)
+  redis.call('SET', T, tomb .. ',"at":' .. (now or now_ms()) .. '}', 'PX', ttl_ms)
   return out
 end
 

@@ -12,23 +12,72 @@
 -- Reply: an array whose slots are named by SLOT; the chain's elements follow.
 local out = {}
 for j = 1, SLOT._n do out[j] = false end
-if redis.call('EXISTS', M) == 0 then
+local has_cursor, p = arg(1) == '1', tonumber(arg(2))
+local hint_tag, hint_ord, named_tag = arg(3), tonumber(arg(4)), arg(5)
+local replay = arg(6) == '1'
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'rf', 'ra',
+                        's:' .. named_tag)
+if not meta[1] then
   out[SLOT.status] = 'gone'
   out[SLOT.tombstone] = redis.call('GET', T) or false
   return out
 end
-local has_cursor, p = arg(1) == '1', tonumber(arg(2))
-local hint_tag, hint_ord, named_tag = arg(3), tonumber(arg(4)), arg(5)
-local replay = arg(6) == '1'
-local now = now_ms()
-trim(tonumber(arg(7)), tonumber(arg(8)), now)
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'rf')
-local top, floor, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[5])
-out[SLOT.status] = 'ok'
-out[SLOT.epoch], out[SLOT.top], out[SLOT.floor] = meta[1], meta[2], meta[3]
-out[SLOT.count], out[SLOT.nseq] = meta[4], meta[5]
+local top = tonumber(meta[2])
 local named_raw = nil
 if named_tag ~= '' then
+  named_raw = meta[8]
+  out[SLOT.named_state] = named_raw or false
+end
+out[SLOT.status] = 'ok'
+out[SLOT.epoch], out[SLOT.top] = meta[1], meta[2]
+out[SLOT.floor], out[SLOT.count], out[SLOT.nseq] = meta[3], meta[4], meta[5]
+
+-- The teardown of a failure decided here (see decided() below): the session
+-- and the declared lists deleted, the tombstone left, the other lists' tags
+-- returned for a sweep.
+local teardown = ''
+if replay then teardown = arg(14) end
+local function torn(code, now)
+  local verdict = string.match(',' .. teardown .. ',', ',' .. code .. '=([%w_]+),')
+  if not verdict then return nil end
+  local ttl, nonce = string.match(teardown, '^(%d+),(%x+),')
+  if out[SLOT.record_tag] then
+    -- the record's sequence names the cursor's in the evidence
+    local s = load(out[SLOT.record_tag])
+    if s then out[SLOT.chain_state] = state_text(s) end
+  end
+  out[SLOT.status] = 'torn'
+  out[SLOT.torn] = code
+  out[SLOT.touch] = {}
+  out[SLOT.sweep] = bury('{"code":"' .. code .. '","verdict":"' .. verdict .. '","id":"'
+                         .. nonce .. '"', tonumber(ttl), now)
+  return out
+end
+
+-- The failures decided by the meta hash alone, in the order of the rules
+-- (replaystore/_rules.py, judge), before anything else is read or evicted:
+-- eviction changes none of them, and the session goes anyway.
+local function decided_early()
+  if not has_cursor then return 'malformed' end
+  if arg(11) ~= meta[1] then return 'foreign' end
+  if named_tag ~= '' then
+    local s = parse_state(named_raw)
+    if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
+  end
+  if p > top then return 'ahead' end
+  return nil
+end
+if teardown ~= '' then
+  local code = decided_early()
+  if code and torn(code) then return out end
+end
+
+local now = now_ms()
+local floor, count, nseq = trim(tonumber(arg(7)), tonumber(arg(8)), now,
+                                {meta[2], meta[3], meta[4], meta[5], meta[7]})
+out[SLOT.floor], out[SLOT.count], out[SLOT.nseq] = floor, count, nseq
+if named_tag ~= '' and floor ~= tonumber(meta[3]) then
+  -- eviction changed the named sequence's state, or forgot it
   named_raw = redis.call('HGET', M, 's:' .. named_tag)
   out[SLOT.named_state] = named_raw or false
 end
@@ -102,17 +151,14 @@ elseif has_cursor and p == 0 and floor <= 1 then
     chain_tag = tags[1]
   end
 end
--- The failures decided here, in the order of the rules (replaystore/_rules.py,
--- judge): only where the facts read leave no other outcome; nil otherwise.
+-- The failures decided once the cursor's event is looked up (after eviction),
+-- in the order of the rules; nil where the client must decide.
 local function decided()
-  if not has_cursor then return 'malformed' end
-  if arg(11) ~= meta[1] then return 'foreign' end
+  if p == 0 or p > top then return nil end
   if named_tag ~= '' then
     local s = parse_state(named_raw)
     if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
   end
-  if p > top then return 'ahead' end
-  if p == 0 then return nil end
   if p < floor then
     if chain_tag then return nil end -- resumes, or a stamp to compare: the client's
     return 'evicted'
@@ -123,25 +169,9 @@ local function decided()
   if arg(12) ~= '' and tonumber(stamp) ~= tonumber(arg(12)) then return nil end -- other_event
   return 'mismatch'
 end
-
-local teardown = arg(14)
-if replay and teardown ~= '' then
+if teardown ~= '' then
   local code = decided()
-  local verdict = code and string.match(',' .. teardown .. ',', ',' .. code .. '=([%w_]+),')
-  if verdict then
-    local ttl, nonce = string.match(teardown, '^(%d+),(%x+),')
-    if out[SLOT.record_tag] then
-      -- the record's sequence names the cursor's in the evidence
-      local s = load(out[SLOT.record_tag])
-      if s then out[SLOT.chain_state] = state_text(s) end
-    end
-    out[SLOT.status] = 'torn'
-    out[SLOT.torn] = code
-    out[SLOT.touch] = {}
-    out[SLOT.sweep] = bury('{"code":"' .. code .. '","verdict":"' .. verdict .. '","id":"'
-                           .. nonce .. '"', tonumber(ttl))
-    return out
-  end
+  if code and torn(code, now) then return out end
 end
 
 if chain_tag then
