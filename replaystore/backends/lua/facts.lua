@@ -154,7 +154,7 @@ end
 -- The failures decided once the cursor's event is looked up (after eviction),
 -- in the order of the rules; nil where the client must decide.
 local function decided()
-  if p == 0 or p > top then return nil end
+  if not has_cursor or arg(11) ~= meta[1] or p == 0 or p > top then return nil end
   if named_tag ~= '' then
     local s = parse_state(named_raw)
     if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
