@@ -3,11 +3,15 @@
 -- ARGV: has_cursor, position, hint_tag ('' for none), hint_ordinal, named_tag
 --       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold,
 --       cursor_epoch, cursor_stamp ('' for none), named_name, teardown
--- teardown is '' (never tear down here) or "tombstone_ttl_ms,nonce,code=verdict,...":
--- when the facts read show one of those codes for certain (see decided() below),
--- the session is torn down in this same call, on exactly the state judged, and
--- the reply's status is 'torn' with the code in SLOT.torn (the client's rules
--- must reach the same code from the same facts: the tests compare the two).
+-- teardown is '' (never tear down here) or
+-- "tombstone_ttl_ms,nonce,condition=code:verdict,...": when one of the named
+-- conditions below holds (checked in decided_early() and decided(), in the
+-- order of the rules), the session is torn down in this same call, on exactly
+-- the state read, with the tombstone of that code and verdict, and the reply's
+-- status is 'torn' with the code in SLOT.torn. The script names conditions on
+-- the facts, never a verdict: the client maps each condition to its code, and
+-- its rules (replaystore/_rules.py) must reach that code from the facts
+-- returned, or the call fails (a test compares the two over generated cases).
 -- Anything else is left to the client, which tears down with close.lua.
 -- Reply: an array whose slots are named by SLOT; the chain's elements follow.
 local out = {}
@@ -37,9 +41,10 @@ out[SLOT.floor], out[SLOT.count], out[SLOT.nseq] = meta[3], meta[4], meta[5]
 -- returned for a sweep.
 local teardown = ''
 if replay then teardown = arg(14) end
-local function torn(code, now)
-  local verdict = string.match(',' .. teardown .. ',', ',' .. code .. '=([%w_]+),')
-  if not verdict then return nil end
+local function torn(condition, now)
+  local code, verdict =
+    string.match(',' .. teardown .. ',', ',' .. condition .. '=([%w_]+):([%w_]+),')
+  if not code then return nil end
   local ttl, nonce = string.match(teardown, '^(%d+),(%x+),')
   if out[SLOT.record_tag] then
     -- the record's sequence names the cursor's in the evidence
@@ -54,17 +59,17 @@ local function torn(code, now)
   return out
 end
 
--- The failures decided by the meta hash alone, in the order of the rules
+-- The conditions read from the meta hash alone, in the order of the rules
 -- (replaystore/_rules.py, judge), before anything else is read or evicted:
 -- eviction changes none of them, and the session goes anyway.
 local function decided_early()
-  if not has_cursor then return 'malformed' end
-  if arg(11) ~= meta[1] then return 'foreign' end
+  if not has_cursor then return 'no_cursor' end
+  if arg(11) ~= meta[1] then return 'epoch_differs' end
   if named_tag ~= '' then
     local s = parse_state(named_raw)
     if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
   end
-  if p > top then return 'ahead' end
+  if p > top then return 'past_top' end
   return nil
 end
 if teardown ~= '' then
@@ -151,7 +156,7 @@ elseif has_cursor and p == 0 and floor <= 1 then
     chain_tag = tags[1]
   end
 end
--- The failures decided once the cursor's event is looked up (after eviction),
+-- The conditions read once the cursor's event is looked up (after eviction),
 -- in the order of the rules; nil where the client must decide.
 local function decided()
   if not has_cursor or arg(11) ~= meta[1] or p == 0 or p > top then return nil end
@@ -161,13 +166,13 @@ local function decided()
   end
   if p < floor then
     if chain_tag then return nil end -- resumes, or a stamp to compare: the client's
-    return 'evicted'
+    return 'below_floor_unproven'
   end
   local el = out[SLOT.record_element]
   if not el or named_tag == '' or out[SLOT.record_tag] == named_tag then return nil end
   local stamp = string.match(el, '^%d+,(%d+)')
   if arg(12) ~= '' and tonumber(stamp) ~= tonumber(arg(12)) then return nil end -- other_event
-  return 'mismatch'
+  return 'other_sequence'
 end
 if teardown ~= '' then
   local code = decided()

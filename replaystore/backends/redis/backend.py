@@ -470,11 +470,19 @@ class RedisBackend(Backend):
         raise StorageError("the session kept changing while a resume was judged; try again")
 
 
-#: The failures ``facts.lua`` may decide and tear down in the same call, with
-#: their verdicts (from the one table of reasons): the common failed reconnects.
+#: The conditions ``facts.lua`` checks to tear down in the same call (the common
+#: failed reconnects), and the reason code each means under the rules, with
+#: its verdict from the one table of reasons.
+_TEARDOWN_CONDITIONS = {
+    "no_cursor": "malformed",
+    "epoch_differs": "foreign",
+    "past_top": "ahead",
+    "below_floor_unproven": "evicted",
+    "other_sequence": "mismatch",
+}
 _DECIDED_IN_LUA = ",".join(
-    f"{code}={REASONS[code][0].value}"
-    for code in ("malformed", "foreign", "ahead", "evicted", "mismatch")
+    f"{condition}={code}:{REASONS[code][0].value}"
+    for condition, code in _TEARDOWN_CONDITIONS.items()
 )
 
 
