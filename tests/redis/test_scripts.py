@@ -7,6 +7,7 @@ Redis server of its own (``scratch_server``).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -306,8 +307,71 @@ async def test_replay_cost_independent_of_history(
     assert small == big == deep
     # A replay is one pipelined read: the bookkeeping and one native range read.
     resolve_calls, replay_calls = small
-    assert replay_calls == {"hmget": 1, "lrange": 1, "pttl": 1}
+    assert replay_calls == {"hmget": 1, "lrange": 1}
     assert sum(resolve_calls.values()) < 20, resolve_calls
+
+
+async def test_a_resume_reads_two_commands_and_the_script_takes_what_falls_due(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """With an age limit too, a hinted resume is ``HMGET`` and ``LRANGE``: when
+    the TTL refresh falls due (``rf``) and when the oldest run ages out
+    (``ra``) are read from the meta hash. A session whose meta hash lacks them
+    (written by an earlier version), or where either moment is near, is
+    resolved by the script, which refreshes, evicts and writes them back: the
+    next resume is two commands again."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(
+            scratch_server.url, prefix=prefix, max_age=3600.0, session_ttl=600.0
+        ) as buf:
+            await buf.open_session("s")
+            ids = [await buf.append("s", "q", b"%d" % i) for i in range(5)]
+            meta = f"{buf.backend.key_base('s')}:m"  # type: ignore[attr-defined]
+
+            async def resume() -> dict[str, int]:
+                await admin.config_resetstat()
+                replay = await buf.resolve_and_replay("s", ids[1])
+                assert replay.verdict is Verdict.RESUMED
+                assert [e.event_id for e in replay.events] == ids[2:]
+                return await command_calls(admin)
+
+            assert await resume() == {"hmget": 1, "lrange": 1}
+            ra, rf = await admin.hmget(meta, "ra", "rf")
+            assert ra is not None and rf is not None
+
+            # Written by an earlier version: no 'ra', no 'rf'.
+            await admin.hdel(meta, "ra", "rf")
+            assert "fcall" in await resume()
+            again = await admin.hmget(meta, "ra", "rf")
+            assert again[0] == ra and again[1] is not None, again
+            assert await resume() == {"hmget": 1, "lrange": 1}
+
+            # The refresh falls due within the clock margin: the script refreshes
+            # (early), and the next resume is two commands again.
+            await admin.pexpire(meta, 540_000 + 500)
+            await admin.hset(meta, "rf", int(time.time() * 1000) + 500)
+            stats = await resume()
+            assert "fcall" in stats and "pexpire" in stats, stats
+            assert await admin.pttl(meta) > 590_000
+            assert int(await admin.hget(meta, "rf")) > time.time() * 1000 + 50_000
+            assert await resume() == {"hmget": 1, "lrange": 1}
+
+            # An 'rf' near but the TTL not: the script only corrects 'rf'.
+            await admin.hset(meta, "rf", int(time.time() * 1000) + 500)
+            stats = await resume()
+            assert "fcall" in stats and "pexpire" not in stats, stats
+            assert int(await admin.hget(meta, "rf")) > time.time() * 1000 + 50_000
+            assert await resume() == {"hmget": 1, "lrange": 1}
+
+            # The oldest run ages out within the margin: the script decides
+            # (nothing is old enough to go yet, so the resume stands).
+            await admin.hset(meta, "ra", int(time.time() * 1000) - 3_600_000 + 500)
+            assert "fcall" in await resume()
+            assert await admin.hget(meta, "ra") == ra
+            assert await resume() == {"hmget": 1, "lrange": 1}
+    finally:
+        await admin.aclose()
 
 
 async def test_an_acl_without_functions_runs_scripts(
@@ -420,9 +484,10 @@ async def test_run_index_holds_one_entry_per_stretch(
 async def test_teardown_deletes_the_judged_lists_in_the_same_call(
     scratch_server: ServerHandle, prefix: str
 ) -> None:
-    """A failed resume costs the judge's facts and the teardown, and the
-    teardown deletes the lists it declared (the cursor's sequence): a session
-    of one sequence needs no sweep after it; lists of other sequences go in one
+    """A failed resume whose verdict the facts script can read for certain is
+    one call after the fast path's read: the facts and the teardown, which
+    deletes the lists it declared (the cursor's sequence). A session of one
+    sequence needs no sweep after it; lists of other sequences go in one
     sweep. Only the tombstone is left."""
     admin = aioredis.Redis.from_url(scratch_server.url)
     try:
@@ -437,7 +502,7 @@ async def test_teardown_deletes_the_judged_lists_in_the_same_call(
                 assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
                 assert res.evidence.torn_down
                 sweeps = 0 if len(sequences) == 1 else 1
-                assert counter.take() == ["PIPELINE"] + ["FCALL"] * (2 + sweeps)
+                assert counter.take() == ["PIPELINE"] + ["FCALL"] * (1 + sweeps)
                 base = buf.backend.key_base(session)  # type: ignore[attr-defined]
                 left = [k.decode() async for k in admin.scan_iter(match=f"{base}*")]
                 assert left == [f"{base}:t"], left

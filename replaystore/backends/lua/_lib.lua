@@ -116,23 +116,27 @@ end
 -- touched) and their tags go to G, until a sweep with those lists declared
 -- removes them. The sequence `own` (tag `own_tag`, state in hand, list
 -- declared) is updated in place and not marked: its caller saves it.
--- Returns evicted, floor, count, nseq, how many evicted events went to G, and
--- lost: true when the session is over max_events but the index cannot place
+-- Returns evicted, floor, count, nseq, how many evicted events went to G,
+-- lost, and the start (ms) of the oldest run read (with an age limit; never
+-- later than the oldest run's real start, which only moves forward): kept in
+-- the meta field 'ra' so that a resume can tell from the meta hash alone that
+-- no age eviction is due. lost is true when the session is over max_events but the index cannot place
 -- the oldest events (the index, or its oldest runs, were lost: it no longer
 -- starts at the floor), so nothing can be evicted in order. (Age alone is not
 -- enough to say lost: the events' ages went with the index, so they stay, up
 -- to max_events.)
 local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_tag, own)
   top, floor, count, nseq = tonumber(top), tonumber(floor), tonumber(count), tonumber(nseq)
-  local evicted, dirtied = 0, 0
+  local evicted, dirtied, head_at = 0, 0, nil
   while count > 0 and (count > max_events or max_age_ms > 0) do
     local run = run_of(redis.call('LINDEX', I, 0))
     -- The oldest run always starts at or before the floor: if it does not
     -- (or there is none), the index lost runs and the events at the floor
     -- belong to no known sequence.
     if not run or run.pos > floor then
-      return evicted, floor, count, nseq, dirtied, count > max_events
+      return evicted, floor, count, nseq, dirtied, count > max_events, head_at
     end
+    if max_age_ms > 0 then head_at = run.at end
     local after = run_of(redis.call('LINDEX', I, 1))
     local stop = top + 1
     if after then stop = after.pos end
@@ -177,7 +181,7 @@ local function evict(max_events, max_age_ms, now, top, floor, count, nseq, own_t
       if floor >= stop then redis.call('LPOP', I) end
     end
   end
-  return evicted, floor, count, nseq, dirtied, false
+  return evicted, floor, count, nseq, dirtied, false, head_at
 end
 
 local function mark_dirty(dirtied)
@@ -187,15 +191,19 @@ local function mark_dirty(dirtied)
   end
 end
 
--- evict() for a caller with no sequence of its own, bookkeeping saved.
-local function trim(max_events, max_age_ms, now)
-  local meta = redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq')
-  local evicted, floor, count, nseq, dirtied =
+-- evict() for a caller with no sequence of its own, bookkeeping saved. `meta`
+-- is {top, floor, count, nseq, ra} when the caller has read them already.
+-- Returns the floor, count and nseq after it.
+local function trim(max_events, max_age_ms, now, meta)
+  meta = meta or redis.call('HMGET', M, 'top', 'floor', 'count', 'nseq', 'ra')
+  local evicted, floor, count, nseq, dirtied, _, head_at =
     evict(max_events, max_age_ms, now, meta[1], meta[2], meta[3], meta[4])
   if evicted > 0 then
     redis.call('HSET', M, 'floor', floor, 'count', count, 'nseq', nseq)
     mark_dirty(dirtied)
   end
+  if head_at and tostring(head_at) ~= meta[5] then redis.call('HSET', M, 'ra', head_at) end
+  return floor, count, nseq
 end
 
 -- Tags of every sequence of the session (for a refresh or a teardown).
@@ -211,8 +219,8 @@ end
 
 -- Delete the session and leave the tombstone `tomb` (JSON without its time and
 -- closing brace) for ttl_ms. The declared lists go with it; returns the tags
--- of the others, which the client sweeps next.
-local function bury(tomb, ttl_ms)
+-- of the others, which the client sweeps next. `now` when the caller has it.
+local function bury(tomb, ttl_ms, now)
   local out = {}
   for _, tag in ipairs(all_tags()) do
     if not Q[tag] then out[#out + 1] = tag end
@@ -222,7 +230,7 @@ local function bury(tomb, ttl_ms)
   end
   redis.call('DEL', M, I, G, K, K2, X)
   for _, q in pairs(Q) do redis.call('DEL', q) end
-  redis.call('SET', T, tomb .. ',"at":' .. now_ms() .. '}', 'PX', ttl_ms)
+  redis.call('SET', T, tomb .. ',"at":' .. (now or now_ms()) .. '}', 'PX', ttl_ms)
   return out
 end
 
@@ -232,12 +240,16 @@ end
 -- A caller that knows the time (`now`) and the meta field 'rf' (`due`: the
 -- moment the refresh falls due, as far as known) skips the PTTL while `now` is
 -- before it, and gets back a new 'rf' to store. 'rf' is never later than the
--- real due time: every PEXPIRE of the meta hash extends it.
-local function refresh(ttl_ms, now, due)
-  if now and due and now < tonumber(due) then return {}, nil end
+-- real due time: every PEXPIRE of the meta hash extends it. `early` (ms)
+-- refreshes that much ahead of time: a resume calls the script within
+-- CLOCK_MARGIN_MS of 'rf' (the clocks may differ), and refreshing then gets the
+-- following resumes back on the fast path.
+local function refresh(ttl_ms, now, due, early)
+  early = early or 0
+  if now and due and now + early < tonumber(due) then return {}, nil end
   local keep = math.floor(ttl_ms * 0.9)
   local left = redis.call('PTTL', M)
-  if left >= 0 and left >= keep then return {}, now and now + left - keep end
+  if left >= 0 and left >= keep + early then return {}, now and now + left - keep end
   for _, key in ipairs({M, I, G, K, K2, X}) do redis.call('PEXPIRE', key, ttl_ms) end
   for _, key in pairs(Q) do redis.call('PEXPIRE', key, ttl_ms) end
   return all_tags(), now and now + ttl_ms - keep

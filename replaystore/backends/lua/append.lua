@@ -24,7 +24,7 @@ local tag, name, key = AV[2], arg(1), arg(4)
 -- path costs more than the three fields the common case does not use, and
 -- appends of interleaved sequences take the general path every time.
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf',
-                        'floor', 'nseq', 'lr')
+                        'floor', 'nseq', 'lr', 'ra')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 if key ~= '' then
@@ -126,7 +126,7 @@ end
 if #batch > 0 then
   hold_places(q, redis.call('RPUSH', q, unpack(batch)), want)
 end
-local _, floor, count, nseq, dirtied, lost =
+local _, floor, count, nseq, dirtied, lost, head_at =
   evict(max_events, max_age, now, top, meta[7], count, nseq, tag, s)
 if lost then
   -- Retention cannot be kept (the session would grow without bound, or evict
@@ -148,6 +148,10 @@ fields[#fields + 1] = state_text(s)
 if pushed then
   fields[#fields + 1] = 'lr'
   fields[#fields + 1] = pushed
+end
+if head_at and tostring(head_at) ~= meta[10] then
+  fields[#fields + 1] = 'ra'
+  fields[#fields + 1] = head_at
 end
 local touch, due = refresh(ttl, now, meta[6])
 if due then

@@ -1,25 +1,91 @@
 -- facts: what the rules need to judge a cursor, read in one atomic step (the
 -- decision is made by the client, in replaystore/_rules.py).
 -- ARGV: has_cursor, position, hint_tag ('' for none), hint_ordinal, named_tag
---       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold
+--       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold,
+--       cursor_epoch, cursor_stamp ('' for none), named_name, teardown
+-- teardown is '' (never tear down here) or
+-- "tombstone_ttl_ms,nonce,condition=code:verdict,...": when one of the named
+-- conditions below holds (checked in decided_early() and decided(), in the
+-- order of the rules), the session is torn down in this same call, on exactly
+-- the state read, with the tombstone of that code and verdict, and the reply's
+-- status is 'torn' with the code in SLOT.torn. The script names conditions on
+-- the facts, never a verdict: the client maps each condition to its code, and
+-- its rules (replaystore/_rules.py) must reach that code from the facts
+-- returned, or the call fails (a test compares the two over generated cases).
+-- Anything else is left to the client, which tears down with close.lua.
 -- Reply: an array whose slots are named by SLOT; the chain's elements follow.
 local out = {}
 for j = 1, SLOT._n do out[j] = false end
-if redis.call('EXISTS', M) == 0 then
+local has_cursor, p = arg(1) == '1', tonumber(arg(2))
+local hint_tag, hint_ord, named_tag = arg(3), tonumber(arg(4)), arg(5)
+local replay = arg(6) == '1'
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq', 'rf', 'ra',
+                        's:' .. named_tag)
+if not meta[1] then
   out[SLOT.status] = 'gone'
   out[SLOT.tombstone] = redis.call('GET', T) or false
   return out
 end
-local has_cursor, p = arg(1) == '1', tonumber(arg(2))
-local hint_tag, hint_ord, named_tag = arg(3), tonumber(arg(4)), arg(5)
-local replay = arg(6) == '1'
-trim(tonumber(arg(7)), tonumber(arg(8)), now_ms())
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'count', 'nseq')
-local top, floor, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[5])
+local top = tonumber(meta[2])
+local named_raw = nil
+if named_tag ~= '' then
+  named_raw = meta[8]
+  out[SLOT.named_state] = named_raw or false
+end
 out[SLOT.status] = 'ok'
-out[SLOT.epoch], out[SLOT.top], out[SLOT.floor] = meta[1], meta[2], meta[3]
-out[SLOT.count], out[SLOT.nseq] = meta[4], meta[5]
-if named_tag ~= '' then out[SLOT.named_state] = redis.call('HGET', M, 's:' .. named_tag) or false end
+out[SLOT.epoch], out[SLOT.top] = meta[1], meta[2]
+out[SLOT.floor], out[SLOT.count], out[SLOT.nseq] = meta[3], meta[4], meta[5]
+
+-- The teardown of a failure decided here (see decided() below): the session
+-- and the declared lists deleted, the tombstone left, the other lists' tags
+-- returned for a sweep.
+local teardown = ''
+if replay then teardown = arg(14) end
+local function torn(condition, now)
+  local code, verdict =
+    string.match(',' .. teardown .. ',', ',' .. condition .. '=([%w_]+):([%w_]+),')
+  if not code then return nil end
+  local ttl, nonce = string.match(teardown, '^(%d+),(%x+),')
+  if out[SLOT.record_tag] then
+    -- the record's sequence names the cursor's in the evidence
+    local s = load(out[SLOT.record_tag])
+    if s then out[SLOT.chain_state] = state_text(s) end
+  end
+  out[SLOT.status] = 'torn'
+  out[SLOT.torn] = code
+  out[SLOT.touch] = {}
+  out[SLOT.sweep] = bury('{"code":"' .. code .. '","verdict":"' .. verdict .. '","id":"'
+                         .. nonce .. '"', tonumber(ttl), now)
+  return out
+end
+
+-- The conditions read from the meta hash alone, in the order of the rules
+-- (replaystore/_rules.py, judge), before anything else is read or evicted:
+-- eviction changes none of them, and the session goes anyway.
+local function decided_early()
+  if not has_cursor then return 'no_cursor' end
+  if arg(11) ~= meta[1] then return 'epoch_differs' end
+  if named_tag ~= '' then
+    local s = parse_state(named_raw)
+    if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
+  end
+  if p > top then return 'past_top' end
+  return nil
+end
+if teardown ~= '' then
+  local code = decided_early()
+  if code and torn(code) then return out end
+end
+
+local now = now_ms()
+local floor, count, nseq = trim(tonumber(arg(7)), tonumber(arg(8)), now,
+                                {meta[2], meta[3], meta[4], meta[5], meta[7]})
+out[SLOT.floor], out[SLOT.count], out[SLOT.nseq] = floor, count, nseq
+if named_tag ~= '' and floor ~= tonumber(meta[3]) then
+  -- eviction changed the named sequence's state, or forgot it
+  named_raw = redis.call('HGET', M, 's:' .. named_tag)
+  out[SLOT.named_state] = named_raw or false
+end
 
 local function need(tag)
   out[SLOT.status] = 'need'
@@ -90,6 +156,29 @@ elseif has_cursor and p == 0 and floor <= 1 then
     chain_tag = tags[1]
   end
 end
+-- The conditions read once the cursor's event is looked up (after eviction),
+-- in the order of the rules; nil where the client must decide.
+local function decided()
+  if not has_cursor or arg(11) ~= meta[1] or p == 0 or p > top then return nil end
+  if named_tag ~= '' then
+    local s = parse_state(named_raw)
+    if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
+  end
+  if p < floor then
+    if chain_tag then return nil end -- resumes, or a stamp to compare: the client's
+    return 'below_floor_unproven'
+  end
+  local el = out[SLOT.record_element]
+  if not el or named_tag == '' or out[SLOT.record_tag] == named_tag then return nil end
+  local stamp = string.match(el, '^%d+,(%d+)')
+  if arg(12) ~= '' and tonumber(stamp) ~= tonumber(arg(12)) then return nil end -- other_event
+  return 'other_sequence'
+end
+if teardown ~= '' then
+  local code = decided()
+  if code and torn(code, now) then return out end
+end
+
 if chain_tag then
   local s = load(chain_tag)
   if s then
@@ -109,6 +198,11 @@ if chain_tag then
     end
   end
 end
-if replay then out[SLOT.touch] = refresh(tonumber(arg(9))) else out[SLOT.touch] = {} end
+out[SLOT.touch] = {}
+if replay then
+  local touch, due = refresh(tonumber(arg(9)), now, meta[6], CLOCK_MARGIN_MS)
+  out[SLOT.touch] = touch
+  if due then redis.call('HSET', M, 'rf', due) end
+end
 out[SLOT.sweep] = sweep_due(tonumber(arg(10)))
 return out

@@ -12,8 +12,10 @@ How a call reaches Redis:
   ``MULTI``: see ``fastpath.py`` for why none is needed) and judges them in Python;
   only a read in doubt goes further;
 * otherwise ``facts.lua`` gathers the facts in one script, the verdict is
-  decided in Python (``replaystore/_rules.py``, the same rules as in memory), and a
-  failed resume is torn down by ``close.lua`` as a compare-and-delete on the
+  decided in Python (``replaystore/_rules.py``, the same rules as in memory);
+  a failure the facts leave no doubt about (malformed, foreign, ahead,
+  evicted, mismatch) is torn down by that same script, on the state it read,
+  and any other failed resume by ``close.lua`` as a compare-and-delete on the
   state the verdict was decided on (judged again if the session moved);
 * appends are one ``append.lua`` each (a whole batch); sweeps of evicted
   elements and lazy TTL refreshes follow as separate scripts only when due.

@@ -2,9 +2,12 @@
 
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
-decided here by ``replaystore/_rules.py``, the same rules as in memory, and a
-failed resume is torn down by ``close.lua`` as a compare-and-delete on the
-state the verdict was decided on (judged again if the session moved). Sweeps
+decided here by ``replaystore/_rules.py``, the same rules as in memory. A
+failed resume costs one script when the facts leave no doubt about its
+failure (``facts.lua`` tears it down on the state it read, and the rules must
+reach the same code from those facts, or the call fails); otherwise it is torn
+down by ``close.lua`` as a compare-and-delete on the state the verdict was
+decided on (judged again if the session moved). Sweeps
 of evicted elements and lazy TTL refreshes follow as separate operations only
 when a script says they are due.
 """
@@ -34,7 +37,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
-from ...verdicts import Resumption, Verdict
+from ...verdicts import REASONS, Resumption, Verdict
 from .. import register_backend
 from .._redis_client import build_client
 from ..base import Backend
@@ -363,6 +366,28 @@ class RedisBackend(Backend):
         for start in range(0, len(names), _CHUNK):
             await self._run("sweep", session, names[start : start + _CHUNK], [], retry=True)
 
+    def _facts_args(
+        self, cursor: Cursor | None, sequence: str | None, *, replay: bool, teardown: str
+    ) -> list[Any]:
+        """``facts.lua``'s arguments; ``teardown`` as that script describes it."""
+        r = self.retention
+        return [
+            1 if cursor else 0,
+            cursor.position if cursor else 0,
+            cursor.tag or "" if cursor else "",
+            cursor.ordinal or 0 if cursor else 0,
+            sequence_tag(sequence) if sequence is not None else "",
+            1 if replay else 0,
+            r.max_events,
+            r.max_age_ms,
+            r.session_ttl_ms,
+            self._sweep_threshold,
+            cursor.epoch if cursor else "",
+            "" if cursor is None or cursor.stamp is None else cursor.stamp,
+            (sequence or "").encode("utf-8"),
+            teardown,
+        ]
+
     async def resolve(
         self,
         session: str,
@@ -387,52 +412,78 @@ class RedisBackend(Backend):
         r = self.retention
         named_tag = sequence_tag(sequence) if sequence is not None else ""
         declared = [t for t in (cursor.tag if cursor else None, named_tag) if t]
+        torn_down = replay and teardown
+        nonce = secrets.token_hex(8)
         for _ in range(8):
             tags = sorted(set(declared))
+            spec = f"{r.tombstone_ttl_ms},{nonce},{_DECIDED_IN_LUA}" if torn_down else ""
             out = await self._run(
                 "facts",
                 session,
                 tags,
-                [
-                    1 if cursor else 0,
-                    cursor.position if cursor else 0,
-                    cursor.tag or "" if cursor else "",
-                    cursor.ordinal or 0 if cursor else 0,
-                    named_tag,
-                    1 if replay else 0,
-                    r.max_events,
-                    r.max_age_ms,
-                    r.session_ttl_ms,
-                    self._sweep_threshold,
-                ],
+                self._facts_args(cursor, sequence, replay=replay, teardown=spec),
                 retry=True,
             )
             status = out[SLOT["status"]]
             if status == b"gone":
                 tomb = decode_tombstone(out[SLOT["tombstone"]])
+                if tomb is not None and f'"id":"{nonce}"'.encode() in out[SLOT["tombstone"]]:
+                    # This call's own teardown, its reply lost and the call sent again.
+                    evidence = unknown_session(session, raw_cursor, tomb)
+                    return Resumption(tomb.verdict or Verdict.UNKNOWN_SESSION, evidence, sequence)
                 evidence = unknown_session(session, raw_cursor, tomb)
                 return Resumption(Verdict.UNKNOWN_SESSION, evidence, sequence)
             if status == b"need":
                 declared.append(out[SLOT["need_tag"]].decode())
                 continue
             facts = decode_facts(out)
-            await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
             judgement = judge(facts, cursor, sequence)
             failed = judgement.verdict is not Verdict.RESUMED
-            torn_down = failed and replay and teardown
-            if torn_down:
-                tomb_json = json.dumps(
-                    {"code": judgement.code, "verdict": judgement.verdict.value}
-                )[:-1]
-                expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
-                if not await self._close(session, tomb_json, expect, tags):
-                    continue  # the session moved since the facts were read: judge again
+            if status == b"torn":
+                # Torn down by the script on the facts it read: the rules must agree.
+                if judgement.code != out[SLOT["torn"]].decode():
+                    raise StorageError(
+                        f"the teardown script decided {out[SLOT['torn']].decode()!r} where "
+                        f"the rules decide {judgement.code!r}"
+                    )
+                await self._sweep_lists(session, out[SLOT["sweep"]])
+            else:
+                await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
+                if failed and torn_down:
+                    tomb_json = json.dumps(
+                        {"code": judgement.code, "verdict": judgement.verdict.value}
+                    )[:-1]
+                    expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
+                    if not await self._close(session, tomb_json, expect, tags):
+                        continue  # the session moved since the facts were read: judge again
             evidence = evidence_for(
-                session, raw_cursor, cursor, facts, judgement, torn_down=torn_down, replay=replay
+                session,
+                raw_cursor,
+                cursor,
+                facts,
+                judgement,
+                torn_down=failed and torn_down,
+                replay=replay,
             )
             events = judgement.chain.events(facts.epoch) if replay and not failed else []
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
         raise StorageError("the session kept changing while a resume was judged; try again")
+
+
+#: The conditions ``facts.lua`` checks to tear down in the same call (the common
+#: failed reconnects), and the reason code each means under the rules, with
+#: its verdict from the one table of reasons.
+_TEARDOWN_CONDITIONS = {
+    "no_cursor": "malformed",
+    "epoch_differs": "foreign",
+    "past_top": "ahead",
+    "below_floor_unproven": "evicted",
+    "other_sequence": "mismatch",
+}
+_DECIDED_IN_LUA = ",".join(
+    f"{condition}={code}:{REASONS[code][0].value}"
+    for condition, code in _TEARDOWN_CONDITIONS.items()
+)
 
 
 def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:

@@ -11,6 +11,7 @@ down a session that cannot be resumed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
 from ...verdicts import Resumption, Verdict
 from .replies import Facts, decode_record, decode_state
+from .scripts import CLOCK_MARGIN_MS
 from .wire import Wire, pack_args, pack_one
 
 __all__ = ["FastPath"]
@@ -50,21 +52,15 @@ class FastPath:
         if read is None:
             key = self.key_base(session)
             meta = f"{key}:m"
-            fields = ["epoch", "top", "floor", "count", "nseq", f"s:{tag}"]
+            fields = ["epoch", "top", "floor", "count", "nseq", "rf", "ra", f"s:{tag}"]
             named_tag = sequence_tag(named) if named is not None else tag
             if named_tag != tag:
                 fields.append(f"s:{named_tag}")
             commands: list[tuple[Any, ...]] = [
                 ("HMGET", meta, *fields),
                 ("LRANGE", f"{key}:q:{tag}", 0, -1),  # the start changes per resume
-                ("PTTL", meta),
             ]
-            if self.retention.max_age_ms:
-                commands += [("LINDEX", f"{key}:i", 0), ("TIME",)]
-            packed = (
-                pack_one(commands[0]) + b"*4\r\n" + pack_args(commands[1][:2]),
-                b"".join(pack_one(command) for command in commands[2:]),
-            )
+            packed = (pack_one(commands[0]) + b"*4\r\n" + pack_args(commands[1][:2]), b"")
             if len(self._reads) > 10_000:
                 self._reads.clear()
             read = self._reads[cache_key] = _Read(commands, packed)
@@ -111,28 +107,32 @@ class FastPath:
                 if isinstance(reply, Exception):
                     raise reply
             values = got[0]
-            if values[0] is None or values[5] is None:
+            if values[0] is None or values[7] is None:
                 return None
-            state = decode_state(values[5])
+            state = decode_state(values[7])
             if state.base == base:
                 break
             read.base = base = state.base
         else:
             return None
+        if values[0].decode() != cursor.epoch or int(values[3]) > r.max_events:
+            return None
+        # Work that falls due by the clock (a TTL refresh, an age eviction) is
+        # read from the meta hash and compared with this process's clock, with
+        # a margin for the two clocks' difference; near either moment, or when
+        # the newest event was stamped ahead of this clock, the script decides.
+        now_ms = time.time() * 1000 + CLOCK_MARGIN_MS
+        if values[5] is None or now_ms >= int(values[5]) or int(state.stamp) > now_ms:
+            return None
         if (
-            values[0].decode() != cursor.epoch
-            or int(values[3]) > r.max_events
-            or got[2] < r.session_ttl_ms * 0.9
+            r.max_age_ms
+            and int(values[3])
+            and (values[6] is None or int(values[6]) + r.max_age_ms <= now_ms)
         ):
             return None
-        if r.max_age_ms:
-            head, (seconds, micros) = got[3], got[4]
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
-            if head is not None and int(head.split(b",")[3]) <= now_ms - r.max_age_ms:
-                return None
         states = {cursor.tag: state.public}
-        if len(values) > 6 and values[6] is not None:
-            other = decode_state(values[6])
+        if len(values) > 8 and values[8] is not None:
+            other = decode_state(values[8])
             states[other.public.tag] = other.public
         elements = got[1]
         if not elements:

@@ -21,7 +21,22 @@ from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from ...retention import EVICTED_SEQUENCES
 
-__all__ = ["FACT_SLOTS", "FUNCTIONS", "LIBRARY", "LIBRARY_ID", "SCRIPTS", "SLOT", "Library"]
+__all__ = [
+    "CLOCK_MARGIN_MS",
+    "FACT_SLOTS",
+    "FUNCTIONS",
+    "LIBRARY",
+    "LIBRARY_ID",
+    "SCRIPTS",
+    "SLOT",
+    "Library",
+]
+
+#: How far this process's clock may be behind the server's before the resume
+#: fast path could miss a TTL refresh or an age eviction that is due (hosts
+#: kept in step by NTP are within milliseconds): within this of either moment
+#: the script decides, and ``facts.lua`` refreshes this much early.
+CLOCK_MARGIN_MS = 2_000
 
 #: The slots of ``facts.lua``'s reply, in order. The script reads them from a
 #: generated ``SLOT`` table, so this tuple is the one place that names them.
@@ -44,6 +59,7 @@ FACT_SLOTS = (
     "evicted_element",
     "touch",
     "sweep",
+    "torn",
 )
 SLOT = {name: index for index, name in enumerate(FACT_SLOTS)}
 _PRELUDE = (
@@ -51,6 +67,7 @@ _PRELUDE = (
     + ", ".join(f"{name} = {index + 1}" for index, name in enumerate(FACT_SLOTS))
     + f", _n = {len(FACT_SLOTS)}}}\n"
     + f"local EVICTED_SEQUENCES = {EVICTED_SEQUENCES}\n"
+    + f"local CLOCK_MARGIN_MS = {CLOCK_MARGIN_MS}\n"
 )
 
 _OPERATIONS = ("open", "append", "facts", "info", "close", "sweep", "touch")
