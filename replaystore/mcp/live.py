@@ -14,6 +14,7 @@ owns it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -84,6 +85,20 @@ class LiveStreams:
 
     # ------------------------------------------------------- attach / detach
 
+    async def _watched(self, attach: Callable[[], Awaitable[Attachment]]) -> Attachment:
+        """Run ``attach`` subscribed to the session's wake-ups (taken first, so that no
+        append between the replay and the tail's start goes unnoticed); the
+        subscription stays only while a live tail follows."""
+        await self._watch()
+        try:
+            attachment = await attach()
+        except BaseException:
+            await self._unwatch()
+            raise
+        if attachment.tail is None:
+            await self._unwatch()
+        return attachment
+
     async def attach_resume(
         self, last_event_id: str, *, prime: bool, sequence: str | None = None
     ) -> Attachment:
@@ -93,15 +108,9 @@ class LiveStreams:
         reaches the client in position order, through the tail). Raises
         :class:`StorageError` when the verdict is unknown.
         """
-        await self._watch()
-        try:
-            attachment = await self._resume(last_event_id, sequence=sequence, prime=prime)
-        except BaseException:
-            await self._unwatch()
-            raise
-        if attachment.tail is None:
-            await self._unwatch()
-        return attachment
+        return await self._watched(
+            lambda: self._resume(last_event_id, sequence=sequence, prime=prime)
+        )
 
     async def attach_again(self, origin: str, stream: str, *, prime: bool) -> Attachment:
         """A request received before, sent again: its stream from its start, then live.
@@ -112,15 +121,9 @@ class LiveStreams:
         the one response. Raises :class:`StorageError` when the verdict is
         unknown.
         """
-        await self._watch()
-        try:
-            attachment = await self._resume(origin, sequence=stream, prime=prime, again=True)
-        except BaseException:
-            await self._unwatch()
-            raise
-        if attachment.tail is None:
-            await self._unwatch()
-        return attachment
+        return await self._watched(
+            lambda: self._resume(origin, sequence=stream, prime=prime, again=True)
+        )
 
     async def attach_get(self, *, prime: bool) -> Attachment:
         """Attach a plain GET (no ``Last-Event-ID``) to the standalone stream.
@@ -135,15 +138,7 @@ class LiveStreams:
         Without a mark, a priming event starts a fresh stream, so the client
         holds a resumable cursor at once.
         """
-        await self._watch()
-        try:
-            attachment = await self._attach_get(prime)
-        except BaseException:
-            await self._unwatch()
-            raise
-        if attachment.tail is None:
-            await self._unwatch()
-        return attachment
+        return await self._watched(lambda: self._attach_get(prime))
 
     async def _attach_get(self, prime: bool) -> Attachment:
         mark = await self._current_get_mark()

@@ -28,6 +28,7 @@ import httpx
 import httpx2
 
 from replaystore.cursor import Cursor
+from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import SSE, sse_events
 
@@ -68,6 +69,19 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+@dataclass
+class ProxiedReplicas:
+    """Replicas of one store and a round-robin proxy in front of them."""
+
+    name: str
+    replicas: list[ServerProcess]
+    proxy: TcpProxy
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.proxy.host}:{self.proxy.port}/mcp"
 
 
 def _popen(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:

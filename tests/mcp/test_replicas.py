@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,8 @@ from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (
     SSE,
+    ProxiedReplicas,
     RawSession,
-    ServerProcess,
     no_keepalive_client,
     position,
     progress_of,
@@ -49,16 +48,7 @@ pytestmark = pytest.mark.anyio
 LEASE_SECONDS = 2.0
 
 
-@dataclass
-class ReplicaSet:
-    """Replicas of one store and a round-robin proxy in front of them."""
-
-    replicas: list[ServerProcess]
-    proxy: TcpProxy
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.proxy.host}:{self.proxy.port}/mcp"
+ReplicaSet = ProxiedReplicas
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +80,7 @@ def replica_sets(
             ("memory", list(memory.values())),
         ):
             proxy = TcpProxy([("127.0.0.1", s.port) for s in servers]).start()
-            sets[name] = ReplicaSet(servers, proxy)
+            sets[name] = ReplicaSet(name, servers, proxy)
         yield sets
     finally:
         for replica_set in sets.values():

@@ -12,7 +12,6 @@ import itertools
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from replaystore.mcp.client import TaskCancelledError, TaskClient, TaskRequestEr
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (
+    ProxiedReplicas,
     RawSession,
     ServerProcess,
     spawn_many,
@@ -41,17 +41,7 @@ LEASE_SECONDS = 2.0
 TASK_TTL_SECONDS = 6.0
 
 
-@dataclass
-class TaskSet:
-    """Replicas of one store and a round-robin proxy in front of them."""
-
-    name: str
-    replicas: list[ServerProcess]
-    proxy: TcpProxy
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.proxy.host}:{self.proxy.port}/mcp"
+TaskSet = ProxiedReplicas
 
 
 @pytest.fixture(scope="module")
