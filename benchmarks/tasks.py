@@ -417,7 +417,7 @@ def run_all(
     *, quick: bool, peer_python: str | None = DEFAULT_PEER_PYTHON, json_path: Path | None = None
 ) -> dict[str, Any]:
     """The whole benchmark; the peer only when ``peer_python`` is an interpreter that has it."""
-    skipped = None
+    skipped = "not asked for" if peer_python is None else None
     if peer_python is not None and not os.access(peer_python, os.X_OK):
         skipped = f"no interpreter at {peer_python}"
         peer_python = None
