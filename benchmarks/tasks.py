@@ -203,6 +203,15 @@ async def redis_cost(
     }
 
 
+async def idle_cpu(r: aioredis.Redis, seconds: float) -> float:
+    """Redis CPU per second (us) with the replicas up and no client: their background work."""
+    before = await r.info("cpu")
+    await asyncio.sleep(seconds)
+    after = await r.info("cpu")
+    cpu = sum(float(after[k]) - float(before[k]) for k in ("used_cpu_sys", "used_cpu_user"))
+    return round(cpu * 1e6 / seconds, 1)
+
+
 async def http_life(http: httpx.AsyncClient, urls: list[str], polls: int) -> None:
     """Create on one replica, then ``polls`` gets on the other (the task ends meanwhile)."""
     task_id = await create(http, urls[0], "countdown", {"n": 0})
@@ -274,7 +283,8 @@ async def measure(
 ) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=30) as http:
         await latency(http, urls, 5)  # warm-up
-        out: dict[str, Any] = {"latency": await latency(http, urls, sizes["latency"])}
+        out: dict[str, Any] = {"idle_cpu_us_per_s": await idle_cpu(r, sizes["idle_s"])}
+        out["latency"] = await latency(http, urls, sizes["latency"])
         out["gets"] = [await gets_per_second(http, u, sizes["gets"]) for u in urls]
         out["http_life"] = await redis_cost(r, lambda: http_life(http, urls, 20), sizes["lives"])
     print(f"  {name}: done", file=sys.stderr)
@@ -283,9 +293,9 @@ async def measure(
 
 async def run(quick: bool, peer_python: str | None) -> dict[str, Any]:
     sizes = (
-        {"latency": 20, "gets": 160, "lives": 10, "store_lives": 20}
+        {"latency": 20, "gets": 160, "lives": 10, "store_lives": 20, "idle_s": 1}
         if quick
-        else {"latency": 300, "gets": 2000, "lives": 200, "store_lives": 1000}
+        else {"latency": 300, "gets": 2000, "lives": 200, "store_lives": 1000, "idle_s": 5}
     )
     logs = Path(tempfile.mkdtemp(prefix="replaystore-tasks-bench-"))
     results: dict[str, Any] = {"meta": {"quick": quick, "sizes": sizes, "lease_s": LEASE_SECONDS}}
@@ -397,6 +407,8 @@ def render(results: dict[str, Any]) -> str:
             f"  Redis per task life over HTTP (create, result, 20 polls): "
             f"CPU {life['cpu_us_per_life']} us, {life['commands_per_life']} commands, "
             f"commandstats {life['commandstats_us_per_life']} us; {life['top_commands']}",
+            f"  Redis CPU with the replicas idle: {m['idle_cpu_us_per_s']} us per second; "
+            f"the task lives above took {life['seconds']} s",
             f"  runner SIGKILL: {kill['status_before_kill']} -> {kill['status']} "
             f"after {kill['seconds']} s (window {kill['window_s']} s)",
         ]

@@ -38,6 +38,7 @@ def test_replaystore_rows_are_measured(report: dict[str, Any]) -> None:
     assert 0 < latency["p50_ms"] <= latency["p99_ms"]
     assert len(ours["gets"]) == 2  # one row per replica
     assert all(math.isfinite(g["per_second"]) and g["per_second"] > 0 for g in ours["gets"])
+    assert ours["idle_cpu_us_per_s"] >= 0
     life = ours["http_life"]
     assert life["cpu_us_per_life"] >= 0 and life["commands_per_life"] > 0
 
