@@ -27,6 +27,7 @@ from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_T
 from .view import ReplayEventStore
 
 if TYPE_CHECKING:
+    from .listen import StoreSubscriptionBus
     from .tasks import ReplayTasks
 
 __all__ = ["fastmcp_http_app"]
@@ -41,6 +42,7 @@ def fastmcp_http_app(
     check_interval: float = DEFAULT_CHECK_INTERVAL,
     store_timeout: float = DEFAULT_STORE_TIMEOUT,
     tasks: ReplayTasks | None = None,
+    subscriptions: StoreSubscriptionBus | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -55,6 +57,10 @@ def fastmcp_http_app(
     on ``mcp`` yet): it is added to ``mcp`` as a FastMCP extension
     (:class:`~replaystore.mcp.fastmcp_tasks.FastMCPTasks`), its tasks are kept
     in the buffer's store, and its tools run while the app's lifespan is open.
+    ``subscriptions``: a :class:`~replaystore.mcp.listen.StoreSubscriptionBus`;
+    with both, ``subscriptions/listen`` is served (FastMCP alone answers it
+    with -32601): streams carry ``notifications.taskIds`` and the events
+    published on the bus by any replica.
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
@@ -70,12 +76,21 @@ def fastmcp_http_app(
 
         tasks.bind(store.buffer)
         mcp.add_extension(FastMCPTasks(tasks))
+    if subscriptions is not None:
+        subscriptions.bind(store.buffer)
+    if tasks is not None and subscriptions is not None:
+        from .fastmcp_tasks import ListenMiddleware
+        from .task_listen import TaskListenHandler
+
+        mcp.add_middleware(ListenMiddleware(TaskListenHandler(subscriptions, tasks)))
     app = mcp.http_app(event_store=store, **kwargs)
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(starlette_app: Any) -> AsyncIterator[Any]:
         async with AsyncExitStack() as stack:
+            if subscriptions is not None:
+                await stack.enter_async_context(subscriptions.running())
             if tasks is not None:
                 # Entered first, left last: a task still running when the
                 # server stops fails with an error saying so.

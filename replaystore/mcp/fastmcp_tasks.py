@@ -18,13 +18,23 @@ from typing import Any
 from fastmcp.exceptions import FastMCPError
 from fastmcp.server.context import Context
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
-from mcp_types import CallToolRequestParams, CallToolResult, TextContent
-from pydantic import BaseModel
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    SubscriptionsListenRequestParams,
+    TextContent,
+)
+from pydantic import BaseModel, ValidationError
 
+from .task_listen import TaskListenHandler
 from .tasks import EXTENSION, ReplayTasks
 
-__all__ = ["FastMCPTasks"]
+__all__ = ["FastMCPTasks", "ListenMiddleware"]
 
 
 # Set while a survivor runs a task's stored call again, so the interceptor lets
@@ -84,6 +94,41 @@ class FastMCPTasks(ServerExtension):
             return await _tool_result(lambda: self.server.call_tool(name, arguments))
         finally:
             _rerunning.reset(token)
+
+
+class ListenMiddleware(Middleware):
+    """Serves ``subscriptions/listen`` on FastMCP with a :class:`TaskListenHandler`.
+
+    FastMCP 4.2 answers ``subscriptions/listen`` with -32601, and an
+    extension may not bind a spec method; its middleware, though, sees every
+    request before the method is routed. So this middleware answers listen
+    requests itself (the same handler, hence the same stream, as on an
+    ``MCPServer``) and passes every other request on.
+    :func:`~replaystore.mcp.fastmcp_http_app` adds it when given both
+    ``tasks=`` and ``subscriptions=``.
+    """
+
+    def __init__(self, handler: TaskListenHandler) -> None:
+        self.handler = handler
+
+    async def on_request(
+        self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+    ) -> Any:
+        fastmcp_context = context.fastmcp_context
+        wrapper = None if fastmcp_context is None else fastmcp_context.request_context
+        # FastMCP's own request context gives the request id as a string; the
+        # subscription id must be the JSON-RPC id as sent, so the handler gets
+        # the SDK context FastMCP keeps behind it (its documented escape hatch).
+        request = getattr(wrapper, "_srctx", None)
+        if context.method != "subscriptions/listen" or not isinstance(
+            request, ServerRequestContext
+        ):
+            return await call_next(context)
+        try:
+            params = SubscriptionsListenRequestParams.model_validate(context.message)
+        except ValidationError as exc:
+            raise MCPError(INVALID_PARAMS, f"invalid subscriptions/listen params: {exc}") from exc
+        return await self.handler(request, params)
 
 
 async def _tool_result(call: Callable[[], Awaitable[Any]]) -> CallToolResult:

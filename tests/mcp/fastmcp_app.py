@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import PrometheusObserver, fastmcp_http_app
+from replaystore.mcp.listen import StoreSubscriptionBus
 from replaystore.mcp.tasks import ReplayTasks, TaskSupport
 
 
@@ -67,8 +68,14 @@ def build_app(
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     buffer = ReplayBuffer.from_url(url, max_events=max_events)
+    bus = StoreSubscriptionBus() if tasks is not None else None
     return fastmcp_http_app(
-        mcp, buffer, observer=PrometheusObserver(registry), retry_interval=100, tasks=tasks
+        mcp,
+        buffer,
+        observer=PrometheusObserver(registry),
+        retry_interval=100,
+        tasks=tasks,
+        subscriptions=bus,
     )
 
 

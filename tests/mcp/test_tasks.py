@@ -422,6 +422,13 @@ async def test_both_revisions_at_once_on_the_same_replicas(
 async def test_listen_on_one_replica_follows_a_task_running_on_another(
     any_set: TaskSet, fresh: httpx.AsyncClient
 ) -> None:
+    await listen_follows_a_task_on_another_replica(any_set, fresh)
+
+
+async def listen_follows_a_task_on_another_replica(
+    any_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    """Listen on replica 1 to a task running on replica 0; the last notification is tasks/get."""
     runner, listener = any_set.replicas[0], any_set.replicas[1]
     on_runner = Modern(fresh, runner.url)
     task_id = (await on_runner.call("countdown", {"n": 5, "interval_ms": 100}))["taskId"]

@@ -2,9 +2,9 @@
 
 Three ``tests.mcp.fastmcp_app`` processes on one real Redis behind a
 round-robin proxy, a new connection per request: a task is created on one
-replica and read or cancelled on the others; a runner killed with SIGKILL
-fails its task within the lease, unless the tool is idempotent: then one
-survivor runs it again.
+replica and read, cancelled or followed on a listen stream on the others; a
+runner killed with SIGKILL fails its task within the lease, unless the tool is
+idempotent: then one survivor runs it again.
 """
 
 from __future__ import annotations
@@ -13,15 +13,26 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 import pytest
+from mcp.server.subscriptions import ToolsListChanged
 
+from replaystore import ReplayBuffer
+from replaystore.mcp.listen import StoreSubscriptionBus
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import ServerProcess, _popen, find_free_port, wait_ready
-from tests.mcp.test_tasks import EXTENSION, LEASE_SECONDS, Modern, TaskSet, rerun_on_a_survivor
+from tests.mcp._support import ServerProcess, _popen, find_free_port, sse_events, wait_ready
+from tests.mcp.test_tasks import (
+    EXTENSION,
+    LEASE_SECONDS,
+    Modern,
+    TaskSet,
+    listen_follows_a_task_on_another_replica,
+    rerun_on_a_survivor,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -106,6 +117,63 @@ async def test_plain_calls_and_unknown_ids_on_fastmcp(
     client = Modern(fresh, fastmcp_set.url)
     assert (await client.task("tasks/get", "A" * 24))["error"]["code"] == -32602
     assert (await client.task("tasks/get", "bad id"))["error"]["code"] == -32602
+
+
+async def test_listen_on_one_fastmcp_replica_follows_a_task_running_on_another(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    await listen_follows_a_task_on_another_replica(fastmcp_set, fresh)
+
+
+async def test_listen_for_tasks_on_fastmcp_needs_the_extension_and_valid_params(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    plain = Modern(fresh, fastmcp_set.url, tasks=False)
+    reply = await plain.send(
+        "subscriptions/listen", {"notifications": {"taskIds": ["E" * 24]}}, "listen"
+    )
+    assert reply["error"]["code"] == -32021, reply
+    client = Modern(fresh, fastmcp_set.url)
+    for bad in ({"notifications": "all"}, {"notifications": {"taskIds": "E" * 24}}):
+        reply = await client.send("subscriptions/listen", bad, "listen")
+        assert reply["error"]["code"] == -32602, reply
+
+
+async def test_a_fastmcp_listener_gets_events_published_on_the_store(
+    mcp_redis: ServerHandle, fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    client = Modern(fresh, fastmcp_set.replicas[0].url)
+    body = {
+        "jsonrpc": "2.0",
+        "id": "tools",
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": True}, "_meta": client.meta},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "subscriptions/listen",
+    }
+    frames: list[dict[str, Any]] = []
+    async with ReplayBuffer.from_url(f"{mcp_redis.url}?prefix=ftk:") as buffer:
+        publisher = StoreSubscriptionBus()  # another replica's bus, on the same store
+        publisher.bind(buffer)
+        with anyio.fail_after(20):  # a hang guard
+            async with fresh.stream("POST", client.url, json=body, headers=headers) as response:
+                assert response.status_code == 200
+                async for event in sse_events(response):
+                    message = event.message
+                    if not message or "method" not in message:
+                        continue
+                    frames.append(message)
+                    if message["method"] == "notifications/subscriptions/acknowledged":
+                        await publisher.publish(ToolsListChanged())
+                    else:
+                        break
+    ack, change = frames
+    assert ack["params"]["notifications"] == {"toolsListChanged": True}
+    assert change["method"] == "notifications/tools/list_changed"
+    assert change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "tools"
 
 
 async def test_a_fastmcp_runner_killed_mid_task_fails_it_within_the_lease(
