@@ -89,7 +89,14 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "serve_connection": lambda: serve_connection,
     "streamable_http_manager": lambda: streamable_http_manager,
     "FastMCPStreamableHTTPSessionManager()": lambda: _fastmcp_manager(),
+    "FastMCPRequestContext": lambda: _fastmcp_request_context(),
 }
+
+
+def _fastmcp_request_context() -> Any:
+    from fastmcp.server.dependencies import FastMCPRequestContext
+
+    return FastMCPRequestContext
 
 
 def _fastmcp_manager() -> Any:
@@ -262,6 +269,13 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "_shared_event_store",
         "attribute",
         "the store FastMCP wraps per transport; found again when its manager is adopted",
+    ),
+    Requirement(
+        "FastMCPRequestContext",
+        "_srctx",
+        "parameter",
+        "the SDK request context behind FastMCP's (a listen stream's subscription id is the "
+        "JSON-RPC id as sent)",
     ),
 )
 
