@@ -21,7 +21,6 @@ import pytest
 
 from replaystore import Cursor, ReplayBuffer, Verdict
 from replaystore._rules import judge
-from replaystore.backends.redis.backend import _DECIDED_IN_LUA
 from replaystore.backends.redis.replies import decode_facts
 from replaystore.backends.redis.scripts import SLOT
 from replaystore.cursor import CursorError, sequence_tag
@@ -87,7 +86,7 @@ async def _compare(url: str, prefix: str, client: Any, seed: int, sessions: int)
                     ids += await buf.append_many(session, seq, [b"x"] * rng.randint(2, 5))
                 else:
                     ids.append(await buf.append(session, seq, b"y"))
-            spec = f"60000,{n:016x},{_DECIDED_IN_LUA}"
+            spec = f"60000,{n:016x}"
             cursors = _cursors(rng, ids, info.epoch)
             rng.shuffle(cursors)
             for raw in cursors:

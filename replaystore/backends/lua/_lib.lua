@@ -44,12 +44,24 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- now_ms() as the text it is stored as, where no arithmetic follows: a number
+-- turned into text costs a C sprintf in Lua.
+local function now_text()
+  local t = redis.call('TIME')
+  return t[1] .. string.sub('00000' .. t[2], -6, -4)
+end
+
 local function parse_state(raw)
   if not raw then return nil end
   local hw, hs, fl, first, nxt, base, prim, name =
     string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d),(.*)$')
   return {hw = tonumber(hw), stamp = hs, floor = tonumber(fl), first = tonumber(first),
           next = tonumber(nxt), base = tonumber(base), priming = tonumber(prim), name = name}
+end
+
+-- The name in a sequence's state (nil for none), without parsing the numbers.
+local function state_name(raw)
+  return raw and string.match(raw, '^%d+,%d+,%d+,%d+,%d+,%d+,%d,(.*)$')
 end
 
 local function load(tag) return parse_state(redis.call('HGET', M, 's:' .. tag)) end
@@ -228,9 +240,10 @@ local function bury(tomb, ttl_ms, now)
   for _, tag in ipairs(redis.call('SMEMBERS', G)) do
     if not Q[tag] then out[#out + 1] = tag end
   end
-  redis.call('DEL', M, I, G, K, K2, X)
-  for _, q in pairs(Q) do redis.call('DEL', q) end
-  redis.call('SET', T, tomb .. ',"at":' .. (now or now_ms()) .. '}', 'PX', ttl_ms)
+  local keys = {M, I, G, K, K2, X}
+  for _, q in pairs(Q) do keys[#keys + 1] = q end
+  redis.call('DEL', unpack(keys)) -- one command: each redis.call costs more than a key
+  redis.call('SET', T, tomb .. ',"at":' .. (now or now_text()) .. '}', 'PX', ttl_ms)
   return out
 end
 

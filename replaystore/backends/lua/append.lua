@@ -31,31 +31,42 @@ if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
 end
--- The common case, in as few Lua operations as possible: one data event that
--- continues the newest run of its sequence, with nothing to evict, no sweep
--- and no TTL refresh due. The sequence's state is rewritten from its pieces
+-- The common case, in as few Lua operations as possible: one data event of a
+-- sequence that holds retained events, with nothing to evict, no sweep and no
+-- TTL refresh due. It continues the newest run when its sequence holds the
+-- session's newest event, and starts a run otherwise (streams written in turn,
+-- as an MCP session's are). The sequence's state is rewritten from its pieces
 -- instead of being parsed whole, and numbers are kept as the text they are
 -- stored as: turning a number into text costs a C sprintf here (Lua's
 -- tostring, and redis.call's for a number argument), the largest cost of this
--- path after the commands, so only the three new numbers are formatted, once.
+-- path after the commands, so only the new numbers are formatted, once.
 -- Anything else takes the general path below, which reaches the same result.
 if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
   local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
-  local hw, kept, nxt, base, seq_name =
-    string.match(meta[5] or '', '^(%d+),%d+,(%d+,%d+),(%d+),(%d+),%d,(.*)$')
+  local hw, kept, first, nxt, base, seq_name =
+    string.match(meta[5] or '', '^(%d+),%d+,(%d+,(%d+)),(%d+),(%d+),%d,(.*)$')
   local count = tonumber(meta[3])
-  if cap and seq_name == name and hw == meta[2] and count < tonumber(cap)
+  if cap and seq_name == name and first ~= nxt and count < tonumber(cap)
       and tonumber(meta[4] or '0') < tonumber(sweep_at) then
-    local t = redis.call('TIME')
-    local now = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now_ms(), as text
+    local now = now_text()
     if tonumber(now) < tonumber(meta[6]) then
-      local top = tostring(hw + 1)
+      local top = tostring(meta[2] + 1)
       local q = Q[tag]
+      local state = top .. ',' .. now .. ',' .. kept .. ',' .. tostring(nxt + 1) .. ','
+        .. base .. ',0,' .. name
+      local run = nil
+      if hw ~= meta[2] or not meta[9] then
+        run = top .. ',' .. tag .. ',' .. nxt .. ',' .. now
+        if redis.call('RPUSH', I, run) == 1 then adopt(I) end
+      end
       hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 5]),
                   nxt - base + 1)
-      redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag,
-                 top .. ',' .. now .. ',' .. kept .. ',' .. tostring(nxt + 1) .. ',' .. base
-                   .. ',0,' .. name)
+      if run then
+        redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag, state,
+                   'lr', run)
+      else
+        redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag, state)
+      end
       return {epoch, 'ok', top .. '.' .. nxt .. '.' .. now}
     end
   end

@@ -3,15 +3,16 @@
 -- ARGV: has_cursor, position, hint_tag ('' for none), hint_ordinal, named_tag
 --       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold,
 --       cursor_epoch, cursor_stamp ('' for none), named_name, teardown
--- teardown is '' (never tear down here) or
--- "tombstone_ttl_ms,nonce,condition=code:verdict,...": when one of the named
--- conditions below holds (checked in decided_early() and decided(), in the
--- order of the rules), the session is torn down in this same call, on exactly
--- the state read, with the tombstone of that code and verdict, and the reply's
--- status is 'torn' with the code in SLOT.torn. The script names conditions on
--- the facts, never a verdict: the client maps each condition to its code, and
--- its rules (replaystore/_rules.py) must reach that code from the facts
--- returned, or the call fails (a test compares the two over generated cases).
+-- teardown is '' (never tear down here) or "tombstone_ttl_ms,nonce": when one
+-- of the conditions of the generated TORN table holds (checked in
+-- decided_early() and decided(), in the order of the rules), the session is
+-- torn down in this same call, on exactly the state read, with the tombstone
+-- of that condition's code and verdict, and the reply's status is 'torn' with
+-- the code in SLOT.torn. The script names conditions on the facts, never a
+-- verdict: TORN maps each condition to its code (generated from the client's
+-- table), and its rules (replaystore/_rules.py) must reach that code from the
+-- facts returned, or the call fails (a test compares the two over generated
+-- cases).
 -- Anything else is left to the client, which tears down with close.lua.
 -- Reply: an array whose slots are named by SLOT; the chain's elements follow.
 local out = {}
@@ -42,10 +43,8 @@ out[SLOT.floor], out[SLOT.count], out[SLOT.nseq] = meta[3], meta[4], meta[5]
 local teardown = ''
 if replay then teardown = arg(14) end
 local function torn(condition, now)
-  local code, verdict =
-    string.match(',' .. teardown .. ',', ',' .. condition .. '=([%w_]+):([%w_]+),')
-  if not code then return nil end
-  local ttl, nonce = string.match(teardown, '^(%d+),(%x+),')
+  local code, tomb = TORN[condition][1], TORN[condition][2]
+  local ttl, nonce = string.match(teardown, '^(%d+),(%x+)$')
   if out[SLOT.record_tag] then
     -- the record's sequence names the cursor's in the evidence
     local s = load(out[SLOT.record_tag])
@@ -54,8 +53,7 @@ local function torn(condition, now)
   out[SLOT.status] = 'torn'
   out[SLOT.torn] = code
   out[SLOT.touch] = {}
-  out[SLOT.sweep] = bury('{"code":"' .. code .. '","verdict":"' .. verdict .. '","id":"'
-                         .. nonce .. '"', tonumber(ttl), now)
+  out[SLOT.sweep] = bury(tomb .. ',"id":"' .. nonce .. '"', tonumber(ttl), now)
   return out
 end
 
@@ -65,16 +63,15 @@ end
 local function decided_early()
   if not has_cursor then return 'no_cursor' end
   if arg(11) ~= meta[1] then return 'epoch_differs' end
-  if named_tag ~= '' then
-    local s = parse_state(named_raw)
-    if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
+  if named_tag ~= '' and state_name(named_raw) ~= arg(13) then
+    return nil -- unknown_sequence: the client's
   end
   if p > top then return 'past_top' end
   return nil
 end
 if teardown ~= '' then
   local code = decided_early()
-  if code and torn(code) then return out end
+  if code then return torn(code) end
 end
 
 local now = now_ms()
@@ -160,9 +157,8 @@ end
 -- in the order of the rules; nil where the client must decide.
 local function decided()
   if not has_cursor or arg(11) ~= meta[1] or p == 0 or p > top then return nil end
-  if named_tag ~= '' then
-    local s = parse_state(named_raw)
-    if not s or s.name ~= arg(13) then return nil end -- unknown_sequence: the client's
+  if named_tag ~= '' and state_name(named_raw) ~= arg(13) then
+    return nil -- unknown_sequence: the client's
   end
   if p < floor then
     if chain_tag then return nil end -- resumes, or a stamp to compare: the client's
@@ -176,7 +172,7 @@ local function decided()
 end
 if teardown ~= '' then
   local code = decided()
-  if code and torn(code, now) then return out end
+  if code then return torn(code, now) end
 end
 
 if chain_tag then

@@ -37,7 +37,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
-from ...verdicts import REASONS, Resumption, Verdict
+from ...verdicts import Resumption, Verdict
 from .. import register_backend
 from .._redis_client import build_client
 from ..base import Backend
@@ -416,7 +416,7 @@ class RedisBackend(Backend):
         nonce = secrets.token_hex(8)
         for _ in range(8):
             tags = sorted(set(declared))
-            spec = f"{r.tombstone_ttl_ms},{nonce},{_DECIDED_IN_LUA}" if torn_down else ""
+            spec = f"{r.tombstone_ttl_ms},{nonce}" if torn_down else ""
             out = await self._run(
                 "facts",
                 session,
@@ -468,22 +468,6 @@ class RedisBackend(Backend):
             events = judgement.chain.events(facts.epoch) if replay and not failed else []
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
         raise StorageError("the session kept changing while a resume was judged; try again")
-
-
-#: The conditions ``facts.lua`` checks to tear down in the same call (the common
-#: failed reconnects), and the reason code each means under the rules, with
-#: its verdict from the one table of reasons.
-_TEARDOWN_CONDITIONS = {
-    "no_cursor": "malformed",
-    "epoch_differs": "foreign",
-    "past_top": "ahead",
-    "below_floor_unproven": "evicted",
-    "other_sequence": "mismatch",
-}
-_DECIDED_IN_LUA = ",".join(
-    f"{condition}={code}:{REASONS[code][0].value}"
-    for condition, code in _TEARDOWN_CONDITIONS.items()
-)
 
 
 def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from ...retention import EVICTED_SEQUENCES
+from ...verdicts import REASONS
 
 __all__ = [
     "CLOCK_MARGIN_MS",
@@ -62,10 +63,34 @@ FACT_SLOTS = (
     "torn",
 )
 SLOT = {name: index for index, name in enumerate(FACT_SLOTS)}
+#: The conditions ``facts.lua`` checks to tear down in the same call (the
+#: common failed reconnects), and the reason code each means under the rules.
+#: The script gets the tombstone of each as a generated constant: reading it
+#: from an argument on every call cost more than the rest of a failed resume's
+#: decision.
+TEARDOWN_CONDITIONS = {
+    "no_cursor": "malformed",
+    "epoch_differs": "foreign",
+    "past_top": "ahead",
+    "below_floor_unproven": "evicted",
+    "other_sequence": "mismatch",
+}
+
+
+def _torn_entry(condition: str, code: str) -> str:
+    """``condition = {code, tombstone}``: the tombstone's JSON up to its time and nonce."""
+    verdict = REASONS[code][0].value
+    tomb = '{"code":"' + code + '","verdict":"' + verdict + '"'
+    return f"{condition} = {{'{code}', '{tomb}'}}"
+
+
 _PRELUDE = (
     "local SLOT = {"
     + ", ".join(f"{name} = {index + 1}" for index, name in enumerate(FACT_SLOTS))
     + f", _n = {len(FACT_SLOTS)}}}\n"
+    + "local TORN = {"
+    + ", ".join(_torn_entry(c, code) for c, code in TEARDOWN_CONDITIONS.items())
+    + "}\n"
     + f"local EVICTED_SEQUENCES = {EVICTED_SEQUENCES}\n"
     + f"local CLOCK_MARGIN_MS = {CLOCK_MARGIN_MS}\n"
 )
