@@ -106,8 +106,11 @@ async def test_ctx_elicit_in_a_fastmcp_task_is_answered_on_other_replicas(
 async def test_a_partial_answer_keeps_a_fastmcp_task_waiting(
     fastmcp_set: TaskSet, fresh: httpx.AsyncClient
 ) -> None:
-    """``greet`` asks through ``ctx.elicit`` and samples at once: two requests outstanding."""
-    runner, reader, answerer = (Modern(fresh, r.url) for r in fastmcp_set.replicas)
+    """``greet`` asks through ``ctx.elicit`` and samples at once: two requests outstanding.
+
+    Every request goes through the round-robin proxy, so each lands on the next replica.
+    """
+    runner = reader = answerer = Modern(fresh, fastmcp_set.url)
     task_id = (await runner.call("greet", {}))["taskId"]
     with anyio.fail_after(20):  # a hang guard: the two requests are stored one after the other
         while True:
