@@ -55,12 +55,15 @@ def fastmcp_http_app(
 
     ``tasks``: a :class:`~replaystore.mcp.tasks.ReplayTasks` (not registered
     on ``mcp`` yet): it is added to ``mcp`` as a FastMCP extension
-    (:class:`~replaystore.mcp.fastmcp_tasks.FastMCPTasks`), its tasks are kept
-    in the buffer's store, and its tools run while the app's lifespan is open.
+    (:class:`~replaystore.mcp.fastmcp_tasks.FastMCPTasks`, with the
+    :class:`~replaystore.mcp.fastmcp_tasks.TaskContexts` transform that lets
+    task tools ask for input through ``ctx.elicit``), its tasks are kept in
+    the buffer's store, and its tools run while the app's lifespan is open.
     ``subscriptions``: a :class:`~replaystore.mcp.listen.StoreSubscriptionBus`;
     with both, ``subscriptions/listen`` is served (FastMCP alone answers it
     with -32601): streams carry ``notifications.taskIds`` and the events
-    published on the bus by any replica.
+    published on the bus by any replica, and ``server/discover`` says so
+    (``listChanged``, ``resources.subscribe``).
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
@@ -72,10 +75,11 @@ def fastmcp_http_app(
         lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
     )
     if tasks is not None:
-        from .fastmcp_tasks import FastMCPTasks
+        from .fastmcp_tasks import FastMCPTasks, TaskContexts
 
         tasks.bind(store.buffer)
         mcp.add_extension(FastMCPTasks(tasks))
+        mcp.add_transform(TaskContexts())
     if subscriptions is not None:
         subscriptions.bind(store.buffer)
     if tasks is not None and subscriptions is not None:

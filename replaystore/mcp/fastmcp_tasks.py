@@ -4,37 +4,47 @@ FastMCP has its own ``ServerExtension`` (method bindings, a ``tools/call``
 interceptor that sits after its middleware, and a lifespan), distinct from the
 official SDK's. :class:`FastMCPTasks` puts a
 :class:`~replaystore.mcp.tasks.ReplayTasks` behind it, so a FastMCP server
-gets the very same tasks (records, leases, cancellation, ``tasks/*``) as an
-``MCPServer``, and both kinds of replica can share one store.
-:func:`~replaystore.mcp.fastmcp_http_app` registers it when given ``tasks=``.
+gets the very same tasks (records, leases, cancellation, input requests,
+``tasks/*``) as an ``MCPServer``, and both kinds of replica can share one
+store. :func:`~replaystore.mcp.fastmcp_http_app` registers it when given
+``tasks=``, with :class:`TaskContexts` (input from FastMCP's ``ctx.elicit``)
+and, given ``subscriptions=`` too, :class:`ListenMiddleware`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any
 
 from fastmcp.exceptions import FastMCPError
 from fastmcp.server.context import Context
+from fastmcp.server.dependencies import bind_request_context, fastmcp_request_ctx, get_context
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
-from fastmcp.tools.base import ToolResult
+from fastmcp.server.transforms import GetToolNext, Transform
+from fastmcp.tools.base import Tool, ToolResult
+from fastmcp.utilities.versions import VersionSpec
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    DiscoverResult,
+    ServerCapabilities,
     SubscriptionsListenRequestParams,
     TextContent,
 )
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import BaseModel, ValidationError
 
 from .task_listen import TaskListenHandler
-from .tasks import EXTENSION, ReplayTasks
+from .tasks import EXTENSION, ReplayTasks, TaskSession
 
-__all__ = ["FastMCPTasks", "ListenMiddleware"]
+__all__ = ["FastMCPTasks", "ListenMiddleware", "TaskContexts"]
 
 
 # Set while a survivor runs a task's stored call again, so the interceptor lets
@@ -50,9 +60,14 @@ class FastMCPTasks(ServerExtension):
     """``ReplayTasks`` as a FastMCP ``ServerExtension``: ``mcp.add_extension(FastMCPTasks(tasks))``.
 
     Bind ``tasks`` to a buffer and serve inside ``async with tasks.running():``
-    (``fastmcp_http_app`` does both). The runner is not tied to FastMCP's
+    (``fastmcp_http_app`` does both, and adds :class:`TaskContexts` so that
+    ``ctx.elicit`` works in task tools). The runner is not tied to FastMCP's
     extension lifespan, which FastMCP may enter and leave in different
     tasks, where a task group cannot live.
+
+    A tool running as a task sees the task's session (through FastMCP's
+    request context): its server-to-client requests become the task's
+    ``inputRequests``, its progress and log notifications are dropped.
     """
 
     identifier = EXTENSION
@@ -77,23 +92,91 @@ class FastMCPTasks(ServerExtension):
         if _rerunning.get():  # a task's own run again: the tool itself
             return await call_next()
         support = None if request is None else self.tasks.task_support(params.name, request)
-        if support is None:
+        if support is None or request is None:
             return await call_next()
+        # FastMCP's request context wraps the SDK's (its documented escape hatch).
+        sdk_request: ServerRequestContext[Any, Any] = request._srctx
 
-        async def body(_run: Any) -> CallToolResult:
-            return await _tool_result(call_next)
+        async def body(run: Any) -> CallToolResult:
+            with self._task_request(sdk_request, run):
+                return await _tool_result(call_next)
 
         return _Created(**await self.tasks.start(support, request, body, params))
 
     async def _rerun(
-        self, name: str, arguments: dict[str, Any], _run: Any, _ctx: Any
+        self, name: str, arguments: dict[str, Any], run: Any, ctx: Any
     ) -> CallToolResult:
-        """Run a stored call again through the server (its middleware included), not as a task."""
+        """Run a stored call again through the server (its middleware included), not as a task.
+
+        ``ctx`` is the SDK request context of the read that claimed the task;
+        the tool gets the task's session, as on its first run.
+        """
         token = _rerunning.set(True)
         try:
-            return await _tool_result(lambda: self.server.call_tool(name, arguments))
+            with self._task_request(ctx, run):
+                return await _tool_result(lambda: self.server.call_tool(name, arguments))
         finally:
             _rerunning.reset(token)
+
+    @contextmanager
+    def _task_request(self, request: ServerRequestContext[Any, Any], run: Any) -> Iterator[None]:
+        """FastMCP's request context for the tool of ``run``: the task's session, no SSE stream."""
+        session = TaskSession(request.session, self.tasks, run)
+        with bind_request_context(replace(request, session=session, close_sse_stream=None)):
+            yield
+
+
+class _TaskContext(Context):
+    """FastMCP's ``Context`` of a tool running as a task: ``elicit`` asks through the task.
+
+    FastMCP refuses ``ctx.elicit`` on a 2026-07-28 request before anything is
+    sent: it reads the request's protocol version, and that revision has no
+    channel for server-initiated requests. A task has one, its input
+    requests, so for the length of this one call FastMCP's request context
+    names the newest handshake revision (the task's session, the request id
+    and everything else unchanged), and FastMCP's own ``elicit`` runs: its
+    schema, its ``elicitation/create`` request (which the task's session
+    turns into an input request), its reading of the answer.
+    """
+
+    async def elicit(self, *args: Any, **kwargs: Any) -> Any:
+        request = fastmcp_request_ctx.get()
+        if request is None or not isinstance(request.session, TaskSession):
+            return await super().elicit(*args, **kwargs)
+        token = fastmcp_request_ctx.set(replace(request, protocol_version=LATEST_HANDSHAKE_VERSION))
+        try:
+            return await super().elicit(*args, **kwargs)
+        finally:
+            fastmcp_request_ctx.reset(token)
+
+
+class TaskContexts(Transform):
+    """Gives a FastMCP tool running as a task a ``Context`` whose ``elicit`` works.
+
+    FastMCP builds a new ``Context`` for every tool run and has no hook to
+    choose its class; the first thing it does with that ``Context`` current
+    is to look the tool up, through the server's transforms. So this
+    transform passes every lookup through unchanged and, when the lookup
+    runs for a tool running as a task (FastMCP's request context carries the
+    task's session), makes that ``Context`` a task context (see
+    ``_TaskContext``). Other ``Context`` objects, and every listing, are left
+    alone. Add it with ``mcp.add_transform(TaskContexts())`` next to
+    :class:`FastMCPTasks` (``fastmcp_http_app`` does).
+    """
+
+    async def get_tool(
+        self, name: str, call_next: GetToolNext, *, version: VersionSpec | None = None
+    ) -> Tool | None:
+        tool = await call_next(name, version=version)
+        request = fastmcp_request_ctx.get()
+        if request is not None and isinstance(request.session, TaskSession):
+            try:
+                context = get_context()
+            except RuntimeError:  # no tool run under way
+                return tool
+            if type(context) is Context:
+                context.__class__ = _TaskContext
+        return tool
 
 
 class ListenMiddleware(Middleware):
@@ -106,6 +189,13 @@ class ListenMiddleware(Middleware):
     ``MCPServer``) and passes every other request on.
     :func:`~replaystore.mcp.fastmcp_http_app` adds it when given both
     ``tasks=`` and ``subscriptions=``.
+
+    It also corrects ``server/discover``: at 2026-07-28, change
+    notifications travel on listen streams only, so (as the SDK derives it)
+    ``listChanged`` of tools, prompts and resources and ``resources.subscribe``
+    say whether ``subscriptions/listen`` is served. FastMCP looks for its own
+    handler of the method, finds none and says false; with this middleware
+    they are true, as on an ``MCPServer`` replica of the same deployment.
     """
 
     def __init__(self, handler: TaskListenHandler) -> None:
@@ -129,6 +219,28 @@ class ListenMiddleware(Middleware):
         except ValidationError as exc:
             raise MCPError(INVALID_PARAMS, f"invalid subscriptions/listen params: {exc}") from exc
         return await self.handler(request, params)
+
+    async def on_discover(
+        self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+    ) -> Any:
+        result = await call_next(context)
+        if not isinstance(result, DiscoverResult):
+            return result  # another extension's result type: not ours to change
+        return result.model_copy(update={"capabilities": _listening(result.capabilities)})
+
+
+def _listening(capabilities: ServerCapabilities) -> ServerCapabilities:
+    """``capabilities`` of a server that serves ``subscriptions/listen`` (2026-07-28)."""
+    update: dict[str, Any] = {}
+    if capabilities.tools is not None:
+        update["tools"] = capabilities.tools.model_copy(update={"list_changed": True})
+    if capabilities.prompts is not None:
+        update["prompts"] = capabilities.prompts.model_copy(update={"list_changed": True})
+    if capabilities.resources is not None:
+        update["resources"] = capabilities.resources.model_copy(
+            update={"list_changed": True, "subscribe": True}
+        )
+    return capabilities.model_copy(update=update)
 
 
 async def _tool_result(call: Callable[[], Awaitable[Any]]) -> CallToolResult:

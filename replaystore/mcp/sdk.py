@@ -12,10 +12,11 @@ used here; if one is missing, the import fails with
 ranges, instead of misbehaving at run time.
 
 The methods :mod:`replaystore.mcp.overrides` replaces carry a digest of the
-SDK's own source of each (``source``): the import does not check it (a
+SDK's own source of each (``source``), and so do the FastMCP methods whose
+behaviour a wrapper here depends on: the import does not check it (a
 reworded upstream docstring must not stop a server), the test suite does, so
-an SDK upgrade that changes an overridden method fails the tests until the
-override is read again against the new code.
+an upgrade that changes such a method fails the tests until the code here is
+read again against the new one.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ class SDKCompatibilityError(ReplayStoreError, ImportError):
 class Requirement:
     """One private name: where it lives, what it is, and why it is needed.
 
-    ``source`` is set for a method this package overrides: the
-    :func:`source_digest` of the SDK's own version it was written against.
+    ``source`` is set for a method this package overrides (or, for FastMCP,
+    wraps and depends on): the :func:`source_digest` of the upstream version
+    it was written against.
     """
 
     owner: str
@@ -90,7 +92,14 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "streamable_http_manager": lambda: streamable_http_manager,
     "FastMCPStreamableHTTPSessionManager()": lambda: _fastmcp_manager(),
     "FastMCPRequestContext": lambda: _fastmcp_request_context(),
+    "FastMCPContext": lambda: _fastmcp_context(),
 }
+
+
+def _fastmcp_context() -> Any:
+    from fastmcp.server.context import Context
+
+    return Context
 
 
 def _fastmcp_request_context() -> Any:
@@ -275,7 +284,24 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "_srctx",
         "parameter",
         "the SDK request context behind FastMCP's (a listen stream's subscription id is the "
-        "JSON-RPC id as sent)",
+        "JSON-RPC id as sent; a tool running as a task gets it with the task's session)",
+    ),
+    # FastMCP's ctx.elicit in a tool running as a task (fastmcp_tasks._TaskContext): FastMCP
+    # refuses it on 2026-07-28 by the request context's protocol version, which the task
+    # context sets for the call. Reviewed against these sources (the tests compare digests).
+    Requirement(
+        "FastMCPContext",
+        "elicit",
+        "method",
+        "wrapped for tools running as tasks; refuses only through _is_modern_protocol",
+        source="6d41b487501ff3e0",
+    ),
+    Requirement(
+        "FastMCPContext",
+        "_is_modern_protocol",
+        "method",
+        "FastMCP's era check before elicit: reads the request context's protocol version",
+        source="ac5a97927d3b5810",
     ),
 )
 
@@ -304,7 +330,11 @@ def changed_sources(
     for r in _REQUIREMENTS if reqs is None else reqs:
         if not r.source:
             continue
-        installed = source_digest(getattr(lookup[r.owner](), r.name))
+        try:
+            owner = lookup[r.owner]()
+        except ImportError:  # an optional package (FastMCP) that is not installed
+            continue
+        installed = source_digest(getattr(owner, r.name))
         if installed != r.source:
             changed.append(f"{r.owner}.{r.name}: reviewed {r.source}, installed {installed}")
     return changed

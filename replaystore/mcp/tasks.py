@@ -151,7 +151,7 @@ class _Run:
     ended: bool = False  # the store says the task is over (cancelled, lost, expired)
 
 
-class _TaskSession(ServerSession):
+class TaskSession(ServerSession):
     """The tool's session inside a task: server-to-client requests become input requests.
 
     Everything else is the request's own session (reached through
@@ -319,7 +319,7 @@ class ReplayTasks(Extension):
             return await call_next(ctx)
 
         async def body(run: _Run) -> HandlerResult:
-            session = _TaskSession(ctx.session, self, run)
+            session = TaskSession(ctx.session, self, run)
             return await call_next(replace(ctx, session=session, close_sse_stream=None))
 
         return await self.start(support, ctx, body, params)
@@ -588,7 +588,7 @@ def _sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
     """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
 
     async def rerun(name: str, arguments: dict[str, Any], run: _Run, ctx: Any) -> HandlerResult:
-        session = _TaskSession(ctx.session, tasks, run)
+        session = TaskSession(ctx.session, tasks, run)
         task_ctx = replace(ctx, session=session, close_sse_stream=None)
         try:
             result: HandlerResult = await server.call_tool(

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import uvicorn
 from fastmcp import Context, FastMCP
+from mcp_types import SamplingMessage, TextContent
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -57,6 +58,25 @@ def build_app(
         return f"no answer ({answer.action})"
 
     @mcp.tool
+    async def greet(ctx: Context) -> str:
+        """Asks for a name (elicitation) and for a greeting (sampling) at once."""
+        found: dict[str, str] = {}
+
+        async def name() -> None:
+            answer = await ctx.elicit("Who?", _Name)
+            found["name"] = answer.data.name if answer.action == "accept" else answer.action  # type: ignore[union-attr]
+
+        async def greeting() -> None:
+            prompt = SamplingMessage(role="user", content=TextContent(type="text", text="Greet"))
+            sampled = await ctx.session.create_message([prompt], max_tokens=16)
+            found["greeting"] = sampled.content.text  # type: ignore[union-attr]
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(name)
+            group.start_soon(greeting)
+        return f"{found['greeting']} {found['name']}"
+
+    @mcp.tool
     async def hold(seconds: float) -> str:
         await anyio.sleep(seconds)
         return f"held {seconds}"
@@ -80,11 +100,12 @@ def build_app(
 
 
 def example_tasks(lease: float, ttl: float) -> ReplayTasks:
-    """``countdown`` (idempotent), ``ask`` and ``hold`` as tasks for clients with the extension."""
+    """``countdown`` (idempotent), ``ask``, ``greet``, ``hold``: tasks for clients asking so."""
     return ReplayTasks(
         {
             "countdown": TaskSupport("optional", idempotent=True),
             "ask": "optional",
+            "greet": "optional",
             "hold": "optional",
         },
         ttl=ttl,

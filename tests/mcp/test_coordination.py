@@ -93,7 +93,12 @@ def test_every_private_sdk_method_overridden_is_in_one_module_and_listed() -> No
         for name in private_methods(cls):
             base = next(b for b in cls.__mro__[1:] if name in vars(b))
             found.add((base.__name__, name))
-    listed = {(r.owner, r.name) for r in sdk.requirements() if r.source}
+    # FastMCP methods with a digest are wrapped elsewhere (fastmcp_tasks), not overridden.
+    listed = {
+        (r.owner, r.name)
+        for r in sdk.requirements()
+        if r.source and not r.owner.startswith("FastMCP")
+    }
     assert found == listed
     for cls, seam in (
         (ReplayTransport, TransportOverrides),

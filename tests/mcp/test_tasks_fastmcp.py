@@ -36,6 +36,8 @@ from tests.mcp.test_tasks import (
 
 pytestmark = pytest.mark.anyio
 
+ENDED = ("completed", "failed", "cancelled")
+
 
 def spawn_fastmcp(name: str, store_url: str, log_dir: Path) -> ServerProcess:
     """One FastMCP replica serving ``countdown`` and ``ask`` as tasks too."""
@@ -65,11 +67,76 @@ def fastmcp_set(
             server.stop()
 
 
-async def test_discover_advertises_the_extension(
+async def test_discover_advertises_the_extension_and_the_listen_streams_served(
     fastmcp_set: TaskSet, fresh: httpx.AsyncClient
 ) -> None:
-    reply = await Modern(fresh, fastmcp_set.url).send("server/discover", {}, "discover")
-    assert EXTENSION in reply["result"]["capabilities"]["extensions"]
+    for replica in fastmcp_set.replicas:
+        reply = await Modern(fresh, replica.url).send("server/discover", {}, "discover")
+        capabilities = reply["result"]["capabilities"]
+        assert EXTENSION in capabilities["extensions"]
+        # subscriptions/listen is served, so change notifications are (as on an SDK replica).
+        assert capabilities["tools"]["listChanged"] is True, capabilities
+        assert capabilities["prompts"]["listChanged"] is True
+        assert capabilities["resources"] == {"listChanged": True, "subscribe": True}
+
+
+async def test_ctx_elicit_in_a_fastmcp_task_is_answered_on_other_replicas(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    runner, reader, answerer = (Modern(fresh, r.url) for r in fastmcp_set.replicas)
+    task_id = (await runner.call("ask", {"question": "Who?"}))["taskId"]
+    waiting = await reader.wait(task_id, "input_required", *ENDED)
+    assert waiting["status"] == "input_required", waiting
+    [(key, request)] = waiting["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["message"] == "Who?"
+    assert request["params"]["requestedSchema"]["properties"]["name"]["type"] == "string"
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    ack = await answerer.task("tasks/update", task_id, inputResponses={key: answer})
+    assert ack["result"]["resultType"] == "complete", ack
+    done = await reader.wait(task_id, *ENDED)
+    assert done["result"]["content"][0]["text"] == "hello Ada", done
+    assert done["result"]["isError"] is False
+    # Answering the same key again is ignored; the result stays.
+    late = {key: {"action": "decline"}}
+    assert "result" in await answerer.task("tasks/update", task_id, inputResponses=late)
+    assert await runner.get(task_id) == done
+
+
+async def test_a_partial_answer_keeps_a_fastmcp_task_waiting(
+    fastmcp_set: TaskSet, fresh: httpx.AsyncClient
+) -> None:
+    """``greet`` asks through ``ctx.elicit`` and samples at once: two requests outstanding.
+
+    Every request goes through the round-robin proxy, so each lands on the next replica.
+    """
+    runner = reader = answerer = Modern(fresh, fastmcp_set.url)
+    task_id = (await runner.call("greet", {}))["taskId"]
+    with anyio.fail_after(20):  # a hang guard: the two requests are stored one after the other
+        while True:
+            waiting = await reader.wait(task_id, "input_required", *ENDED)
+            assert waiting["status"] == "input_required", waiting
+            if len(waiting["inputRequests"]) == 2:
+                break
+            await anyio.sleep(0.05)
+    keys = {request["method"]: key for key, request in waiting["inputRequests"].items()}
+    assert set(keys) == {"elicitation/create", "sampling/createMessage"}, waiting
+    sampled = {
+        "role": "assistant",
+        "content": {"type": "text", "text": "Hi"},
+        "model": "test",
+    }
+    # The sampling answer and an unknown key: the elicitation is still outstanding.
+    partial = {keys["sampling/createMessage"]: sampled, "r999": {"action": "accept"}}
+    assert "result" in await answerer.task("tasks/update", task_id, inputResponses=partial)
+    await anyio.sleep(0.5)  # the runner picks answers up at its next lease renewal
+    still = await reader.get(task_id)
+    assert still["status"] == "input_required", still
+    assert list(still["inputRequests"]) == [keys["elicitation/create"]]
+    named = {keys["elicitation/create"]: {"action": "accept", "content": {"name": "Ada"}}}
+    assert "result" in await answerer.task("tasks/update", task_id, inputResponses=named)
+    done = await reader.wait(task_id, *ENDED)
+    assert done["result"]["content"][0]["text"] == "Hi Ada", done
 
 
 async def test_a_task_created_on_one_fastmcp_replica_resolves_on_every_other(
