@@ -190,6 +190,17 @@ def _http_storm(tmp_path: Path, url: str, *extra: str) -> tuple[dict[str, Any], 
         assert row["replica_cpu_us_per_resume"] is not None
         assert ("redis" in row) == (not row["in_process"])
     assert rows[2]["in_process"] and "| in process |" in done.stdout
+    # The goals against the SDK's store with sticky routing, computed in this run.
+    ratios = report["ratios"]
+    assert ratios["baseline"] == "sdk-example (sticky)"
+    rr, sdk = rows[0], rows[2]
+    assert ratios["recovery_vs_sdk"] == round(rr["recovery_s"] / sdk["recovery_s"], 3)
+    assert ratios["replica_cpu_per_resume_vs_sdk"] == round(
+        rr["replica_cpu_us_per_resume"] / sdk["replica_cpu_us_per_resume"], 3
+    )
+    figures = {t["figure"]: t for t in report["targets"]}
+    assert figures["replaystore (round-robin): losses"]["met"] == (rr["losses"] == 0)
+    assert "| replaystore (round-robin): replica CPU per resume vs" in done.stdout
     return report, done.stdout
 
 

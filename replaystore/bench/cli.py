@@ -131,7 +131,7 @@ def _unreachable(url: str) -> str | None:
 
 
 def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
-    from .http import HTTP_STORES, run_http_storm
+    from .http import HTTP_STORES, http_ratios_and_targets, run_http_storm
 
     # What the replicas store goes under a prefix of this run, deleted when it
     # ends however it ends: a shared Redis keeps nothing of the benchmark.
@@ -163,7 +163,14 @@ def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
     meta["http"] = True
     meta["kill_replica"] = kill_replica
     meta["options"]["share"] = 1.0  # every client reconnects
-    return {"meta": meta, "stores": rows, "unavailable": unavailable, "ratios": {}, "targets": []}
+    ratios, targets = http_ratios_and_targets(rows)
+    return {
+        "meta": meta,
+        "stores": rows,
+        "unavailable": unavailable,
+        "ratios": ratios,
+        "targets": targets,
+    }
 
 
 def _bad_url(url: str) -> str | None:

@@ -655,3 +655,57 @@ def _row(
             "storm": redis_cost,
         }
     return row
+
+
+#: The HTTP storm's yardstick: the official SDK's example store behind sticky
+#: routing, the smallest deployment people run today.
+BASELINE = "sdk-example (sticky)"
+
+
+def http_ratios_and_targets(
+    rows: list[dict[str, Any]],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """replaystore round robin against the SDK's store with sticky routing, in this run.
+
+    The fleet is back when every client has its missed events or its 404
+    (``recovery_s``); the CPU is the server replicas' own per resume. Exactness
+    is asked of both replaystore rows.
+    """
+    by = {r["name"]: r for r in rows}
+    rs, base = by.get("replaystore (round-robin)"), by.get(BASELINE)
+    ratios: dict[str, Any] = {}
+    if rs is not None and base is not None:
+        ratios["baseline"] = BASELINE
+        if rs["recovery_s"] and base["recovery_s"]:
+            ratios["recovery_vs_sdk"] = round(rs["recovery_s"] / base["recovery_s"], 3)
+        rs_cpu, base_cpu = rs["replica_cpu_us_per_resume"], base["replica_cpu_us_per_resume"]
+        if rs_cpu and base_cpu:
+            ratios["replica_cpu_per_resume_vs_sdk"] = round(rs_cpu / base_cpu, 3)
+    targets: list[dict[str, Any]] = []
+    for name in ("replaystore (round-robin)", "replaystore (sticky)"):
+        row = by.get(name)
+        if row is None:
+            continue
+        for figure in ("duplicates", "losses", "wrong_stream"):
+            value = row[figure]
+            targets.append(
+                {"figure": f"{name}: {figure}", "target": "0", "value": value, "met": value == 0}
+            )
+    for key, label, bound in (
+        ("recovery_vs_sdk", "time until every client is back vs the SDK's store (sticky)", 1.1),
+        (
+            "replica_cpu_per_resume_vs_sdk",
+            "replica CPU per resume vs the SDK's store (sticky)",
+            1.2,
+        ),
+    ):
+        value = ratios.get(key)
+        targets.append(
+            {
+                "figure": f"replaystore (round-robin): {label}",
+                "target": f"<= {bound}x",
+                "value": value,
+                "met": None if value is None else value <= bound,
+            }
+        )
+    return ratios, targets

@@ -54,11 +54,7 @@ def markdown(report: dict[str, Any]) -> str:
     if kinds:
         lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
         lines += kinds
-    if report.get("targets"):
-        lines += ["", "| replaystore figure | target | measured | met |", "|---|---|---:|---|"]
-        for t in report["targets"]:
-            met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
-            lines.append(f"| {t['figure']} | {t['target']} | {_num(t['value'], 2)} | {met} |")
+    lines += _targets(report)
     return "\n".join(lines)
 
 
@@ -125,4 +121,16 @@ def _http_markdown(report: dict[str, Any]) -> str:
     if kinds:
         lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
         lines += kinds
+    lines += _targets(report)
     return "\n".join(lines)
+
+
+def _targets(report: dict[str, Any]) -> list[str]:
+    """The figures replaystore promises in this run, each with its value and whether it is met."""
+    if not report.get("targets"):
+        return []
+    lines = ["", "| replaystore figure | target | measured | met |", "|---|---|---:|---|"]
+    for t in report["targets"]:
+        met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+        lines.append(f"| {t['figure']} | {t['target']} | {_num(t['value'], 2)} | {met} |")
+    return lines
