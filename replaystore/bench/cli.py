@@ -131,7 +131,8 @@ def _unreachable(url: str) -> str | None:
 
 
 def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
-    from .http import HTTP_STORES, http_ratios_and_targets, run_http_storm
+    from .goals import http_ratios_and_targets
+    from .http import HTTP_STORES, run_http_storm
 
     # What the replicas store goes under a prefix of this run, deleted when it
     # ends however it ends: a shared Redis keeps nothing of the benchmark.

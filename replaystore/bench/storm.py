@@ -34,6 +34,7 @@ from typing import Any
 
 from ..testing.replicas import ReplicaPool
 from .catalog import CATALOG, available, default_names
+from .goals import storm_ratios, storm_targets
 from .progress import Bar
 from .redis_cost import RedisProbe, Sample
 from .stores import EVICTED_PREFIX, StoreSpec, is_cluster_url, is_redis_url
@@ -150,8 +151,8 @@ def run_storm(options: Options) -> dict[str, Any]:
         raise
     report["meta"]["seconds"] = round(time.monotonic() - began, 1)
     report["meta"]["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    report["ratios"] = _ratios(report["stores"])
-    report["targets"] = _targets(report)
+    report["ratios"] = storm_ratios(report["stores"])
+    report["targets"] = storm_targets(report)
     return report
 
 
@@ -369,55 +370,6 @@ def _figures(
     if failed_writes:
         out["failed_writes"] = failed_writes
     return out
-
-
-def _ratios(stores: list[dict[str, Any]]) -> dict[str, Any]:
-    by = {s["name"]: s for s in stores}
-    rs = by.get("replaystore")
-    raw = next((s for s in stores if s["name"].startswith("raw")), None)
-    if rs is None or raw is None:
-        return {}
-    out: dict[str, Any] = {"floor": raw["name"]}
-    if rs["resumes_per_s"] and raw["resumes_per_s"]:
-        out["resumes_per_s_vs_floor"] = round(rs["resumes_per_s"] / raw["resumes_per_s"], 3)
-    if rs["appends_per_s"] and raw["appends_per_s"]:
-        out["appends_per_s_vs_floor"] = round(rs["appends_per_s"] / raw["appends_per_s"], 3)
-    if "redis" in rs and "redis" in raw and raw["redis"]["cpu_us_per_resume"] > 0:
-        out["redis_cpu_per_resume_vs_floor"] = round(
-            rs["redis"]["cpu_us_per_resume"] / raw["redis"]["cpu_us_per_resume"], 3
-        )
-        if rs["redis"]["cpu_us_per_resume"] > 0:
-            out["resumes_per_redis_cpu_s_vs_floor"] = round(
-                raw["redis"]["cpu_us_per_resume"] / rs["redis"]["cpu_us_per_resume"], 3
-            )
-        if raw["redis"]["cpu_us_per_append"] > 0:
-            out["redis_cpu_per_append_vs_floor"] = round(
-                rs["redis"]["cpu_us_per_append"] / raw["redis"]["cpu_us_per_append"], 3
-            )
-    return out
-
-
-def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The figures replaystore promises, each with its value and whether it was met."""
-    rs = next((s for s in report["stores"] if s["name"] == "replaystore"), None)
-    if rs is None:
-        return []
-    ratios = report["ratios"]
-    rows: list[tuple[str, str, Any, bool | None]] = [
-        ("duplicates", "0", rs["duplicates"], rs["duplicates"] == 0),
-        ("losses", "0", rs["losses"], rs["losses"] == 0),
-        ("wrong_stream", "0", rs["wrong_stream"], rs["wrong_stream"] == 0),
-        ("incorrect_verdicts", "0", rs["incorrect_verdicts"], rs["incorrect_verdicts"] == 0),
-    ]
-
-    def ratio(key: str, label: str, bound: float, at_least: bool) -> None:
-        value = ratios.get(key)
-        met = None if value is None else (value >= bound if at_least else value <= bound)
-        rows.append((label, f"{'>=' if at_least else '<='} {bound}x", value, met))
-
-    ratio("resumes_per_s_vs_floor", "resumes/s vs the raw floor", 0.8, True)
-    ratio("redis_cpu_per_resume_vs_floor", "Redis CPU per resume vs the raw floor", 1.8, False)
-    return [{"figure": f, "target": t, "value": v, "met": m} for f, t, v, m in rows]
 
 
 def storm_meta(options: Options, replicas: int, *, redis: bool) -> dict[str, Any]:

@@ -130,16 +130,23 @@ async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, p
 class _CountingClient:
     """Records every round trip the buffer's backend makes.
 
-    The backend sends everything through two methods of its wire: ``roundtrip``
-    (one packed command: a script call) and ``pipelined`` (several commands in
-    one packet). Wrapping both sees every round trip, as ``["FCALL", ...]`` and
-    ``"PIPELINE"`` entries.
+    The backend sends everything through three methods of its wire:
+    ``roundtrip`` (one packed command: a script call), ``pipelined`` (several
+    commands in one packet) and ``watched`` (two packets on one connection: an
+    optimistic transaction). Wrapping them sees every round trip, as
+    ``["FCALL", ...]``, ``"PIPELINE"`` and two ``"WATCHED"`` entries.
     """
 
     def __init__(self, backend: Any) -> None:
         self.sent: list[str] = []
         wire = backend._wire
-        roundtrip, pipelined = wire.roundtrip, wire.pipelined
+        roundtrip, pipelined, watched = wire.roundtrip, wire.pipelined, wire.watched
+
+        async def counting_watched(reads: bytes, replies: int, then: Any) -> Any:
+            self.sent += ["WATCHED", "WATCHED"]
+            return await watched(reads, replies, then)
+
+        wire.watched = counting_watched
 
         async def counting_roundtrip(packet: bytes) -> Any:
             self.sent.append(packet.split(b"\r\n")[2].decode().upper())
@@ -481,25 +488,63 @@ async def test_run_index_holds_one_entry_per_stretch(
         await admin.aclose()
 
 
-async def test_teardown_deletes_the_judged_lists_in_the_same_call(
+async def test_a_failure_the_fast_read_decides_is_torn_down_without_a_script(
     scratch_server: ServerHandle, prefix: str
 ) -> None:
-    """A failed resume whose verdict the facts script can read for certain is
-    one call after the fast path's read: the facts and the teardown, which
-    deletes the lists it declared (the cursor's sequence). A session of one
-    sequence needs no sweep after it; lists of other sequences go in one
-    sweep. Only the tombstone is left."""
+    """A failed resume whose verdict the fast read decides (here a cursor
+    past the high-water) is torn down in an optimistic transaction after that
+    read: ``WATCH`` and the reads, then ``MULTI``/``EXEC``, no script. It
+    deletes every list of the session, so no sweep follows whatever the
+    number of sequences. Only the tombstone is left, carrying the verdict."""
     admin = aioredis.Redis.from_url(scratch_server.url)
     try:
         async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
             counter = _CountingClient(buf.backend)
-            for session, sequences in (("one", ["q"]), ("two", ["q", "r"])):
+            for session, sequences in (("one", ["q"]), ("three", ["q", "r", "s"])):
                 await buf.open_session(session)
                 ids = [await buf.append(session, s, b"x") for s in sequences]
                 counter.take()
+                await admin.config_resetstat()
                 cursor = ids[0].replace(f"-{ids[0].split('-')[1].split('.')[0]}.", "-99.", 1)
                 res = await buf.resolve_and_replay(session, cursor)
                 assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
+                assert res.evidence.torn_down
+                assert counter.take() == ["PIPELINE", "WATCHED", "WATCHED"]
+                stats = await command_calls(admin)
+                assert "fcall" not in stats and stats["exec"] == 1, stats
+                base = buf.backend.key_base(session)  # type: ignore[attr-defined]
+                left = [k.decode() async for k in admin.scan_iter(match=f"{base}*")]
+                assert left == [f"{base}:t"], left
+                again = await buf.resolve_and_replay(session, ids[0])
+                assert again.verdict is Verdict.UNKNOWN_SESSION
+                assert again.evidence.tombstone is not None
+                assert again.evidence.tombstone.verdict is Verdict.AHEAD_OF_HIGH_WATER
+    finally:
+        await admin.aclose()
+
+
+async def test_teardown_by_the_facts_script_deletes_the_judged_lists_in_the_same_call(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """A failed resume the fast read leaves in doubt and the facts script can
+    read for certain (here an evicted cursor: only the script reads the
+    newest evicted event) is one call after the fast path's read: the facts
+    and the teardown, which deletes the lists it declared (the cursor's
+    sequence). A session of one sequence needs no sweep after it; lists of
+    other sequences go in one sweep. Only the tombstone is left."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_events=2) as buf:
+            counter = _CountingClient(buf.backend)
+            for session, sequences in (("one", ["q"]), ("two", ["q", "r"])):
+                await buf.open_session(session)
+                ids = [await buf.append(session, "q", b"x") for _ in range(2)]
+                for s in sequences:
+                    await buf.append(session, s, b"y")
+                await buf.append(session, "q", b"z")
+                counter.take()
+                res = await buf.resolve_and_replay(session, ids[0])
+                assert res.verdict is Verdict.BELOW_FLOOR, res
                 assert res.evidence.torn_down
                 sweeps = 0 if len(sequences) == 1 else 1
                 assert counter.take() == ["PIPELINE"] + ["FCALL"] * (1 + sweeps)

@@ -3,12 +3,14 @@
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
 decided here by ``replaystore/_rules.py``, the same rules as in memory. A
-failed resume costs one script when the facts leave no doubt about its
-failure (``facts.lua`` tears it down on the state it read, and the rules must
-reach the same code from those facts, or the call fails); otherwise it is torn
-down by ``close.lua`` as a compare-and-delete on the state the verdict was
-decided on (judged again if the session moved). Sweeps
-of evicted elements and lazy TTL refreshes follow as separate operations only
+failed resume the fast read decides is torn down by an optimistic
+transaction of native commands (:mod:`.teardown`); one it leaves in doubt
+costs one script when the facts leave no doubt about its failure
+(``facts.lua`` tears it down on the state it read, and the rules must reach
+the same code from those facts, or the call fails); otherwise it is torn
+down by ``close.lua``. Both teardowns are a compare-and-delete on the state
+the verdict was decided on (judged again if the session moved). Sweeps of
+evicted elements and lazy TTL refreshes follow as separate operations only
 when a script says they are due.
 """
 
@@ -42,9 +44,10 @@ from .. import register_backend
 from .._redis_client import build_client
 from ..base import Backend
 from ..coordination import OnRedis
-from .fastpath import FastPath
+from .fastpath import Failed, FastPath
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
+from .teardown import still_true, tear_down
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
@@ -401,16 +404,20 @@ class RedisBackend(Backend):
         # On a cluster too: the pipelined read follows MOVED and ASK while a
         # slot moves, and needs no transaction (see ``FastPath.snapshot``), so the
         # two reads may even be served by the two nodes of a moving slot.
+        r = self.retention
+        named_tag = sequence_tag(sequence) if sequence is not None else ""
         if replay and cursor is not None and cursor.tag is not None:
             fast = await self._call(
                 "resolve",
                 lambda: self._fast.snapshot(session, cursor, raw_cursor, sequence),
                 retry=True,
             )
-            if fast is not None:
+            if isinstance(fast, Resumption):
                 return fast
-        r = self.retention
-        named_tag = sequence_tag(sequence) if sequence is not None else ""
+            if isinstance(fast, Failed) and (not teardown or self._wire.by_hand):
+                done = await self._fail_fast(session, cursor, raw_cursor, named_tag, fast, teardown)
+                if done is not None:
+                    return done
         declared = [t for t in (cursor.tag if cursor else None, named_tag) if t]
         torn_down = replay and teardown
         nonce = secrets.token_hex(8)
@@ -453,7 +460,7 @@ class RedisBackend(Backend):
                     tomb_json = json.dumps(
                         {"code": judgement.code, "verdict": judgement.verdict.value}
                     )[:-1]
-                    expect = (facts.epoch, *_still_true(judgement.code, cursor, named_tag))
+                    expect = (facts.epoch, *still_true(judgement.code, cursor, named_tag))
                     if not await self._close(session, tomb_json, expect, tags):
                         continue  # the session moved since the facts were read: judge again
             evidence = evidence_for(
@@ -469,23 +476,41 @@ class RedisBackend(Backend):
             return Resumption(judgement.verdict, evidence, judgement.sequence, events)
         raise StorageError("the session kept changing while a resume was judged; try again")
 
+    async def _fail_fast(
+        self,
+        session: str,
+        cursor: Cursor,
+        raw_cursor: str,
+        named_tag: str,
+        fast: Failed,
+        teardown: bool,
+    ) -> Resumption | None:
+        """A failure the fast read decided, torn down without a script (``teardown.py``).
 
-def _still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
-    """The condition under which a failed verdict still holds (``close.lua``).
-
-    Appends and evictions go on while a resume is judged; the teardown applies
-    only if they did not change the verdict, otherwise it is judged again.
-    """
-    position = cursor.position if cursor else 0
-    if code in ("malformed", "foreign", "origin_evicted", "evicted"):
-        return "always", ""  # the floor only rises, epochs never change
-    if code == "ahead":
-        return "top_below", position
-    if code == "unknown_sequence":
-        return "no_sequence", named_tag
-    if code == "origin_ambiguous":
-        return "ambiguous", ""
-    return "floor_at_most", max(position, 1)
+        ``None`` when the session moved meanwhile: the script path judges again.
+        """
+        judgement = fast.judgement
+        if teardown:
+            nonce = secrets.token_hex(8)
+            torn = await self._call(
+                "resolve",
+                lambda: tear_down(
+                    self._wire,
+                    self.key_base(session),
+                    fast.facts.epoch,
+                    still_true(judgement.code, cursor, named_tag),
+                    {"code": judgement.code, "verdict": judgement.verdict.value},
+                    ttl_ms=self.retention.tombstone_ttl_ms,
+                    nonce=nonce,
+                ),
+                retry=True,
+            )
+            if not torn:
+                return None
+        evidence = evidence_for(
+            session, raw_cursor, cursor, fast.facts, judgement, torn_down=teardown, replay=True
+        )
+        return Resumption(judgement.verdict, evidence, judgement.sequence)
 
 
 def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..._rules import evidence_for, judge
+from ..._rules import Judgement, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
 from ...verdicts import Resumption, Verdict
@@ -24,7 +24,23 @@ from .replies import Facts, decode_record, decode_state
 from .scripts import CLOCK_MARGIN_MS
 from .wire import Wire, pack_args, pack_one
 
-__all__ = ["FastPath"]
+__all__ = ["DECIDED_HERE", "Failed", "FastPath"]
+
+#: The failed verdicts the fast read decides exactly as the script would: they
+#: come from the meta hash (a foreign epoch, an unknown named sequence, a
+#: cursor past the high-water) or from the cursor's own event, found at its
+#: place and belonging to another sequence than the one named. No eviction
+#: turns one of them into another verdict. A cursor below the floor, above
+#: all, is the script's: only it reads the newest evicted event.
+DECIDED_HERE = frozenset({"foreign", "unknown_sequence", "ahead", "mismatch"})
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A failed verdict decided on the fast read, and the facts it was decided on."""
+
+    judgement: Judgement
+    facts: Facts
 
 
 @dataclass(slots=True)
@@ -68,12 +84,13 @@ class FastPath:
 
     async def snapshot(
         self, session: str, cursor: Cursor, raw_cursor: str, named: str | None
-    ) -> Resumption | None:
+    ) -> Resumption | Failed | None:
         """The fast path: one pipelined read, no Lua; ``None`` when in doubt.
 
-        Only a ``resumed`` verdict is answered here; anything else (and any
-        read that shows work due: eviction, a TTL refresh) goes to the script
-        path, which can also tear down.
+        A ``resumed`` verdict is answered here, and the failed verdicts of
+        :data:`DECIDED_HERE` are returned as :class:`Failed` for the caller
+        to tear down; anything else (and any read that shows work due:
+        eviction, a TTL refresh) goes to the script path.
 
         The ``HMGET`` and the ``LRANGE`` need no ``MULTI`` around them: between
         the two, a sequence's list only grows at its tail (events the
@@ -115,7 +132,7 @@ class FastPath:
             read.base = base = state.base
         else:
             return None
-        if values[0].decode() != cursor.epoch or int(values[3]) > r.max_events:
+        if int(values[3]) > r.max_events:
             return None
         # Work that falls due by the clock (a TTL refresh, an age eviction) is
         # read from the meta hash and compared with this process's clock, with
@@ -135,14 +152,14 @@ class FastPath:
             other = decode_state(values[8])
             states[other.public.tag] = other.public
         elements = got[1]
-        if not elements:
-            return None
-        record = decode_record(elements[0], state.public.name, cursor.ordinal)
-        if record is None or record.position != cursor.position or record.stamp != cursor.stamp:
-            return None
+        record = decode_record(elements[0], state.public.name, cursor.ordinal) if elements else None
+        if record is not None and (
+            record.position != cursor.position or record.stamp != cursor.stamp
+        ):
+            record = None  # not the cursor's event: the script looks it up
         facts = Facts(
             record_at=record,
-            epoch=cursor.epoch,
+            epoch=values[0].decode(),
             top=int(values[1]),
             floor=int(values[2]),
             retained=int(values[3]),
@@ -150,11 +167,13 @@ class FastPath:
             states=states,
             chain_tag=cursor.tag,
             chain_ordinal=cursor.ordinal + 1,
-            elements=elements[1:],
+            elements=elements[1:] if record is not None else [],
         )
         judgement = judge(facts, cursor, named)
         if judgement.verdict is not Verdict.RESUMED:
-            return None
+            return Failed(judgement, facts) if judgement.code in DECIDED_HERE else None
+        if record is None:
+            return None  # only a chain that starts at the cursor's own event was read
         evidence = evidence_for(
             session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
         )

@@ -249,22 +249,51 @@ class Wire:
         conn = await pool.get_connection()
         self._in_flight += 1
         try:
-            await _send(conn, packet, crowded=self._in_flight > 1)
-            out = []
-            timeout = conn.socket_timeout
-            try:
-                async with asyncio.timeout(None if timeout is None else timeout + slack):
-                    for _ in range(replies):
-                        out.append(await _reply(conn))
-            except TimeoutError as exc:
-                raise RedisTimeoutError("timeout reading pipelined replies") from exc
-            return out
+            return await self._exchange(conn, packet, replies, slack)
         except BaseException:
             await _drop(conn)
             raise
         finally:
             self._in_flight -= 1
             await pool.release(conn)
+
+    async def watched(
+        self, reads: bytes, replies: int, then: Callable[[list[Any]], tuple[bytes, int]]
+    ) -> list[Any]:
+        """Two packets on one connection held between them: ``reads``, then ``then``'s.
+
+        For an optimistic transaction: ``reads`` starts with a ``WATCH``;
+        ``then`` gets its replies and returns the second packet and its reply
+        count, which must end the watch (``MULTI`` ... ``EXEC``, or
+        ``UNWATCH``), so that the connection goes back to the pool as it came.
+        Returns the second packet's replies. A connection that fails halfway is
+        dropped, and the watch ends with it. Only on the hand-made path
+        (``by_hand``).
+        """
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+        self._in_flight += 1
+        try:
+            packet, count = then(await self._exchange(conn, reads, replies, 0.0))
+            return await self._exchange(conn, packet, count, 0.0)
+        except BaseException:
+            await _drop(conn)
+            raise
+        finally:
+            self._in_flight -= 1
+            await pool.release(conn)
+
+    async def _exchange(self, conn: Any, packet: bytes, replies: int, slack: float) -> list[Any]:
+        await _send(conn, packet, crowded=self._in_flight > 1)
+        out = []
+        timeout = conn.socket_timeout
+        try:
+            async with asyncio.timeout(None if timeout is None else timeout + slack):
+                for _ in range(replies):
+                    out.append(await _reply(conn))
+        except TimeoutError as exc:
+            raise RedisTimeoutError("timeout reading pipelined replies") from exc
+        return out
 
 
 async def _reply(conn: Any) -> Any:
