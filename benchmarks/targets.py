@@ -40,7 +40,6 @@ TARGETS: list[tuple[str, str, float]] = [
     ("replay10.wall", "resolve_and_replay of 10 / raw XRANGE COUNT 10, wall", 1.3),
     ("replay10.cpu", "resolve_and_replay of 10 / raw XRANGE COUNT 10, Redis CPU", 1.5),
     ("append.wall", "append of one event / raw XADD, wall", 1.3),
-    ("append.cpu", "append of one event / raw XADD, Redis CPU", 2.0),
     ("append_vs_floor.cpu", "append of one event / the Lua floor, Redis CPU", 1.25),
     (
         "append_in_turn_vs_floor.cpu",

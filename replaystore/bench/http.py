@@ -41,28 +41,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
 from ..cursor import Cursor
 from ..testing.proxy import TcpProxy
-from ..testing.servers import find_free_port
 from ..testing.sse import sse_events
+from .http_servers import Servers, without_prefix
 from .progress import Bar
 from .redis_cost import RedisProbe
 from .stores import Reply
@@ -77,7 +68,6 @@ CLOSE_AFTER = 3  # the server closes the call's stream after this many
 _TIMEOUT = 30.0
 _IDLE = 3.0  # a resume whose stream stays silent this long is over (what it got is judged)
 _RETRY_FOR = 20.0  # a client retries a broken connection for this long
-_HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,116 +122,6 @@ HTTP_STORES = (
     ),
 )
 """Every store the HTTP storm runs, in the order of its table."""
-
-
-def _with_prefix(url: str, prefix: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
-    return urlunsplit(parts._replace(query=urlencode([*query, ("prefix", prefix)])))
-
-
-def _without_prefix(url: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-class _Servers:
-    """R server processes of one store on loopback: started, waited for, always stopped."""
-
-    def __init__(self, store: HttpStore, count: int, url: str, prefix: str) -> None:
-        self._argv: list[list[str]] = []
-        self.ports: list[int] = []
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self._logs = Path(tempfile.mkdtemp(prefix="replaystore-bench-http-"))
-        for _ in range(count):
-            port = find_free_port()
-            self.ports.append(port)
-            if store.server == "replaystore":
-                argv = [
-                    sys.executable, "-m", "replaystore", "example-server", "--host", _HOST,
-                    "--port", str(port), "--url", _with_prefix(url, prefix),
-                    "--log-level", "error",
-                ]  # fmt: skip
-            else:
-                argv = [
-                    sys.executable, "-m", "replaystore.bench.peer_server", store.server,
-                    "--host", _HOST, "--port", str(port), "--url", _without_prefix(url),
-                    "--prefix", prefix,
-                ]  # fmt: skip
-            self._argv.append(argv)
-
-    @property
-    def addresses(self) -> list[tuple[str, int]]:
-        return [(_HOST, p) for p in self.ports]
-
-    def __enter__(self) -> _Servers:
-        try:
-            for i, argv in enumerate(self._argv):
-                with (self._logs / f"replica-{i}.log").open("wb") as out:
-                    self.procs.append(
-                        subprocess.Popen(
-                            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-                        )
-                    )
-            deadline = time.monotonic() + 60
-            for i, (proc, port) in enumerate(zip(self.procs, self.ports, strict=True)):
-                while True:
-                    if proc.poll() is not None:
-                        log = (self._logs / f"replica-{i}.log").read_text(errors="replace")
-                        raise RuntimeError(f"server replica exited: {log[-2000:]}")
-                    try:
-                        socket.create_connection((_HOST, port), timeout=0.5).close()
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline:
-                            raise RuntimeError(f"server replica on {port} not ready") from None
-                        time.sleep(0.1)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def cpu_seconds(self) -> list[float | None]:
-        """Each replica's CPU time so far (user + system, from ``/proc``; None once gone)."""
-        return [_proc_cpu(p.pid) if p.poll() is None else None for p in self.procs]
-
-    def kill(self, i: int) -> None:
-        self.procs[i].send_signal(signal.SIGKILL)
-        self.procs[i].wait(10)
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        self.procs.clear()
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _proc_cpu(pid: int) -> float | None:
-    """User + system CPU seconds of a process, or None where ``/proc`` cannot tell."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()  # the name may hold spaces and parentheses
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 @dataclass
@@ -305,6 +185,29 @@ def _take(client: _Client, event_id: str | None, data: str) -> None:
         client.results += 1
 
 
+#: How many times a client starts its session over after a 503 during setup.
+_SETUP_ATTEMPTS = 5
+
+
+class _Busy(Exception):
+    """A replica answered 503 (load shed or store slow) during a client's setup."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _refusal(step: str, response: httpx.Response, body: bytes) -> Exception:
+    message = f"{step}: HTTP {response.status_code}: {body[:200]!r}"
+    if response.status_code != 503:
+        return RuntimeError(message)
+    try:
+        retry_after = min(5.0, float(response.headers.get("retry-after", "1")))
+    except ValueError:
+        retry_after = 1.0
+    return _Busy(message, retry_after)
+
+
 async def _setup(http: httpx.AsyncClient, client: _Client, base: str) -> None:
     init = {
         "jsonrpc": "2.0",
@@ -318,13 +221,13 @@ async def _setup(http: httpx.AsyncClient, client: _Client, base: str) -> None:
     }
     async with http.stream("POST", base, json=init, headers=client.headers()) as r:
         if r.status_code != 200:
-            raise RuntimeError(f"initialize: HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+            raise _refusal("initialize", r, await r.aread())
         client.session_id = r.headers["mcp-session-id"]
         await r.aread()
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     r2 = await http.post(base, json=note, headers=client.headers())
     if r2.status_code != 202:
-        raise RuntimeError(f"initialized: HTTP {r2.status_code}: {r2.text[:200]}")
+        raise _refusal("initialized", r2, r2.content)
     call = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -337,7 +240,7 @@ async def _setup(http: httpx.AsyncClient, client: _Client, base: str) -> None:
     }
     async with http.stream("POST", base, json=call, headers=client.headers()) as r:
         if r.status_code != 200:
-            raise RuntimeError(f"tools/call: HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+            raise _refusal("tools/call", r, await r.aread())
         async for event_id, data in _events(r):
             _take(client, event_id, data)
 
@@ -424,7 +327,7 @@ def run_http_storm(
             if stores and store.store not in stores:
                 continue
             store_prefix = f"{prefix}{store.server}:"
-            with _Servers(store, replicas, url, store_prefix) as servers:
+            with Servers(store, replicas, url, store_prefix) as servers:
                 proxy = None if store.sticky else TcpProxy(servers.addresses).start()
                 try:
                     bases = [f"http://{h}:{p}/mcp" for h, p in servers.addresses]
@@ -491,7 +394,7 @@ def _plan(clients: list[_Client], rng: random.Random, rate: float) -> list[Recon
 
 async def _storm(
     store: HttpStore,
-    servers: _Servers,
+    servers: Servers,
     routes: _Routes,
     proxy: TcpProxy | None,
     *,
@@ -506,7 +409,7 @@ async def _storm(
     rng = random.Random(seed)
     replicas = len(servers.ports)
     clients = [_Client(i, i % replicas) for i in range(sessions)]
-    probe = RedisProbe(_without_prefix(url)) if store.redis else None
+    probe = RedisProbe(without_prefix(url)) if store.redis else None
     # A new TCP connection per request, so a round-robin proxy spreads every request.
     limits = httpx.Limits(max_keepalive_connections=0, max_connections=concurrency * 2)
     timeout = httpx.Timeout(_TIMEOUT, read=_IDLE)
@@ -514,9 +417,25 @@ async def _storm(
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
             began = time.monotonic()
             with bar.task(f"{store.name}: sessions", sessions) as advance:
+                busy = 0
 
                 async def setup(c: _Client) -> None:
-                    await _setup(http, c, routes.base(c))
+                    # A replica that sheds load answers 503 with Retry-After:
+                    # the client starts over with a new session, as a real
+                    # client does, a few times before the run gives up.
+                    nonlocal busy
+                    for attempt in range(_SETUP_ATTEMPTS):
+                        try:
+                            await _setup(http, c, routes.base(c))
+                            break
+                        except _Busy as exc:
+                            if attempt == _SETUP_ATTEMPTS - 1:
+                                raise RuntimeError(str(exc)) from None
+                            busy += 1
+                            fresh = _Client(c.index, c.home)
+                            c.session_id, c.progress, c.tokens = "", fresh.progress, fresh.tokens
+                            c.results, c.last_event_id = 0, None
+                            await asyncio.sleep(exc.retry_after)
                     advance(1)
 
                 await _bounded([setup(c) for c in clients], concurrency)
@@ -588,6 +507,7 @@ async def _storm(
         redis_cost=redis_cost,
         killed=killed,
         sessions=sessions,
+        setup_retries=busy,
     )
 
 
@@ -618,6 +538,7 @@ def _row(
     redis_cost: dict[str, Any] | None,
     killed: dict[str, Any],
     sessions: int,
+    setup_retries: int,
 ) -> dict[str, Any]:
     q = _quantiles(latencies)
     resumes = len(latencies)
@@ -639,6 +560,8 @@ def _row(
         "appends": sessions * (NOTIFICATIONS + 1),
         "appends_per_s": None,
         "setup_seconds": round(setup_s, 2),
+        # Sessions started over after a 503 (a replica shedding load) during setup.
+        "setup_retries": setup_retries,
         **tally.as_dict(),
         "replica_cpu_s": cpu,
         "replica_cpu_us_per_resume": round(sum(measured) / resumes * 1e6, 1)

@@ -117,6 +117,11 @@ def _http_markdown(report: dict[str, Any]) -> str:
         )
     for u in report["unavailable"]:
         lines.append(f"| {u['name']} | not run: {u['reason']} |" + " |" * 13)
+    retried = [
+        f"{s['name']} {s['setup_retries']}" for s in report["stores"] if s.get("setup_retries")
+    ]
+    if retried:
+        lines += ["", "Sessions started over after a 503 during setup: " + ", ".join(retried) + "."]
     kinds = _kinds(report)
     if kinds:
         lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
