@@ -516,7 +516,10 @@ def _error_body(message: str) -> dict[str, Any]:
 
 
 def _unavailable() -> Response:
-    body = _error_body("Service Unavailable: the replay store cannot be reached; retry later")
+    body = _error_body(
+        "Service Unavailable: the replay store did not answer (unreachable or too slow); "
+        "retry later"
+    )
     body["error"]["data"] = {"verdict": None, "reason": "storage_error"}
     return Response(
         json.dumps(body),

@@ -386,7 +386,8 @@ class ReplayTransport(TransportOverrides):
         else:
             detail = "the resumption verdict is unknown, " if resumption else ""
             message = (
-                f"Service Unavailable: the replay store cannot be reached; {detail}retry later"
+                f"Service Unavailable: the replay store did not answer (unreachable or too slow); "
+                f"{detail}retry later"
             )
             reason = "storage_error"
         await self._json_error(
