@@ -23,6 +23,7 @@ from .records import (
     TERMINAL,
     WORKING,
     Beat,
+    Reaped,
     TaskRecord,
     pack,
     unpack,
@@ -85,6 +86,9 @@ class _Shared:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tasks: dict[str, _Task] = {}
+        # Tasks that were running when last seen, in creation order: what a
+        # scan looks at (an entry for a task that ended is dropped when seen).
+        self.running: dict[str, None] = {}
         self.ops = 0
 
 
@@ -188,6 +192,7 @@ class MemoryTaskStore(TaskStore):
                 max_runs=max(1, attempts),
             )
             self._shared.tasks[task_id] = task
+            self._shared.running[task_id] = None
             return task.record(task_id, now)
 
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
@@ -280,6 +285,44 @@ class MemoryTaskStore(TaskStore):
             answers = {key: unpack(blob) for key, blob in task.answers.items()}
             task.answers.clear()
             return Beat(task.status, answers)
+
+    async def beat_many(
+        self, task_ids: Sequence[str], runner: str, lease: float
+    ) -> list[Beat | None]:
+        return [await self.beat(task_id, runner, lease) for task_id in task_ids]
+
+    async def reap(self, *, limit: int = 100, hide: float = 5.0) -> Reaped:
+        reaped = Reaped()
+        shared = self._shared
+        with shared.lock:
+            now = self._clock()
+            checked = 0
+            nearest: int | None = None
+            for task_id in list(shared.running):
+                task = shared.tasks.get(task_id)
+                if task is None or task.status in TERMINAL:
+                    del shared.running[task_id]
+                    continue
+                if task.lease_until > now:
+                    if nearest is None or task.lease_until < nearest:
+                        nearest = task.lease_until
+                    continue
+                if checked == limit:
+                    nearest = now  # more are due: scan again at once
+                    continue
+                checked += 1
+                live = self._live(task_id, now)
+                if live is None or live.status in TERMINAL:
+                    del shared.running[task_id]
+                    if live is not None and live.status == FAILED:
+                        reaped.failed.append(task_id)
+                elif live.orphaned(now):
+                    reaped.orphaned.append(task_id)
+        if nearest is not None:
+            reaped = Reaped(reaped.failed, reaped.orphaned, max(0, nearest - now) / 1000)
+        elif reaped.orphaned:
+            reaped = Reaped(reaped.failed, reaped.orphaned, hide)
+        return reaped
 
     async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
         with self._shared.lock:

@@ -33,6 +33,7 @@ __all__ = [
     "WORKING",
     "Beat",
     "NotReplicatedError",
+    "Reaped",
     "TaskInputError",
     "TaskRecord",
     "new_task_id",
@@ -179,3 +180,20 @@ class Beat:
 
     status: str
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """What one background scan of the store's running tasks found.
+
+    ``failed``: tasks this scan ended ``failed`` because their runner's lease
+    lapsed (whoever applies the lapse rule first reports it; a task appears
+    here on one replica only). ``orphaned``: re-runnable tasks whose runner's
+    lease lapsed, for the scanner to :meth:`~.store.TaskStore.claim` (one
+    claimant wins). ``next_in``: seconds until the next lease may lapse, as far
+    as the store knows (0: more tasks are due now; None: no task is running).
+    """
+
+    failed: list[str] = field(default_factory=list)
+    orphaned: list[str] = field(default_factory=list)
+    next_in: float | None = None

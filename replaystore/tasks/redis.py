@@ -10,6 +10,15 @@ the store holds nothing of the task.
 
 The scripts live in ``lua/`` beside this module; ``_lib.lua`` is prepended to
 each, as the session scripts do.
+
+Beside the tasks, one sorted set (``<prefix>{tasks}:running``, a slot of its
+own on a cluster) lists the tasks that may be running, each with the time its
+lease may have lapsed: what :meth:`RedisTaskStore.reap` looks at. It is a hint
+only, never a second copy of the truth: a create adds the task to it in the
+same round trip, an end removes it, and a scan checks each due task with the
+same atomic lapse rule a reader applies (in the task's own slot), then
+corrects or drops the entry. A stale, missing or duplicated entry therefore
+costs one check or delays a background end; it can never end a task wrongly.
 """
 
 from __future__ import annotations
@@ -17,12 +26,22 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from ..backends.coordination import OnRedis
 from ..errors import StorageError
-from .records import LOST_ERROR, Beat, NotReplicatedError, TaskRecord, pack, unpack
+from .records import (
+    LOST_ERROR,
+    TERMINAL,
+    Beat,
+    NotReplicatedError,
+    Reaped,
+    TaskRecord,
+    pack,
+    unpack,
+)
 from .store import TaskStore
 
 __all__ = ["RedisTaskStore"]
@@ -37,9 +56,24 @@ def _source(name: str) -> str:
 _LIB = _source("_lib")
 _SCRIPTS = {
     name: _LIB + _source(name)
-    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat", "claim")
+    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat", "claim", "reap")
 }
+_SCRIPTS["sweep"] = _source("sweep")  # the index alone: no task keys
 _SHAS = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One command of a pipeline: a script by name (``keys``, ``args``), or a plain command."""
+
+    script: str | None
+    keys: Sequence[str] = ()
+    args: Sequence[Any] = ()
+
+
+def _noscript(reply: Any) -> bool:
+    text = str(reply)
+    return isinstance(reply, Exception) and ("NOSCRIPT" in text or "No matching script" in text)
 
 
 def _text(value: bytes | str) -> str:
@@ -122,24 +156,88 @@ class RedisTaskStore(TaskStore):
         except Exception as exc:  # redis.RedisError and cluster errors alike
             raise StorageError(f"task {name} failed on redis: {exc}") from exc
 
-    async def _change(self, name: str, task_id: str, *args: Any, client: bool = False) -> Any:
-        """A status-changing script, waited for by ``wait_replicas`` replicas if set.
+    def _index(self) -> str:
+        """The sorted set of tasks that may be running (its own hash tag)."""
+        return f"{self._key_base('tasks')}:running"
 
-        ``client``: the change was asked by a client, who is told (by
-        :class:`NotReplicatedError`) when too few replicas acknowledged it.
-        """
-        if not self._wait_replicas:
-            return await self._run(name, task_id, *args)
-        keys = self.keys(task_id)
-        timeout_ms = max(1, int(self._wait_timeout * 1000))
+    async def _pipeline(self, steps: Sequence[_Step], *, whole: bool = False) -> list[Any]:
+        """``steps`` in one round trip; the replies in order (a failed command's: its error)."""
         try:
             pipe = self._client.pipeline(transaction=False)
-            pipe.eval(_SCRIPTS[name], len(keys), *keys, *args)
-            pipe.execute_command("WAIT", self._wait_replicas, timeout_ms)
-            reply, acked = await pipe.execute()
+            for step in steps:
+                if step.script is None:
+                    pipe.execute_command(*step.args)
+                else:
+                    # By name: redis-py's cluster pipeline refuses its evalsha() method,
+                    # while the command itself is routed by its keys like any other.
+                    script = (
+                        ("EVAL", _SCRIPTS[step.script])
+                        if whole
+                        else ("EVALSHA", _SHAS[step.script])
+                    )
+                    pipe.execute_command(*script, len(step.keys), *step.keys, *step.args)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise StorageError(f"task {name} failed on redis: {exc}") from exc
-        if int(acked) < self._wait_replicas:
+            raise StorageError(f"task store pipeline failed on redis: {exc}") from exc
+        return replies
+
+    async def _send(self, steps: Sequence[_Step]) -> list[Any]:
+        """``steps`` in one round trip, scripts by digest.
+
+        A script the server does not know (a restart, ``SCRIPT FLUSH``) did
+        not run: it is sent again whole, with the plain commands that followed
+        it (an index update, ``WAIT``); nothing that ran is run twice.
+        """
+        replies = await self._pipeline(steps)
+        missing = [
+            i
+            for i, (s, r) in enumerate(zip(steps, replies, strict=True))
+            if s.script and _noscript(r)
+        ]
+        if missing:
+            again = [
+                i for i in range(missing[0], len(steps)) if i in missing or steps[i].script is None
+            ]
+            redone = await self._pipeline([steps[i] for i in again], whole=True)
+            for i, reply in zip(again, redone, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _change(
+        self,
+        name: str,
+        task_id: str,
+        *args: Any,
+        client: bool = False,
+        before: Sequence[Any] = (),
+        after: Sequence[Any] = (),
+    ) -> Any:
+        """A status-changing script, waited for by ``wait_replicas`` replicas if set.
+
+        ``before``, ``after``: a plain command sent in the same round trip
+        (the index of running tasks). ``client``: the change was asked by a
+        client, who is told (by :class:`NotReplicatedError`) when too few
+        replicas acknowledged it.
+        """
+        if not self._wait_replicas and not before and not after:
+            return await self._run(name, task_id, *args)
+        steps = [_Step(None, args=before)] if before else []
+        steps.append(_Step(name, self.keys(task_id), args))
+        if after:
+            steps.append(_Step(None, args=after))
+        if self._wait_replicas:
+            timeout_ms = max(1, int(self._wait_timeout * 1000))
+            steps.append(_Step(None, args=("WAIT", self._wait_replicas, timeout_ms)))
+        replies = await self._send(steps)
+        for step, reply in zip(steps, replies, strict=True):
+            if isinstance(reply, Exception):
+                what = step.script or step.args[0]
+                raise StorageError(f"task {name} failed on redis ({what}): {reply}")
+        reply = replies[1 if before else 0]
+        if not self._wait_replicas:
+            return reply
+        acked = int(replies[-1])
+        if acked < self._wait_replicas:
             text = (
                 f"task {name} stored on the primary but acknowledged by {acked} of "
                 f"{self._wait_replicas} replica(s) within {self._wait_timeout} s"
@@ -166,7 +264,10 @@ class RedisTaskStore(TaskStore):
         poll = "" if poll_ms is None else str(poll_ms)
         call_blob = pack(call) if call is not None else b""
         args = (runner, int(lease * 1000), ttl_ms, poll, owner or "", max(1, attempts), call_blob)
-        created = await self._change("create", task_id, *args)
+        # The index entry first: a task is never running without one. Its time,
+        # 0, makes the next scan look at it and file it under its real lease.
+        index = ("ZADD", self._index(), 0, task_id)
+        created = await self._change("create", task_id, *args, before=index)
         if created is None:
             raise ValueError(f"task id {task_id!r} is taken")
         now = int(created)
@@ -198,7 +299,15 @@ class RedisTaskStore(TaskStore):
         self, task_id: str, *, owner: str | None = None, message: str | None = None
     ) -> bool:
         flag = "" if message is None else "1"
-        reply = await self._change("cancel", task_id, owner or "", flag, message or "", client=True)
+        reply = await self._change(
+            "cancel",
+            task_id,
+            owner or "",
+            flag,
+            message or "",
+            client=True,
+            after=("ZREM", self._index(), task_id),
+        )
         return bool(reply)
 
     async def finish(
@@ -218,7 +327,16 @@ class RedisTaskStore(TaskStore):
         elif error is not None:
             field, blob = "err", pack(error)
         flag = "" if message is None else "1"
-        ended = await self._change("finish", task_id, status, field, blob, flag, message or "")
+        ended = await self._change(
+            "finish",
+            task_id,
+            status,
+            field,
+            blob,
+            flag,
+            message or "",
+            after=("ZREM", self._index(), task_id),
+        )
         return bool(ended)
 
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
@@ -227,6 +345,65 @@ class RedisTaskStore(TaskStore):
             return None
         answers = {key: unpack(blob) for key, blob in _pairs(reply[1]).items()}
         return Beat(_text(reply[0]), answers)
+
+    async def beat_many(
+        self, task_ids: Sequence[str], runner: str, lease: float
+    ) -> list[Beat | None]:
+        if not task_ids:
+            return []
+        ms = int(lease * 1000)
+        steps = [_Step("beat", self.keys(task_id), (runner, ms)) for task_id in task_ids]
+        beats: list[Beat | None] = []
+        for task_id, reply in zip(task_ids, await self._send(steps), strict=True):
+            try:
+                if isinstance(reply, Exception):
+                    raise reply
+                if not reply:
+                    beats.append(None)
+                    continue
+                answers = {key: unpack(blob) for key, blob in _pairs(reply[1]).items()}
+                beats.append(Beat(_text(reply[0]), answers))
+            except Exception as exc:  # one damaged record must not stop the others
+                logger.warning("task %s: lease renewal failed: %s", task_id, exc)
+                beats.append(None)
+        return beats
+
+    async def _sweep(self, corrections: Sequence[tuple[str, str]], limit: int, hide: float) -> Any:
+        """The index script: apply ``corrections`` (task id, time or ''), take up to ``limit``."""
+        args: list[Any] = [limit, max(1, int(hide * 1000)), len(corrections)]
+        for task_id, at in corrections:
+            args += [at, task_id]
+        [reply] = await self._send([_Step("sweep", [self._index()], args)])
+        if isinstance(reply, Exception):
+            raise StorageError(f"task scan failed on redis: {reply}")
+        return reply
+
+    async def reap(self, *, limit: int = 100, hide: float = 5.0) -> Reaped:
+        now, first, taken = await self._sweep((), limit, hide)
+        due = [_text(task_id) for task_id in taken]
+        if not due:
+            return Reaped(next_in=None if first is None else max(0.0, (float(first) - now) / 1000))
+        steps = [_Step("reap", self.keys(task_id), ()) for task_id in due]
+        replies = await self._send(steps)
+        failed, orphaned, corrections = [], [], []
+        for task_id, reply in zip(due, replies, strict=True):
+            if isinstance(reply, Exception):  # left hidden: checked again after ``hide``
+                logger.warning("task %s: lease check failed: %s", task_id, reply)
+                continue
+            if not reply or _text(reply[0]) in TERMINAL:
+                corrections.append((task_id, ""))
+                if reply and int(reply[3]) == 1:
+                    failed.append(task_id)
+            elif int(reply[2]) == 1:
+                orphaned.append(task_id)  # hidden until claimed: the claim renews the lease
+            else:
+                corrections.append((task_id, str(int(reply[1]))))
+        now, first, _ = await self._sweep(corrections, 0, hide)
+        if len(due) == limit:
+            next_in: float | None = 0.0
+        else:
+            next_in = None if first is None else max(0.0, (float(first) - now) / 1000)
+        return Reaped(failed, orphaned, next_in)
 
     async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
         blob = await self._change("claim", task_id, runner, int(lease * 1000))

@@ -12,8 +12,10 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
   is ignored; the task stays ``input_required`` until every outstanding
   request is answered;
 - the runner holds a lease it renews with :meth:`TaskStore.beat`; once the
-  lease lapses, the first replica that reads the task ends it ``failed`` with
-  :data:`~.records.LOST_ERROR`, so a task is never ``working`` forever;
+  lease lapses, the first replica that reads the task, or that scans the
+  running tasks with :meth:`TaskStore.reap`, ends it ``failed`` with
+  :data:`~.records.LOST_ERROR`, so a task is never ``working`` forever, read
+  or not;
 - unless the task was created re-runnable (``attempts`` > 1 and its ``call``
   stored): then a lapsed lease leaves it active for one :meth:`TaskStore.claim`
   to take over, exactly one claimant winning, until ``attempts`` runs have
@@ -29,7 +31,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .records import Beat, TaskRecord
+from .records import Beat, Reaped, TaskRecord
 
 __all__ = ["TaskStore"]
 
@@ -113,6 +115,30 @@ class TaskStore(ABC):
 
         None if the task is gone (expired) or another runner holds it. The
         lease is not renewed once the task is terminal.
+        """
+
+    async def beat_many(
+        self, task_ids: Sequence[str], runner: str, lease: float
+    ) -> list[Beat | None]:
+        """:meth:`beat` for each of ``task_ids``, in order, in as few round trips as possible.
+
+        A replica renews the leases of all the tasks it runs at once. Each task
+        is still its own atomic step; a task whose record cannot be read gets
+        None, like a task that is gone.
+        """
+        return [await self.beat(task_id, runner, lease) for task_id in task_ids]
+
+    @abstractmethod
+    async def reap(self, *, limit: int = 100, hide: float = 5.0) -> Reaped:
+        """Apply the lapse rule to running tasks whose lease may have lapsed.
+
+        Each checked task is one atomic step, the same rule a reader applies,
+        so replicas scanning at once agree on one outcome per task. Which tasks
+        are worth checking comes from an index of running tasks that is only
+        a hint: a stale entry costs one check and is then corrected or
+        dropped. Up to ``limit`` tasks per call; the tasks a call checks are
+        hidden from other scans for ``hide`` seconds, so a scanner that dies
+        midway delays them by that much at most.
         """
 
     @abstractmethod

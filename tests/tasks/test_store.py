@@ -376,3 +376,136 @@ async def test_wait_replicas_with_a_real_replica_every_change_is_on_it() -> None
         await follower.aclose()
         replica.stop()
         primary.stop()
+
+
+# ---------------------------------------------------------------- background scans
+
+
+async def _reap_all(store: TaskStore, *, limit: int = 100) -> tuple[list[str], list[str]]:
+    """Scan until nothing more is due now: every task ended, every orphan found."""
+    failed: list[str] = []
+    orphaned: list[str] = []
+    while True:
+        reaped = await store.reap(limit=limit, hide=5.0)
+        failed += reaped.failed
+        orphaned += reaped.orphaned
+        if reaped.next_in != 0:
+            return failed, orphaned
+
+
+async def test_a_scan_ends_orphaned_tasks_once_however_many_replicas_scan(
+    make_store: MakeStore,
+) -> None:
+    """Nobody reads these tasks: the scans alone end them, each reported by one scanner."""
+    runner, *scanners = [await make_store() for _ in range(4)]
+    ids = [new_task_id() for _ in range(12)]
+    for task_id in ids:
+        await runner.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000)
+    live = new_task_id()
+    await runner.create(live, runner="r1", lease=30, ttl_ms=60_000)
+    early = await scanners[0].reap()
+    assert early.failed == [] and early.orphaned == []
+    await anyio.sleep(0.5)
+    results: list[tuple[list[str], list[str]]] = []
+
+    async def scan(store: TaskStore) -> None:
+        results.append(await _reap_all(store, limit=5))
+
+    async with anyio.create_task_group() as group:
+        for store in scanners:
+            group.start_soon(scan, store)
+    failed = [task_id for found, _ in results for task_id in found]
+    assert sorted(failed) == sorted(ids)  # each exactly once, over all scanners
+    assert all(orphans == [] for _, orphans in results)
+    for task_id in ids:
+        record = await runner.get(task_id)
+        assert record is not None and record.status == "failed"
+        assert record.detailed()["error"] == LOST_ERROR
+    still = await runner.get(live)
+    assert still is not None and still.status == "working"
+    # What is left to watch is the live task, due when its lease may lapse.
+    after = await scanners[0].reap()
+    assert after.failed == [] and after.next_in is not None and 0 < after.next_in <= 30
+
+
+async def test_a_scan_leaves_running_tasks_alone_and_forgets_ended_ones(
+    make_store: MakeStore,
+) -> None:
+    a, b = await _two(make_store)
+    assert (await b.reap()).next_in is None  # nothing running: nothing to look at
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=0.4, ttl_ms=60_000)
+    for _ in range(4):  # the runner keeps renewing; scans in between change nothing
+        await anyio.sleep(0.2)
+        assert await a.beat(task_id, "r1", 0.4) is not None
+        reaped = await b.reap()
+        assert reaped.failed == [] and reaped.orphaned == []
+        assert reaped.next_in is not None and reaped.next_in <= 0.4
+    record = await b.get(task_id)
+    assert record is not None and record.status == "working"
+    assert await a.finish(task_id, "completed", result={"content": []})
+    await anyio.sleep(0.5)
+    reaped = await b.reap()
+    assert reaped.failed == [] and reaped.next_in is None
+
+
+async def test_stale_scan_hints_are_harmless(make_store: MakeStore) -> None:
+    """Tasks a reader already ended, or that expired, are dropped from the scan, not reported."""
+    a, b = await _two(make_store)
+    read, expired = new_task_id(), new_task_id()
+    await a.create(read, runner="r1", lease=0.2, ttl_ms=60_000)
+    await a.create(expired, runner="r1", lease=0.2, ttl_ms=300)
+    index = getattr(a, "_index", None)
+    ghost = new_task_id()
+    if index is not None:  # on Redis: an entry for a task that never existed
+        await a._client.zadd(index(), {ghost: 0})  # type: ignore[attr-defined]
+    await anyio.sleep(0.5)
+    ended = await b.get(read)  # the reader applies the lapse rule first
+    assert ended is not None and ended.status == "failed"
+    assert await _reap_all(b) == ([], [])
+    assert (await b.reap()).next_in is None
+    if index is not None:
+        assert await a._client.zcard(index()) == 0  # type: ignore[attr-defined]
+
+
+async def test_a_scan_hands_orphaned_rerunnable_tasks_to_a_claim(make_store: MakeStore) -> None:
+    a, b, c = await make_store(), await make_store(), await make_store()
+    task_id = new_task_id()
+    call = {"name": "countdown", "arguments": {"n": 3}}
+    await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000, attempts=2, call=call)
+    await anyio.sleep(0.5)
+    reaped = await b.reap(hide=0.3)  # looked at again once the claimant's lease may lapse
+    assert reaped.failed == [] and reaped.orphaned == [task_id]
+    assert await b.claim(task_id, "r2", 0.3) == call
+    assert await c.claim(task_id, "r3", 0.3) is None
+    record = await c.get(task_id)
+    assert record is not None and record.status == "working"
+    # The second run's runner dies too: its two runs are spent, so a scan fails it.
+    await anyio.sleep(0.5)
+    assert await _reap_all(c) == ([task_id], [])
+    lost = await a.get(task_id)
+    assert lost is not None and lost.status == "failed"
+
+
+async def test_leases_of_many_tasks_are_renewed_at_once(make_store: MakeStore) -> None:
+    a, b = await _two(make_store)
+    mine, theirs, gone = new_task_id(), new_task_id(), new_task_id()
+    await a.create(mine, runner="r1", lease=0.4, ttl_ms=60_000)
+    await a.create(theirs, runner="r2", lease=5, ttl_ms=60_000)
+    (key,) = await a.ask(mine, "r1", [{"method": "elicitation/create"}]) or [""]
+    await b.respond(mine, {key: {"action": "accept"}})
+    assert await a.beat_many([], "r1", 0.4) == []
+    for _ in range(3):
+        await anyio.sleep(0.2)
+        beats = await a.beat_many([mine, theirs, gone], "r1", 0.4)
+        assert beats[1] is None and beats[2] is None
+        assert beats[0] is not None and beats[0].status == "working"
+        if _ == 0:  # the answer is handed over once
+            assert beats[0].answers == {key: {"action": "accept"}}
+        else:
+            assert beats[0].answers == {}
+    record = await b.get(mine)
+    assert record is not None and record.status == "working"
+    await b.cancel(mine)
+    [ended] = await a.beat_many([mine], "r1", 0.4)
+    assert ended is not None and ended.status == "cancelled"
