@@ -109,6 +109,8 @@ def fastmcp_http_app(
                 await stack.enter_async_context(adopted.replicating())
                 if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
                     add_health_route(app, adopted)
+            if tasks is not None:
+                await stack.enter_async_context(tasks.reaping())
             yield state
 
     app.router.lifespan_context = lifespan

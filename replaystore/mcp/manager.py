@@ -599,7 +599,11 @@ def streamable_http_app(
                     await stack.enter_async_context(subscriptions.running())
                 if tasks is not None:
                     await stack.enter_async_context(tasks.running())
-                yield await stack.enter_async_context(inner(starlette_app))
+                state = await stack.enter_async_context(inner(starlette_app))
+                if tasks is not None:
+                    # Once the server runs: a tool it runs again needs its lifespan state.
+                    await stack.enter_async_context(tasks.reaping(lambda: manager._lifespan_state))
+                yield state
 
         app.router.lifespan_context = lifespan
     return app

@@ -16,15 +16,19 @@ How each rule holds on every replica:
 - the record is written before the ``CreateTaskResult`` is returned, so a
   ``tasks/get`` anywhere resolves at once;
 - the tool runs on the replica that created the task, which holds a lease on
-  it and renews it every ``check_interval``; the same store call hands it the
-  answers recorded by ``tasks/update`` (on any replica) and tells it when the
-  task was cancelled, so cancellation and input reach the tool wherever it
-  runs within one check interval;
-- a replica that dies stops renewing: once the lease lapses, the next reader
-  ends the task ``failed`` with a JSON-RPC error saying the server running it
-  stopped, or, for a tool marked idempotent, claims it (one claimant wins, in
-  the store) and runs it again; a replica that shuts down fails its running
-  tasks itself;
+  it and renews it every ``check_interval`` (the leases of all the tasks a
+  replica runs in one round trip); the same store call hands it the answers
+  recorded by ``tasks/update`` (on any replica) and tells it when the task was
+  cancelled, so cancellation and input reach the tool wherever it runs within
+  one check interval;
+- a replica that dies stops renewing: once the lease lapses, the task ends
+  ``failed`` with a JSON-RPC error saying the server running it stopped, or,
+  for a tool marked idempotent, is claimed by a survivor (one claimant wins,
+  in the store) and run again; whichever replica looks first applies that,
+  a reader (``tasks/get``, a listen stream) or the background scan every
+  replica runs (:meth:`ReplayTasks.reaping`), so it happens whether or not
+  anyone reads the task; a replica that shuts down fails its running tasks
+  itself;
 - ``ctx.elicit`` (and sampling, any server-to-client request) inside a task
   tool becomes an entry of ``inputRequests`` with a key the store issues, and
   waits for its answer; progress and log notifications are dropped, as the
@@ -44,6 +48,7 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer
@@ -58,7 +63,7 @@ from mcp_types import (
     RequestParams,
     TextContent,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 from .. import ReplayBuffer
@@ -67,6 +72,8 @@ from ..errors import StorageError
 from ..tasks import (
     FAILED,
     LOST_ERROR,
+    TERMINAL,
+    Beat,
     NotReplicatedError,
     TaskInputError,
     TaskRecord,
@@ -96,7 +103,15 @@ _SHUTDOWN_ERROR = {
 Mode = Literal["forbidden", "optional", "required"]
 
 #: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
+#: ``ctx`` is the request context of the reader that found the task orphaned,
+#: or None when the background scan did.
 Rerun = Callable[[str, dict[str, Any], "_Run", Any], Awaitable[HandlerResult]]
+
+#: Tasks one background scan checks at most before it looks again.
+_REAP_BATCH = 100
+
+#: Added to a scan's wait, so it wakes just after a lease lapses, not just before.
+_REAP_SLACK = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +164,7 @@ class _Run:
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     waiting: dict[str, anyio.Event] = field(default_factory=dict)
     ended: bool = False  # the store says the task is over (cancelled, lost, expired)
+    done: bool = False  # the tool returned: its end is being stored, renewals no longer apply
 
 
 class TaskSession(ServerSession):
@@ -159,14 +175,24 @@ class TaskSession(ServerSession):
     notifications are dropped: the tasks extension does not carry them.
     """
 
-    def __init__(self, inner: ServerSession, tasks: ReplayTasks, run: _Run) -> None:
+    def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: _Run) -> None:
         # The SDK's constructor is not called: this object only redirects.
+        # ``inner`` is None for a run started by the background scan: no
+        # client request is behind it, so the client's details are unknown.
         self._replay_inner = inner
         self._replay_tasks = tasks
         self._replay_run = run
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_replay_inner"], name)
+        inner = self.__dict__["_replay_inner"]
+        if inner is None:
+            if name in ("client_params", "client_capabilities"):
+                return None
+            raise AttributeError(
+                f"{name!r} is not available to a task run again in the background: "
+                "no client request is behind it"
+            )
+        return getattr(inner, name)
 
     async def send_request(
         self, request: BaseModel, result_type: type[BaseModel], *args: Any, **kwargs: Any
@@ -243,6 +269,7 @@ class ReplayTasks(Extension):
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, _Run] = {}
         self._rerun: Rerun | None = None
+        self._lifespan: Callable[[], Any] | None = None
 
     # -- wiring ------------------------------------------------------------------
 
@@ -274,15 +301,50 @@ class ReplayTasks(Extension):
             )
         return self._store
 
+    @property
+    def lifespan_state(self) -> Any:
+        """The server's lifespan state, for a run that no request started (see :meth:`reaping`)."""
+        return self._lifespan() if self._lifespan is not None else {}
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Run task tools while this context is open; on exit, fail those still running."""
+        """Run task tools while this context is open; on exit, fail those still running.
+
+        One background job renews the leases of every task running here, in
+        one store round trip per ``check_interval`` (none while no task runs).
+        """
         async with anyio.create_task_group() as group:
             self._group = group
+            group.start_soon(self._beat_all)
             try:
                 yield
             finally:
                 self._group = None
+                group.cancel_scope.cancel()
+
+    @asynccontextmanager
+    async def reaping(self, lifespan: Callable[[], Any] | None = None) -> AsyncIterator[None]:
+        """Scan the store for tasks whose runner died while this context is open.
+
+        Enter it inside :meth:`running`, once the server serves requests
+        (``streamable_http_app`` and ``fastmcp_http_app`` do). Every replica
+        scans: a task whose lease lapsed ends ``failed`` (or, for an
+        idempotent tool, is claimed and run again here if this replica wins
+        the claim) at most a moment after its lease lapses, even if no client
+        ever reads it again. A scan wakes when the earliest lease it knows of
+        may lapse, and at least once per ``lease``; with no task running
+        anywhere that is one store call per ``lease``. ``lifespan`` returns
+        the server's lifespan state, handed to a tool run again here with no
+        request behind it.
+        """
+        if self._group is None:
+            raise RuntimeError("enter ReplayTasks.reaping() inside ReplayTasks.running()")
+        self._lifespan = lifespan
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._reap_all)
+            try:
+                yield
+            finally:
                 group.cancel_scope.cancel()
 
     def methods(self) -> list[MethodBinding]:
@@ -383,15 +445,39 @@ class ReplayTasks(Extension):
         group.start_soon(self._run, run, body)
         return {"resultType": "task", **record.detailed()}
 
+    def run_context(
+        self,
+        run: _Run,
+        ctx: ServerRequestContext[Any, Any] | None,
+        name: str,
+        arguments: dict[str, Any],
+    ) -> ServerRequestContext[Any, Any]:
+        """The SDK request context a run of a task's tool (``name``, ``arguments``) sees.
+
+        ``ctx`` with the task's session, no SSE stream; for a run the
+        background scan started (``ctx`` None), a context with no client
+        behind it: the task's session alone, the server's lifespan state.
+        """
+        if ctx is None:
+            return ServerRequestContext(
+                session=TaskSession(None, self, run),
+                lifespan_context=self.lifespan_state,
+                protocol_version=LATEST_MODERN_VERSION,
+                method="tools/call",
+                params={"name": name, "arguments": arguments},
+            )
+        return replace(ctx, session=TaskSession(ctx.session, self, run), close_sse_stream=None)
+
     async def take_over(self, task_id: str, ctx: Any) -> bool:
         """Run again here a re-runnable task whose runner died, if this replica wins the claim.
 
-        Called by whoever reads a task the store flags ``rerun`` (``tasks/get``,
-        listen streams), with that request's context: the new run's input
-        requests and cancellation work as for the first run. True if the run
-        started here. A claimed task this replica cannot run (the tool is not
-        idempotent here, or no server to run it) fails as lost at once rather
-        than waiting for another lapse.
+        Called by whoever finds a task the store flags ``rerun``: a reader
+        (``tasks/get``, listen streams), with that request's context, or the
+        background scan, with None. The new run's input requests and
+        cancellation work as for the first run. True if the run started here.
+        A claimed task this replica cannot run (the tool is not idempotent
+        here, or no server to run it) fails as lost at once rather than
+        waiting for another lapse.
         """
         if self._group is None:
             return False
@@ -419,22 +505,18 @@ class ReplayTasks(Extension):
         status, payload = FAILED, dict(_SHUTDOWN_ERROR)
         message: str | None = None
         try:
-            async with anyio.create_task_group() as beats:
-                beats.start_soon(self._beat, run)
-                with run.scope:
-                    try:
-                        status, payload = "completed", _result(await body(run))
-                    except MCPError as exc:
-                        status = FAILED
-                        payload = exc.error.model_dump(
-                            by_alias=True, mode="json", exclude_none=True
-                        )
-                        message = exc.error.message
-                    except Exception:
-                        logger.exception("task tool %s raised", run.task_id)
-                        status, payload = FAILED, {"code": INTERNAL_ERROR, "message": "tool failed"}
-                        message = "the tool failed"
-                beats.cancel_scope.cancel()
+            with run.scope:
+                try:
+                    status, payload = "completed", _result(await body(run))
+                except MCPError as exc:
+                    status = FAILED
+                    payload = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    message = exc.error.message
+                except Exception:
+                    logger.exception("task tool %s raised", run.task_id)
+                    status, payload = FAILED, {"code": INTERNAL_ERROR, "message": "tool failed"}
+                    message = "the tool failed"
+            run.done = True
             if run.ended or run.scope.cancelled_caught:
                 return  # the store already holds the end (cancelled, lost or expired)
             if status == "completed" and payload.get("resultType") == "input_required":
@@ -446,6 +528,7 @@ class ReplayTasks(Extension):
                 }
                 message = str(payload["message"])
         finally:
+            run.done = True
             self._runs.pop(run.task_id, None)
             if not run.ended and not run.scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
@@ -472,29 +555,62 @@ class ReplayTasks(Extension):
             # The lease lapses and the task fails as lost: never silently working.
             logger.warning("task %s: could not store its end: %s", task_id, exc)
 
-    async def _beat(self, run: _Run) -> None:
-        """Renew the lease; hand over answers; stop the tool once the task is over."""
+    async def _beat_all(self) -> None:
+        """Renew the leases of the tasks running here, all in one store call per interval."""
         while True:
             await anyio.sleep(self.check_interval)
-            try:
-                beat = await self.store.beat(run.task_id, self._runner, self.lease)
-            except StorageError as exc:
-                logger.warning("task %s: lease renewal failed: %s", run.task_id, exc)
+            runs = [run for run in self._runs.values() if not run.done]
+            if not runs:
                 continue
-            except Exception:  # a damaged record: stop the tool; the lease lapses
-                logger.exception("task %s: lease renewal failed", run.task_id)
-                run.ended = True
-                run.scope.cancel()
-                return
-            if beat is None or beat.status in ("completed", "failed", "cancelled"):
-                run.ended = True
-                run.scope.cancel()
-                return
-            for key, answer in beat.answers.items():
-                run.answers[key] = answer
-                event = run.waiting.pop(key, None)
-                if event is not None:
-                    event.set()
+            try:
+                beats = await self.store.beat_many(
+                    [run.task_id for run in runs], self._runner, self.lease
+                )
+            except StorageError as exc:
+                logger.warning("lease renewal of %d task(s) failed: %s", len(runs), exc)
+                continue
+            except Exception:  # never let one bad reply stop every renewal
+                logger.exception("lease renewal of %d task(s) failed", len(runs))
+                continue
+            for run, beat in zip(runs, beats, strict=True):
+                self._renewed(run, beat)
+
+    @staticmethod
+    def _renewed(run: _Run, beat: Beat | None) -> None:
+        """Hand over answers; stop the tool once the task is over (or no longer its own)."""
+        if run.done:  # the tool returned meanwhile: its own end is being stored
+            return
+        if beat is None or beat.status in TERMINAL:
+            run.ended = True
+            run.scope.cancel()
+            return
+        for key, answer in beat.answers.items():
+            run.answers[key] = answer
+            event = run.waiting.pop(key, None)
+            if event is not None:
+                event.set()
+
+    async def _reap_all(self) -> None:
+        """The background scan (see :meth:`reaping`)."""
+        while True:
+            delay = self.lease
+            try:
+                reaped = await self.store.reap(limit=_REAP_BATCH, hide=self.lease)
+            except StorageError as exc:
+                logger.warning("scan for tasks whose runner stopped failed: %s", exc)
+            except Exception:  # never let one bad reply stop the scans
+                logger.exception("scan for tasks whose runner stopped failed")
+            else:
+                for task_id in reaped.failed:
+                    logger.info("task %s: its runner stopped; failed as lost", task_id)
+                for task_id in reaped.orphaned:
+                    await self.take_over(task_id, None)
+                if reaped.next_in is not None:
+                    delay = min(delay, reaped.next_in + _REAP_SLACK if reaped.next_in else 0.0)
+            if delay:
+                await anyio.sleep(delay)
+            else:
+                await anyio.lowlevel.checkpoint()
 
     async def _input(self, run: _Run, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""
@@ -588,8 +704,7 @@ def _sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
     """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
 
     async def rerun(name: str, arguments: dict[str, Any], run: _Run, ctx: Any) -> HandlerResult:
-        session = TaskSession(ctx.session, tasks, run)
-        task_ctx = replace(ctx, session=session, close_sse_stream=None)
+        task_ctx = tasks.run_context(run, ctx, name, arguments)
         try:
             result: HandlerResult = await server.call_tool(
                 name, arguments, Context(request_context=task_ctx, mcp_server=server)
