@@ -29,20 +29,42 @@ LEASE_SECONDS = 2.0
 TERMINAL = ("completed", "failed", "cancelled")
 
 
-@pytest.fixture
-def replicas(mcp_redis: ServerHandle, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
-    list[ServerProcess]
-]:
-    """Three example-server replicas on one Redis, under a key prefix of their own."""
-    prefix = f"treap{request.node.name[-12:]}:".replace("[", "").replace("]", "")
-    store = f"{mcp_redis.url}?prefix={prefix}"
-    options = ("--lease-seconds", str(LEASE_SECONDS))
-    servers = [spawn_replica(f"treap-{i}", store, tmp_path, *options) for i in range(3)]
+class Replicas:
+    """Two survivors, and runners to kill (one per test), all on one Redis and key prefix."""
+
+    def __init__(self, store: str, logs: Path, runners: int) -> None:
+        self.store = store
+        self.logs = logs
+        self.survivors = [self._spawn(f"treap-survivor-{i}") for i in range(2)]
+        self.spare = [self._spawn(f"treap-runner-{i}") for i in range(runners)]
+        self.started = [*self.survivors, *self.spare]
+
+    def _spawn(self, name: str) -> ServerProcess:
+        return spawn_replica(name, self.store, self.logs, "--lease-seconds", str(LEASE_SECONDS))
+
+    def runner(self) -> ServerProcess:
+        """A replica of its own for one test to run a task on, and to kill."""
+        if self.spare:
+            return self.spare.pop()
+        server = self._spawn(f"treap-runner-{len(self.started)}")
+        self.started.append(server)
+        wait_ready([server])
+        return server
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    mcp_redis: ServerHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Replicas]:
+    # Started together: one wait for all of them, however many tests run.
+    started = Replicas(
+        f"{mcp_redis.url}?prefix=treap:", tmp_path_factory.mktemp("task-reaper"), runners=2
+    )
     try:
-        wait_ready(servers)
-        yield servers
+        wait_ready(started.started)
+        yield started
     finally:
-        for server in servers:
+        for server in started.started:
             server.stop()
 
 
@@ -75,46 +97,81 @@ def _kill(replica: ServerProcess) -> float:
     return time.monotonic()
 
 
-async def test_an_orphaned_task_ends_failed_in_the_store_with_nobody_reading_it(
-    replicas: list[ServerProcess], mcp_redis: ServerHandle, fresh: httpx.AsyncClient
+async def test_orphaned_tasks_end_in_the_store_with_nobody_reading_them(
+    replicas: Replicas, mcp_redis: ServerHandle, fresh: httpx.AsyncClient
 ) -> None:
-    doomed = replicas[0]
-    task_id = (await Modern(fresh, doomed.url).call("ask", {}))["taskId"]
-    await _stored_status(mcp_redis, doomed, task_id, "input_required")
+    """Two tasks on a runner that is SIGKILLed; no client reads them again.
+
+    ``ask`` ends failed within the lease (and one scan); ``countdown``
+    (idempotent) is run again by exactly one of the two survivors.
+    """
+    doomed = replicas.runner()
+    client = Modern(fresh, doomed.url)
+    lost = (await client.call("ask", {}))["taskId"]
+    created = await client.call("countdown", {"n": 15, "interval_ms": 100})
+    rerun = created["taskId"]
+    await _stored_status(mcp_redis, doomed, lost, "input_required")
     killed = _kill(doomed)
-    fields = await _stored_status(mcp_redis, doomed, task_id, *TERMINAL)
+    fields = await _stored_status(mcp_redis, doomed, lost, *TERMINAL)
     elapsed = time.monotonic() - killed
     assert fields["st"] == b"failed" and "lost" in fields
-    # The lease, then at most one scan interval (a quarter of the lease) and a round trip.
-    assert elapsed <= LEASE_SECONDS * 1.25 + 1.0, elapsed
-
-
-async def test_an_orphaned_idempotent_task_runs_again_with_nobody_reading_it(
-    replicas: list[ServerProcess], mcp_redis: ServerHandle, fresh: httpx.AsyncClient
-) -> None:
-    doomed = replicas[0]
-    created = await Modern(fresh, doomed.url).call("countdown", {"n": 15, "interval_ms": 100})
-    task_id = created["taskId"]
-    await anyio.sleep(0.5)
-    _kill(doomed)
-    fields = await _stored_status(mcp_redis, doomed, task_id, *TERMINAL)
+    # The lease, then at most one scan's slack and a round trip.
+    assert elapsed <= LEASE_SECONDS + 1.0, elapsed
+    fields = await _stored_status(mcp_redis, doomed, rerun, *TERMINAL)
     assert fields["st"] == b"completed", fields
     assert fields["att"] == b"2"  # exactly one survivor ran it again
     # What a client reads afterwards is that second run's result.
-    done = await Modern(fresh, replicas[1].url).get(task_id)
+    done = await Modern(fresh, replicas.survivors[0].url).get(rerun)
     assert done["result"]["content"][0]["text"] == "done 15"
     assert done["createdAt"] == created["createdAt"]
+    failed = await Modern(fresh, replicas.survivors[1].url).get(lost)
+    assert failed["error"]["code"] == -32603 and "stopped" in failed["error"]["message"]
 
 
-async def _listen_until_terminal(
-    fresh: httpx.AsyncClient, url: str, task_id: str, meta: dict[str, Any]
+async def test_a_listener_on_a_survivor_gets_the_end_of_tasks_whose_runner_was_killed(
+    replicas: Replicas, mcp_redis: ServerHandle, fresh: httpx.AsyncClient
+) -> None:
+    """The runner is SIGKILLed; the only client listens on a survivor and never polls.
+
+    The listen stream carries ``failed`` for ``ask`` and the second run's
+    result for ``countdown``, each last notification equal to the store's end.
+    """
+    doomed, listener = replicas.runner(), replicas.survivors[1]
+    client = Modern(fresh, doomed.url)
+    lost = (await client.call("ask", {}))["taskId"]
+    rerun = (await client.call("countdown", {"n": 15, "interval_ms": 100}))["taskId"]
+    updates: list[dict[str, Any]] = []
+
+    async def listen() -> None:
+        updates.extend(await _listen(fresh, listener.url, [lost, rerun], client.meta))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(listen)
+        await anyio.sleep(0.5)  # the listener follows both tasks
+        _kill(doomed)
+    first: dict[str, dict[str, Any]] = {}
+    for update in updates:
+        first.setdefault(update["taskId"], update)
+    last = {update["taskId"]: update for update in updates}
+    assert first[lost]["status"] in ("working", "input_required")
+    assert first[rerun]["status"] == "working"
+    assert last[lost]["status"] == "failed", last[lost]
+    assert last[lost]["error"]["code"] == -32603 and "stopped" in last[lost]["error"]["message"]
+    assert last[rerun]["status"] == "completed", last[rerun]
+    assert last[rerun]["result"]["content"][0]["text"] == "done 15"
+    assert _hash(mcp_redis, doomed, lost)["st"] == b"failed"
+    assert _hash(mcp_redis, doomed, rerun)["st"] == b"completed"
+
+
+async def _listen(
+    fresh: httpx.AsyncClient, url: str, task_ids: list[str], meta: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The ``notifications/tasks`` params a listen stream on ``url`` carries, up to the end."""
+    """The ``notifications/tasks`` params a listen stream on ``url`` carries, until all ended."""
     body = {
         "jsonrpc": "2.0",
         "id": 5,
         "method": "subscriptions/listen",
-        "params": {"notifications": {"taskIds": [task_id]}, "_meta": meta},
+        "params": {"notifications": {"taskIds": task_ids}, "_meta": meta},
     }
     headers = {
         "Accept": "application/json, text/event-stream",
@@ -122,6 +179,7 @@ async def _listen_until_terminal(
         "Mcp-Method": "subscriptions/listen",
     }
     updates: list[dict[str, Any]] = []
+    ended: set[str] = set()
     with anyio.fail_after(30):  # a hang guard
         async with fresh.stream("POST", url, json=body, headers=headers) as response:
             assert response.status_code == 200
@@ -130,41 +188,7 @@ async def _listen_until_terminal(
                 if message and message.get("method") == "notifications/tasks":
                     updates.append(message["params"])
                     if message["params"]["status"] in TERMINAL:
-                        return updates
-    raise AssertionError("the listen stream ended before the task did")
-
-
-@pytest.mark.parametrize(
-    ("tool", "arguments", "end"),
-    [("ask", {}, "failed"), ("countdown", {"n": 15, "interval_ms": 100}, "completed")],
-)
-async def test_a_listener_on_a_survivor_gets_the_end_of_a_task_whose_runner_was_killed(
-    replicas: list[ServerProcess],
-    mcp_redis: ServerHandle,
-    fresh: httpx.AsyncClient,
-    tool: str,
-    arguments: dict[str, Any],
-    end: str,
-) -> None:
-    """The runner is SIGKILLed; the only client listens on a survivor and never polls."""
-    doomed, listener = replicas[0], replicas[1]
-    client = Modern(fresh, doomed.url)
-    task_id = (await client.call(tool, arguments))["taskId"]
-    updates: list[dict[str, Any]] = []
-
-    async def listen() -> None:
-        updates.extend(await _listen_until_terminal(fresh, listener.url, task_id, client.meta))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(listen)
-        await anyio.sleep(0.5)  # the listener follows the task
-        _kill(doomed)
-    assert updates[0]["status"] in ("working", "input_required")
-    last = updates[-1]
-    assert last["status"] == end, last
-    if end == "failed":
-        assert last["error"]["code"] == -32603 and "stopped" in last["error"]["message"]
-    else:
-        assert last["result"]["content"][0]["text"] == "done 15"
-    stored = _hash(mcp_redis, doomed, task_id)
-    assert stored["st"].decode() == end
+                        ended.add(message["params"]["taskId"])
+                        if ended == set(task_ids):
+                            return updates
+    raise AssertionError("the listen stream ended before the tasks did")
