@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from fastmcp import FastMCP
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
 from replaystore import ReplayBuffer
-from replaystore.mcp import streamable_http_app
+from replaystore.mcp import fastmcp_http_app, streamable_http_app
 from replaystore.mcp.tasks import ReplayTasks, TaskSupport
+from replaystore.tasks import LOST_ERROR, TaskStore, new_task_id
 
 pytestmark = pytest.mark.anyio
 
@@ -207,3 +211,91 @@ async def test_shutdown_fails_the_tasks_still_running() -> None:
         record = await tasks.store.get(task_id)
         assert record is not None and record.status == "failed"
         assert record.error is not None and "shut down" in record.error["message"]
+
+
+# ---------------------------------------------------------------- the background scan
+
+
+class _Name(BaseModel):
+    name: str
+
+
+def _stored_status(store: TaskStore, task_id: str) -> str | None:
+    """The status a ``memory://`` store holds, looked at without applying the lapse rule."""
+    task = store._shared.tasks.get(task_id)  # type: ignore[attr-defined]
+    return None if task is None else str(task.status)
+
+
+async def _orphans(store: TaskStore, call: dict[str, Any]) -> tuple[str, str]:
+    """Two tasks of a replica that died at once: their runner never renews its lease."""
+    lost, rerun = new_task_id(), new_task_id()
+    await store.create(lost, runner="gone", lease=0.2, ttl_ms=60_000)
+    await store.create(rerun, runner="gone", lease=0.2, ttl_ms=60_000, attempts=2, call=call)
+    return lost, rerun
+
+
+async def _stored(store: TaskStore, *wanted: tuple[str, str]) -> None:
+    with anyio.fail_after(10):  # a hang guard
+        while any(_stored_status(store, task_id) != status for task_id, status in wanted):  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+
+async def test_orphans_nobody_reads_end_or_run_again_in_the_background() -> None:
+    """On ``memory://``, with no client reading: the scan fails one orphan and runs the
+    idempotent one again here, with the server's lifespan state and its input requests."""
+    tasks = ReplayTasks(
+        {"greet": TaskSupport("optional", idempotent=True)}, lease=0.3, check_interval=0.05
+    )
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, str]]:
+        yield {"greeting": "hello"}
+
+    server = MCPServer("tasks-reaper", extensions=[tasks], lifespan=lifespan)
+
+    @server.tool()
+    async def greet(ctx: Context, punctuation: str) -> str:
+        answer = await ctx.elicit("Name?", _Name)
+        assert answer.action == "accept"
+        greeting = ctx.request_context.lifespan_context["greeting"]
+        return f"{greeting} {answer.data.name}{punctuation}"
+
+    buffer = ReplayBuffer.from_url("memory://reaper-test")
+    app = streamable_http_app(server, buffer, tasks=tasks)
+    async with buffer, app.router.lifespan_context(app):
+        store = tasks.store
+        call = {"name": "greet", "arguments": {"punctuation": "!"}}
+        lost, rerun = await _orphans(store, call)
+        await _stored(store, (lost, "failed"), (rerun, "input_required"))
+        record = await store.get(rerun)
+        assert record is not None
+        [(key, request)] = record.input_requests.items()
+        assert request["params"]["message"] == "Name?"
+        await store.respond(rerun, {key: {"action": "accept", "content": {"name": "Ada"}}})
+        await _stored(store, (rerun, "completed"))
+        done = await store.get(rerun)
+        assert done is not None and done.result is not None
+        assert done.result["content"][0]["text"] == "hello Ada!"
+        failed = await store.get(lost)
+        assert failed is not None and failed.error == LOST_ERROR
+
+
+async def test_on_fastmcp_orphans_nobody_reads_run_again_in_the_background() -> None:
+    tasks = ReplayTasks(
+        {"count": TaskSupport("optional", idempotent=True)}, lease=0.3, check_interval=0.05
+    )
+    server = FastMCP("tasks-reaper-fastmcp")
+
+    @server.tool
+    async def count(n: int) -> str:
+        return f"counted {n}"
+
+    buffer = ReplayBuffer.from_url("memory://reaper-fastmcp-test")
+    app = fastmcp_http_app(server, buffer, tasks=tasks)
+    async with buffer, app.router.lifespan_context(app):
+        store = tasks.store
+        lost, rerun = await _orphans(store, {"name": "count", "arguments": {"n": 3}})
+        await _stored(store, (lost, "failed"), (rerun, "completed"))
+        done = await store.get(rerun)
+        assert done is not None and done.result is not None
+        assert done.result["content"][0]["text"] == "counted 3"
