@@ -8,8 +8,10 @@ order, and each replica delivers to its listeners what it reads from there by
 position:
 
 - on Redis, a stream (``XADD``, trimmed to ``keep`` entries) that each replica
-  reads with a blocking ``XREAD`` from the last entry it delivered, so a
-  dropped connection loses nothing: the reader continues from its position;
+  reads with a blocking ``XREAD`` from the last entry it delivered (one
+  pending read per replica, renewed every few seconds when nothing happens),
+  so a dropped connection loses nothing: the reader continues from its
+  position;
   every entry carries a counter, so a replica that fell more than ``keep``
   events behind knows it (logged and counted in ``gaps``) instead of skipping
   silently;
@@ -103,8 +105,15 @@ _SCOPES_LOCK = threading.Lock()
 class StoreSubscriptionBus:
     """A ``SubscriptionBus`` shared by every replica of one store (see the module docstring)."""
 
-    def __init__(self, *, keep: int = DEFAULT_KEEP, block: float = 1.0) -> None:
-        if keep < 1 or not 0 < block <= 60:
+    def __init__(self, *, keep: int = DEFAULT_KEEP, block: float | None = None) -> None:
+        """``keep``: events kept in the store (how far a replica may fall behind).
+
+        ``block``: how long one read of the Redis stream waits for new events
+        before it is sent again; by default as long as the client's
+        ``socket_timeout`` allows (a second less, at most a minute), so an
+        idle replica costs Redis one read every few seconds.
+        """
+        if keep < 1 or (block is not None and not 0 < block <= 60):
             raise ValueError("keep >= 1 and 0 < block <= 60 seconds")
         self.keep = keep
         self.block = block
@@ -211,13 +220,13 @@ class StoreSubscriptionBus:
     async def _read(self, coordination: OnRedis, start: tuple[str, int]) -> None:
         key = self._keys(coordination)[0]
         last, seen = start
-        block_ms = int(self.block * 1000)
+        block_ms = int((self.block or _longest_wait(coordination.client)) * 1000)
         while True:
             try:
                 reply = await coordination.client.xread({key: last}, count=500, block=block_ms)
             except Exception as exc:  # connection lost: retry from the same position
                 logger.warning("listen events: read failed, retrying: %s", exc)
-                await anyio.sleep(min(self.block, 0.5))
+                await anyio.sleep(0.5)
                 continue
             for _stream, entries in reply or ():
                 for entry_id, fields in entries:
@@ -235,6 +244,17 @@ class StoreSubscriptionBus:
                     if event is not None:
                         self._deliver(event)
             await anyio.lowlevel.checkpoint()
+
+
+def _longest_wait(client: Any) -> float:
+    """How long a blocking read may wait on ``client``: its reply timeout, less a second."""
+    try:
+        timeout = client.get_connection_kwargs().get("socket_timeout")
+    except Exception:  # a client without redis-py's connection settings
+        timeout = None
+    if timeout is None:
+        return 60.0
+    return max(0.1, min(60.0, float(timeout) - 1.0))
 
 
 def _text(value: Any) -> str:

@@ -11,8 +11,10 @@ before it subscribed).
 
 Task changes are read from the store, not pushed: each stream reads its tasks
 every check interval and sends what changed. That is what makes it work
-across replicas with nothing else to run, and what ends a task whose runner
-died: the read is the one that finds the lapsed lease. Every notification is
+across replicas with nothing else to run. A task whose runner died is ended
+(or claimed to run again) by whichever looks first, this read or the
+replicas' background scan; either way the stream sends the outcome within an
+interval. Every notification is
 the record as ``tasks/get`` returns it at that moment; the last one of a task
 is identical to ``tasks/get`` from then on.
 """

@@ -596,17 +596,16 @@ class ReplayTasks(Extension):
             delay = self.lease
             try:
                 reaped = await self.store.reap(limit=_REAP_BATCH, hide=self.lease)
-            except StorageError as exc:
-                logger.warning("scan for tasks whose runner stopped failed: %s", exc)
-            except Exception:  # never let one bad reply stop the scans
-                logger.exception("scan for tasks whose runner stopped failed")
-            else:
                 for task_id in reaped.failed:
                     logger.info("task %s: its runner stopped; failed as lost", task_id)
                 for task_id in reaped.orphaned:
                     await self.take_over(task_id, None)
                 if reaped.next_in is not None:
                     delay = min(delay, reaped.next_in + _REAP_SLACK if reaped.next_in else 0.0)
+            except StorageError as exc:
+                logger.warning("scan for tasks whose runner stopped failed: %s", exc)
+            except Exception:  # never let one bad record stop the scans
+                logger.exception("scan for tasks whose runner stopped failed")
             if delay:
                 await anyio.sleep(delay)
             else:
