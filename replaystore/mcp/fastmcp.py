@@ -110,7 +110,9 @@ def fastmcp_http_app(
                 if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
                     add_health_route(app, adopted)
             if tasks is not None:
-                await stack.enter_async_context(tasks.reaping())
+                # Once the server runs: a tool it runs again needs its lifespan state.
+                lifespan_state = (lambda: managers[0]._lifespan_state) if managers else None
+                await stack.enter_async_context(tasks.reaping(lifespan_state))
             yield state
 
     app.router.lifespan_context = lifespan

@@ -98,7 +98,7 @@ class FastMCPTasks(ServerExtension):
         sdk_request: ServerRequestContext[Any, Any] = request._srctx
 
         async def body(run: Any) -> CallToolResult:
-            with self._task_request(sdk_request, run):
+            with self._task_request(run, sdk_request, params.name, params.arguments or {}):
                 return await _tool_result(call_next)
 
         return _Created(**await self.tasks.start(support, request, body, params))
@@ -108,21 +108,27 @@ class FastMCPTasks(ServerExtension):
     ) -> CallToolResult:
         """Run a stored call again through the server (its middleware included), not as a task.
 
-        ``ctx`` is the SDK request context of the read that claimed the task;
-        the tool gets the task's session, as on its first run.
+        ``ctx`` is the SDK request context of the read that claimed the task,
+        or None when the background scan did; the tool gets the task's
+        session, as on its first run.
         """
         token = _rerunning.set(True)
         try:
-            with self._task_request(ctx, run):
+            with self._task_request(run, ctx, name, arguments):
                 return await _tool_result(lambda: self.server.call_tool(name, arguments))
         finally:
             _rerunning.reset(token)
 
     @contextmanager
-    def _task_request(self, request: ServerRequestContext[Any, Any], run: Any) -> Iterator[None]:
+    def _task_request(
+        self,
+        run: Any,
+        request: ServerRequestContext[Any, Any] | None,
+        name: str,
+        arguments: dict[str, Any],
+    ) -> Iterator[None]:
         """FastMCP's request context for the tool of ``run``: the task's session, no SSE stream."""
-        session = TaskSession(request.session, self.tasks, run)
-        with bind_request_context(replace(request, session=session, close_sse_stream=None)):
+        with bind_request_context(self.tasks.run_context(run, request, name, arguments)):
             yield
 
 

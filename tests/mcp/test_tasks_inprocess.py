@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from fastmcp import Context as FastMCPContext
 from fastmcp import FastMCP
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
@@ -220,6 +221,10 @@ class _Name(BaseModel):
     name: str
 
 
+class _Unit(BaseModel):
+    unit: str
+
+
 def _stored_status(store: TaskStore, task_id: str) -> str | None:
     """The status a ``memory://`` store holds, looked at without applying the lapse rule."""
     task = store._shared.tasks.get(task_id)  # type: ignore[attr-defined]
@@ -244,7 +249,10 @@ async def test_orphans_nobody_reads_end_or_run_again_in_the_background() -> None
     """On ``memory://``, with no client reading: the scan fails one orphan and runs the
     idempotent one again here, with the server's lifespan state and its input requests."""
     tasks = ReplayTasks(
-        {"greet": TaskSupport("optional", idempotent=True)}, lease=0.3, check_interval=0.05
+        # The runner here renews its lease every 50 ms; 2 s tolerates a slow first call.
+        {"greet": TaskSupport("optional", idempotent=True)},
+        lease=2.0,
+        check_interval=0.05,
     )
 
     @asynccontextmanager
@@ -282,20 +290,28 @@ async def test_orphans_nobody_reads_end_or_run_again_in_the_background() -> None
 
 async def test_on_fastmcp_orphans_nobody_reads_run_again_in_the_background() -> None:
     tasks = ReplayTasks(
-        {"count": TaskSupport("optional", idempotent=True)}, lease=0.3, check_interval=0.05
+        {"count": TaskSupport("optional", idempotent=True)}, lease=2.0, check_interval=0.05
     )
     server = FastMCP("tasks-reaper-fastmcp")
 
     @server.tool
-    async def count(n: int) -> str:
-        return f"counted {n}"
+    async def count(ctx: FastMCPContext, n: int) -> str:
+        answer = await ctx.elicit("Unit?", _Unit)
+        assert answer.action == "accept"
+        return f"counted {n} {answer.data.unit}"  # type: ignore[union-attr]
 
     buffer = ReplayBuffer.from_url("memory://reaper-fastmcp-test")
     app = fastmcp_http_app(server, buffer, tasks=tasks)
     async with buffer, app.router.lifespan_context(app):
         store = tasks.store
         lost, rerun = await _orphans(store, {"name": "count", "arguments": {"n": 3}})
-        await _stored(store, (lost, "failed"), (rerun, "completed"))
+        await _stored(store, (lost, "failed"), (rerun, "input_required"))
+        record = await store.get(rerun)
+        assert record is not None
+        [(key, request)] = record.input_requests.items()
+        assert request["params"]["message"] == "Unit?"
+        await store.respond(rerun, {key: {"action": "accept", "content": {"unit": "apples"}}})
+        await _stored(store, (rerun, "completed"))
         done = await store.get(rerun)
         assert done is not None and done.result is not None
-        assert done.result["content"][0]["text"] == "counted 3"
+        assert done.result["content"][0]["text"] == "counted 3 apples"
