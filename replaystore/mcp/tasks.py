@@ -43,12 +43,11 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer
@@ -72,8 +71,6 @@ from ..errors import StorageError
 from ..tasks import (
     FAILED,
     LOST_ERROR,
-    TERMINAL,
-    Beat,
     NotReplicatedError,
     TaskInputError,
     TaskRecord,
@@ -82,6 +79,7 @@ from ..tasks import (
     task_store_for,
     valid_task_id,
 )
+from .task_leases import Run, renew, scan
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSupport"]
 
@@ -105,13 +103,7 @@ Mode = Literal["forbidden", "optional", "required"]
 #: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
 #: ``ctx`` is the request context of the reader that found the task orphaned,
 #: or None when the background scan did.
-Rerun = Callable[[str, dict[str, Any], "_Run", Any], Awaitable[HandlerResult]]
-
-#: Tasks one background scan checks at most before it looks again.
-_REAP_BATCH = 100
-
-#: Added to a scan's wait, so it wakes just after a lease lapses, not just before.
-_REAP_SLACK = 0.01
+Rerun = Callable[[str, dict[str, Any], "Run", Any], Awaitable[HandlerResult]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,18 +147,6 @@ class UpdateParams(TaskIdParams):
     input_responses: dict[str, dict[str, Any]]
 
 
-@dataclass(eq=False)
-class _Run:
-    """One task running on this replica."""
-
-    task_id: str
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    waiting: dict[str, anyio.Event] = field(default_factory=dict)
-    ended: bool = False  # the store says the task is over (cancelled, lost, expired)
-    done: bool = False  # the tool returned: its end is being stored, renewals no longer apply
-
-
 class TaskSession(ServerSession):
     """The tool's session inside a task: server-to-client requests become input requests.
 
@@ -175,7 +155,7 @@ class TaskSession(ServerSession):
     notifications are dropped: the tasks extension does not carry them.
     """
 
-    def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: _Run) -> None:
+    def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: Run) -> None:
         # The SDK's constructor is not called: this object only redirects.
         # ``inner`` is None for a run started by the background scan: no
         # client request is behind it, so the client's details are unknown.
@@ -267,7 +247,7 @@ class ReplayTasks(Extension):
         self._store = store
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, Run] = {}
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
 
@@ -315,7 +295,9 @@ class ReplayTasks(Extension):
         """
         async with anyio.create_task_group() as group:
             self._group = group
-            group.start_soon(self._beat_all)
+            group.start_soon(
+                renew, self.store, self._runs, self._runner, self.lease, self.check_interval
+            )
             try:
                 yield
             finally:
@@ -341,7 +323,7 @@ class ReplayTasks(Extension):
             raise RuntimeError("enter ReplayTasks.reaping() inside ReplayTasks.running()")
         self._lifespan = lifespan
         async with anyio.create_task_group() as group:
-            group.start_soon(self._reap_all)
+            group.start_soon(scan, self.store, self.lease, self._take_over_orphan)
             try:
                 yield
             finally:
@@ -380,7 +362,7 @@ class ReplayTasks(Extension):
         if support is None:
             return await call_next(ctx)
 
-        async def body(run: _Run) -> HandlerResult:
+        async def body(run: Run) -> HandlerResult:
             session = TaskSession(ctx.session, self, run)
             return await call_next(replace(ctx, session=session, close_sse_stream=None))
 
@@ -407,7 +389,7 @@ class ReplayTasks(Extension):
         self,
         support: TaskSupport,
         ctx: Any,
-        body: Callable[[_Run], Awaitable[HandlerResult]],
+        body: Callable[[Run], Awaitable[HandlerResult]],
         params: CallToolRequestParams,
     ) -> dict[str, Any]:
         """Store a new task, run ``body`` for it in the background, return the ``CreateTaskResult``.
@@ -440,14 +422,14 @@ class ReplayTasks(Extension):
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
         except TaskInputError as exc:
             raise MCPError(INVALID_PARAMS, f"the arguments cannot be kept: {exc}") from None
-        run = _Run(task_id)
+        run = Run(task_id)
         self._runs[task_id] = run
         group.start_soon(self._run, run, body)
         return {"resultType": "task", **record.detailed()}
 
     def run_context(
         self,
-        run: _Run,
+        run: Run,
         ctx: ServerRequestContext[Any, Any] | None,
         name: str,
         arguments: dict[str, Any],
@@ -467,6 +449,9 @@ class ReplayTasks(Extension):
                 params={"name": name, "arguments": arguments},
             )
         return replace(ctx, session=TaskSession(ctx.session, self, run), close_sse_stream=None)
+
+    async def _take_over_orphan(self, task_id: str) -> bool:
+        return await self.take_over(task_id, None)
 
     async def take_over(self, task_id: str, ctx: Any) -> bool:
         """Run again here a re-runnable task whose runner died, if this replica wins the claim.
@@ -495,13 +480,13 @@ class ReplayTasks(Extension):
             await self._finish(task_id, FAILED, dict(LOST_ERROR), str(LOST_ERROR["message"]))
             return False
         logger.info("task %s: its runner stopped; running %s again here", task_id, name)
-        run = _Run(task_id)
+        run = Run(task_id)
         self._runs[task_id] = run
         args = arguments if isinstance(arguments, dict) else {}
         self._group.start_soon(self._run, run, lambda r: rerun(str(name), args, r, ctx))
         return True
 
-    async def _run(self, run: _Run, body: Callable[[_Run], Awaitable[HandlerResult]]) -> None:
+    async def _run(self, run: Run, body: Callable[[Run], Awaitable[HandlerResult]]) -> None:
         status, payload = FAILED, dict(_SHUTDOWN_ERROR)
         message: str | None = None
         try:
@@ -555,63 +540,7 @@ class ReplayTasks(Extension):
             # The lease lapses and the task fails as lost: never silently working.
             logger.warning("task %s: could not store its end: %s", task_id, exc)
 
-    async def _beat_all(self) -> None:
-        """Renew the leases of the tasks running here, all in one store call per interval."""
-        while True:
-            await anyio.sleep(self.check_interval)
-            runs = [run for run in self._runs.values() if not run.done]
-            if not runs:
-                continue
-            try:
-                beats = await self.store.beat_many(
-                    [run.task_id for run in runs], self._runner, self.lease
-                )
-            except StorageError as exc:
-                logger.warning("lease renewal of %d task(s) failed: %s", len(runs), exc)
-                continue
-            except Exception:  # never let one bad reply stop every renewal
-                logger.exception("lease renewal of %d task(s) failed", len(runs))
-                continue
-            for run, beat in zip(runs, beats, strict=True):
-                self._renewed(run, beat)
-
-    @staticmethod
-    def _renewed(run: _Run, beat: Beat | None) -> None:
-        """Hand over answers; stop the tool once the task is over (or no longer its own)."""
-        if run.done:  # the tool returned meanwhile: its own end is being stored
-            return
-        if beat is None or beat.status in TERMINAL:
-            run.ended = True
-            run.scope.cancel()
-            return
-        for key, answer in beat.answers.items():
-            run.answers[key] = answer
-            event = run.waiting.pop(key, None)
-            if event is not None:
-                event.set()
-
-    async def _reap_all(self) -> None:
-        """The background scan (see :meth:`reaping`)."""
-        while True:
-            delay = self.lease
-            try:
-                reaped = await self.store.reap(limit=_REAP_BATCH, hide=self.lease)
-                for task_id in reaped.failed:
-                    logger.info("task %s: its runner stopped; failed as lost", task_id)
-                for task_id in reaped.orphaned:
-                    await self.take_over(task_id, None)
-                if reaped.next_in is not None:
-                    delay = min(delay, reaped.next_in + _REAP_SLACK if reaped.next_in else 0.0)
-            except StorageError as exc:
-                logger.warning("scan for tasks whose runner stopped failed: %s", exc)
-            except Exception:  # never let one bad record stop the scans
-                logger.exception("scan for tasks whose runner stopped failed")
-            if delay:
-                await anyio.sleep(delay)
-            else:
-                await anyio.lowlevel.checkpoint()
-
-    async def _input(self, run: _Run, request: dict[str, Any]) -> dict[str, Any]:
+    async def _input(self, run: Run, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""
         try:
             keys = await self.store.ask(run.task_id, self._runner, [request])
@@ -702,7 +631,7 @@ class ReplayTasks(Extension):
 def _sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
     """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
 
-    async def rerun(name: str, arguments: dict[str, Any], run: _Run, ctx: Any) -> HandlerResult:
+    async def rerun(name: str, arguments: dict[str, Any], run: Run, ctx: Any) -> HandlerResult:
         task_ctx = tasks.run_context(run, ctx, name, arguments)
         try:
             result: HandlerResult = await server.call_tool(
