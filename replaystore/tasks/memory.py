@@ -86,8 +86,8 @@ class _Shared:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tasks: dict[str, _Task] = {}
-        # Tasks that were running when last seen, in creation order: what a
-        # scan looks at (an entry for a task that ended is dropped when seen).
+        # The tasks running, in creation order: what a scan looks at. Every
+        # end removes its task, so this holds running tasks only.
         self.running: dict[str, None] = {}
         self.ops = 0
 
@@ -127,14 +127,17 @@ class MemoryTaskStore(TaskStore):
         if shared.ops % _SWEEP_EVERY == 0:
             for key in [k for k, t in shared.tasks.items() if t.created + t.ttl <= now]:
                 del shared.tasks[key]
+                shared.running.pop(key, None)
         task = shared.tasks.get(task_id)
         if task is None:
             return None
         if task.created + task.ttl <= now:
             del shared.tasks[task_id]
+            shared.running.pop(task_id, None)
             return None
         if task.status in ACTIVE and task.lease_until <= now and not task.orphaned(now):
             self._end(task, FAILED, now, error=self._lost, message=LOST_ERROR["message"])
+            shared.running.pop(task_id, None)
         return task
 
     @staticmethod
@@ -250,6 +253,7 @@ class MemoryTaskStore(TaskStore):
                 return False
             if task.status in ACTIVE:
                 self._end(task, CANCELLED, now, message=message)
+                self._shared.running.pop(task_id, None)
             return True
 
     async def finish(
@@ -271,6 +275,7 @@ class MemoryTaskStore(TaskStore):
             if task is None or task.status in TERMINAL:
                 return False
             self._end(task, status, now, result=result_blob, error=error_blob, message=message)
+            self._shared.running.pop(task_id, None)
             return True
 
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
@@ -301,7 +306,7 @@ class MemoryTaskStore(TaskStore):
             for task_id in list(shared.running):
                 task = shared.tasks.get(task_id)
                 if task is None or task.status in TERMINAL:
-                    del shared.running[task_id]
+                    shared.running.pop(task_id, None)
                     continue
                 if task.lease_until > now:
                     if nearest is None or task.lease_until < nearest:
@@ -313,7 +318,7 @@ class MemoryTaskStore(TaskStore):
                 checked += 1
                 live = self._live(task_id, now)
                 if live is None or live.status in TERMINAL:
-                    del shared.running[task_id]
+                    shared.running.pop(task_id, None)
                     if live is not None and live.status == FAILED:
                         reaped.failed.append(task_id)
                 elif live.orphaned(now):
