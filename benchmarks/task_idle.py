@@ -134,14 +134,14 @@ async def _one(src: Path, sizes: argparse.Namespace, logs: Path) -> dict[str, An
             try:
                 for replica in replicas:
                     await asyncio.to_thread(replica.wait_ready)
-                await asyncio.sleep(5)  # started: connections open, first scans done
+                await asyncio.sleep(sizes.settle)  # connections open, first scans done
                 out["idle"] = await _measure(r, sizes.seconds)
                 if sizes.tasks:
                     async with httpx.AsyncClient(timeout=30) as http:
                         for replica in replicas:
                             for _ in range(sizes.tasks):
                                 await _start_task(http, replica.url)
-                    await asyncio.sleep(2)
+                    await asyncio.sleep(sizes.settle)
                     out["running"] = await _measure(r, sizes.seconds)
             finally:
                 for replica in replicas:  # all at once, then wait for each
@@ -209,6 +209,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20, help="tasks per replica (0: none)")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of each phase")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--settle", type=float, default=5.0, help="seconds before a phase is measured"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
     sources = [Path(s).resolve() for s in args.src] or [ROOT]

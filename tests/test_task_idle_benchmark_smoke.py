@@ -18,7 +18,9 @@ pytestmark = pytest.mark.realserver
 
 
 def test_each_phase_is_measured() -> None:
-    sizes = argparse.Namespace(replicas=1, tasks=1, seconds=1.0, rounds=1, src=[], json=None)
+    sizes = argparse.Namespace(
+        replicas=1, tasks=1, seconds=1.0, settle=0.5, rounds=1, src=[], json=None
+    )
     results = asyncio.run(run(sizes, [ROOT]))
     summary = results["results"][str(ROOT)]["summary"]
     assert set(summary) == {"redis_alone", "idle", "running"}
