@@ -7,7 +7,10 @@ Two background jobs of every replica serving tasks
   interval, one store round trip for all of them (one atomic step per task
   inside it), which also hands each run the input answers recorded on any
   replica and stops the tool of a task that ended elsewhere (cancelled, lost
-  while this replica stalled, expired);
+  while this replica stalled, expired). A client's answer or cancel, on any
+  replica, also nudges it (:meth:`~replaystore.tasks.TaskStore.nudges`): it
+  then beats those tasks at once, so the tool gets its answer, or stops, in
+  about a round trip rather than up to a check interval later;
 - :func:`scan` looks for tasks whose runner stopped renewing, on any replica:
   the store applies to each the rule a reader applies (the task ends
   ``failed``, or a re-runnable one is left for a claim), and the scan hands
@@ -30,7 +33,7 @@ import anyio.lowlevel
 from ..errors import StorageError
 from ..tasks import TERMINAL, Beat, TaskStore
 
-__all__ = ["Run", "renew", "scan"]
+__all__ = ["Nudged", "Run", "renew", "scan"]
 
 logger = logging.getLogger("replaystore.mcp.tasks")
 
@@ -53,25 +56,67 @@ class Run:
     done: bool = False  # the tool returned: its end is being stored, renewals no longer apply
 
 
+class Nudged:
+    """The tasks a client changed since the last beat: beat them now, not at the next interval."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._event = anyio.Event()
+
+    def __call__(self, task_id: str) -> None:
+        """Called by the store, from any task of this event loop; never blocks."""
+        self._ids.add(task_id)
+        self._event.set()
+
+    async def until(self, deadline: float) -> set[str]:
+        """The nudged task ids once there are some, or an empty set at ``deadline``."""
+        if not self._ids:
+            with anyio.CancelScope(deadline=deadline):
+                await self._event.wait()
+        ids, self._ids = self._ids, set()
+        self._event = anyio.Event()
+        return ids
+
+
 async def renew(
-    store: TaskStore, runs: Mapping[str, Run], runner: str, lease: float, interval: float
+    store: TaskStore,
+    runs: Mapping[str, Run],
+    runner: str,
+    lease: float,
+    interval: float,
+    nudged: Nudged | None = None,
 ) -> None:
-    """Renew the leases of ``runs`` (held by ``runner``), all in one store call per interval."""
+    """Renew the leases of ``runs`` (held by ``runner``), all in one store call per interval.
+
+    Between intervals, the tasks ``nudged`` names are beaten as soon as they are named.
+    """
+    nudged = nudged or Nudged()
+    due = anyio.current_time() + interval
     while True:
-        await anyio.sleep(interval)
-        current = [run for run in runs.values() if not run.done]
-        if not current:
-            continue
-        try:
-            beats = await store.beat_many([run.task_id for run in current], runner, lease)
-        except StorageError as exc:
-            logger.warning("lease renewal of %d task(s) failed: %s", len(current), exc)
-            continue
-        except Exception:  # never let one bad reply stop every renewal
-            logger.exception("lease renewal of %d task(s) failed", len(current))
-            continue
-        for run, beat in zip(current, beats, strict=True):
-            _renewed(run, beat)
+        ids = await nudged.until(due)
+        if anyio.current_time() >= due:
+            due = anyio.current_time() + interval
+            await _beat(store, [run for run in runs.values() if not run.done], runner, lease)
+        elif ids:
+            await _beat(
+                store, [runs[i] for i in ids if i in runs and not runs[i].done], runner, lease
+            )
+
+
+async def _beat(store: TaskStore, current: list[Run], runner: str, lease: float) -> None:
+    """One store round trip: renew the leases of ``current``, hand over what changed."""
+    if not current:
+        return
+    try:
+        beats = await store.beat_many([run.task_id for run in current], runner, lease)
+    except StorageError as exc:
+        logger.warning("lease renewal of %d task(s) failed: %s", len(current), exc)
+        return
+    except Exception:  # never let one bad reply stop every renewal
+        logger.exception("lease renewal of %d task(s) failed", len(current))
+        return
+    for run, beat in zip(current, beats, strict=True):
+        _renewed(run, beat)
 
 
 def _renewed(run: Run, beat: Beat | None) -> None:

@@ -79,7 +79,7 @@ from ..tasks import (
     task_store_for,
     valid_task_id,
 )
-from .task_leases import Run, renew, scan
+from .task_leases import Nudged, Run, renew, scan
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSupport"]
 
@@ -291,12 +291,18 @@ class ReplayTasks(Extension):
         """Run task tools while this context is open; on exit, fail those still running.
 
         One background job renews the leases of every task running here, in
-        one store round trip per ``check_interval`` (none while no task runs).
+        one store round trip per ``check_interval`` (none while no task runs),
+        and beats a task at once when a client answers or cancels it on any
+        replica (the store's nudges).
         """
-        async with anyio.create_task_group() as group:
+        nudged = Nudged()
+        async with (
+            self.store.nudges(self._runner, nudged),
+            anyio.create_task_group() as group,
+        ):
             self._group = group
             group.start_soon(
-                renew, self.store, self._runs, self._runner, self.lease, self.check_interval
+                renew, self.store, self._runs, self._runner, self.lease, self.check_interval, nudged
             )
             try:
                 yield

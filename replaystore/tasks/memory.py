@@ -7,10 +7,12 @@ on Redis: a size limit or an unencodable value fails the same way on both.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,10 +92,24 @@ class _Shared:
         # end removes its task, so this holds running tasks only.
         self.running: dict[str, None] = {}
         self.ops = 0
+        # Runner -> the callbacks its replicas registered with nudges().
+        self.nudges: dict[str, list[Callable[[str], None]]] = {}
 
 
 _STORES: weakref.WeakKeyDictionary[object, _Shared] = weakref.WeakKeyDictionary()
 _STORES_LOCK = threading.Lock()
+
+
+logger = logging.getLogger(__name__)
+
+
+def _announce(nudges: Sequence[Callable[[str], None]], task_id: str) -> None:
+    """Call each runner callback (outside the lock: a callback may use the store)."""
+    for nudge in nudges:
+        try:
+            nudge(task_id)
+        except Exception:  # a hint: the runner's next beat reads the change anyway
+            logger.exception("nudging the runner of task %s failed", task_id)
 
 
 def _now_ms() -> int:
@@ -228,6 +244,7 @@ class MemoryTaskStore(TaskStore):
         self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, owner: str | None = None
     ) -> bool:
         blobs = {key: pack(answer) for key, answer in answers.items()}
+        nudges: list[Callable[[str], None]] = []
         with self._shared.lock:
             now = self._clock()
             task = self._visible(task_id, owner, now)
@@ -241,7 +258,9 @@ class MemoryTaskStore(TaskStore):
                 if not task.outstanding:
                     task.status = WORKING
                 task.updated = max(now, task.updated)
-            return True
+                nudges = list(self._shared.nudges.get(task.runner, ()))
+        _announce(nudges, task_id)
+        return True
 
     async def cancel(
         self, task_id: str, *, owner: str | None = None, message: str | None = None
@@ -251,10 +270,13 @@ class MemoryTaskStore(TaskStore):
             task = self._visible(task_id, owner, now)
             if task is None:
                 return False
-            if task.status in ACTIVE:
-                self._end(task, CANCELLED, now, message=message)
-                self._shared.running.pop(task_id, None)
-            return True
+            if task.status not in ACTIVE:
+                return True
+            self._end(task, CANCELLED, now, message=message)
+            self._shared.running.pop(task_id, None)
+            nudges = list(self._shared.nudges.get(task.runner, ()))
+        _announce(nudges, task_id)
+        return True
 
     async def finish(
         self,
@@ -277,6 +299,20 @@ class MemoryTaskStore(TaskStore):
             self._end(task, status, now, result=result_blob, error=error_blob, message=message)
             self._shared.running.pop(task_id, None)
             return True
+
+    @asynccontextmanager
+    async def nudges(self, runner: str, nudge: Callable[[str], None]) -> AsyncIterator[None]:
+        with self._shared.lock:
+            self._shared.nudges.setdefault(runner, []).append(nudge)
+        try:
+            yield
+        finally:
+            with self._shared.lock:
+                registered = self._shared.nudges.get(runner, [])
+                if nudge in registered:
+                    registered.remove(nudge)
+                if not registered:
+                    self._shared.nudges.pop(runner, None)
 
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
         with self._shared.lock:

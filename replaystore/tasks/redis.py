@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+import anyio
 
 from ..backends.coordination import OnRedis
 from ..errors import StorageError
@@ -74,6 +77,30 @@ class _Step:
 def _noscript(reply: Any) -> bool:
     text = str(reply)
     return isinstance(reply, Exception) and ("NOSCRIPT" in text or "No matching script" in text)
+
+
+async def _listen(pubsub: Any, channel: str, nudge: Callable[[str], None]) -> None:
+    """Hand each task id published on ``channel`` to ``nudge``; resubscribe after a failure."""
+    subscribed = False
+    while True:
+        try:
+            if not subscribed:
+                await pubsub.subscribe(channel)
+                subscribed = True
+            raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        except Exception as exc:
+            logger.debug("runner nudges interrupted (%s); reconnecting", exc)
+            subscribed = False
+            await anyio.sleep(0.5)
+            continue
+        if raw is None or raw.get("type") != "message":
+            continue
+        data = raw.get("data")
+        task_id = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        try:
+            nudge(task_id)
+        except Exception:  # a hint: the next beat reads the change anyway
+            logger.exception("nudging the runner of task %s failed", task_id)
 
 
 def _text(value: bytes | str) -> str:
@@ -155,6 +182,34 @@ class RedisTaskStore(TaskStore):
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
             raise StorageError(f"task {name} failed on redis: {exc}") from exc
+
+    def _nudge_prefix(self) -> str:
+        """The pub/sub channels of the runners, ``<prefix><runner>`` (see :meth:`nudges`)."""
+        return f"{self._key_base('tasks')}:nudge:"
+
+    @asynccontextmanager
+    async def nudges(self, runner: str, nudge: Callable[[str], None]) -> AsyncIterator[None]:
+        """Classic pub/sub on one connection: the scripts ``PUBLISH`` to the runner's channel.
+
+        On a cluster a ``PUBLISH`` reaches subscribers on every node. The
+        connection reconnects by itself; what was published while it was down
+        is lost, which only delays the runner to its next beat.
+        """
+        channel = self._nudge_prefix() + runner
+        pubsub = self._client.pubsub()
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_listen, pubsub, channel, nudge)
+                try:
+                    yield
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await pubsub.aclose()
+                except Exception:
+                    logger.debug("closing the nudge connection failed", exc_info=True)
 
     def _index(self) -> str:
         """The sorted set of tasks that may be running (its own hash tag)."""
@@ -293,7 +348,11 @@ class RedisTaskStore(TaskStore):
         args: list[Any] = []
         for key, answer in answers.items():
             args += [key, pack(answer)]
-        return bool(await self._change("respond", task_id, owner or "", *args, client=True))
+        return bool(
+            await self._change(
+                "respond", task_id, owner or "", self._nudge_prefix(), task_id, *args, client=True
+            )
+        )
 
     async def cancel(
         self, task_id: str, *, owner: str | None = None, message: str | None = None
@@ -305,6 +364,8 @@ class RedisTaskStore(TaskStore):
             owner or "",
             flag,
             message or "",
+            self._nudge_prefix(),
+            task_id,
             client=True,
             after=("ZREM", self._index(), task_id),
         )

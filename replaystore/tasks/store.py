@@ -21,6 +21,11 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
   to take over, exactly one claimant winning, until ``attempts`` runs have
   started; after that a lapsed lease fails it as above;
 - after the task's TTL the store holds nothing of it;
+- a client's change that the runner must act on (an answer it waits for, a
+  cancel) is also announced to the runner through :meth:`TaskStore.nudges`,
+  so it acts at once instead of at its next renewal. The announcement is a
+  hint, never the truth: the runner reads the change with its next
+  :meth:`TaskStore.beat` either way, so a lost one costs latency only;
 - a task created with an owner is invisible to anyone else: every operation
   answers as for an unknown id.
 """
@@ -28,7 +33,8 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from .records import Beat, Reaped, TaskRecord
@@ -94,7 +100,8 @@ class TaskStore(ABC):
     ) -> bool:
         """End the task ``cancelled`` unless it already ended. False if unknown.
 
-        The runner learns it at its next :meth:`beat` and stops the tool.
+        The runner learns it at its next :meth:`beat` (nudged to beat at once,
+        see :meth:`nudges`) and stops the tool.
         """
 
     @abstractmethod
@@ -151,6 +158,19 @@ class TaskStore(ABC):
         outstanding (the new run asks again). None otherwise, so of replicas
         racing for one task exactly one gets the call.
         """
+
+    @asynccontextmanager
+    async def nudges(self, runner: str, nudge: Callable[[str], None]) -> AsyncIterator[None]:
+        """While open, call ``nudge(task_id)`` when a client changes a task ``runner`` runs.
+
+        Called after an answer was recorded (:meth:`respond`) or the task was
+        cancelled, so the runner beats at once and the tool gets its answer,
+        or is stopped, without waiting for its next renewal. Best effort: a
+        store that cannot announce changes (this default) or loses an
+        announcement only makes the runner wait for its next :meth:`beat`.
+        ``nudge`` must not block.
+        """
+        yield
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release what the store holds (nothing by default: the backend owns the client)."""

@@ -24,6 +24,7 @@ from replaystore import ReplayBuffer
 from replaystore.mcp import fastmcp_http_app, streamable_http_app
 from replaystore.mcp.tasks import ReplayTasks, TaskSupport
 from replaystore.tasks import LOST_ERROR, TaskStore, new_task_id
+from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
 
@@ -315,3 +316,68 @@ async def test_on_fastmcp_orphans_nobody_reads_run_again_in_the_background() -> 
         done = await store.get(rerun)
         assert done is not None and done.result is not None
         assert done.result["content"][0]["text"] == "counted 3 apples"
+
+
+# ---------------------------------------------------------------- nudges
+
+
+@pytest.fixture(params=["memory", "redis"])
+def shared_store_url(request: pytest.FixtureRequest, mcp_redis: ServerHandle) -> str:
+    """A store two apps of this process share: ``memory://NAME``, or a real Redis."""
+    tag = new_task_id()[:12]
+    if request.param == "memory":
+        return f"memory://nudge-{tag}"
+    return f"{mcp_redis.url}?prefix=nudge-{tag}:"
+
+
+async def test_an_answer_or_cancel_on_another_replica_reaches_the_tool_at_once(
+    shared_store_url: str,
+) -> None:
+    """With renewals every 20 s, only the nudge can bring the answer, or the cancel, sooner."""
+    stopped: list[str] = []
+
+    def replica(name: str) -> tuple[ReplayTasks, Any, ReplayBuffer]:
+        tasks = ReplayTasks({"greet": "optional", "wait": "optional"}, lease=60, check_interval=20)
+        server = MCPServer(name, extensions=[tasks])
+
+        @server.tool()
+        async def greet(ctx: Context) -> str:
+            answer = await ctx.elicit("Name?", _Name)
+            return f"hello {answer.data.name if answer.action == 'accept' else '?'}"
+
+        @server.tool()
+        async def wait() -> str:
+            try:
+                await anyio.sleep(60)
+            finally:
+                stopped.append("wait")
+            return "never"
+
+        buffer = ReplayBuffer.from_url(shared_store_url)
+        return tasks, streamable_http_app(server, buffer, tasks=tasks), buffer
+
+    _, runner_app, runner_buffer = replica("runner")
+    _, other_app, other_buffer = replica("other")
+    async with (
+        runner_buffer,
+        other_buffer,
+        runner_app.router.lifespan_context(runner_app),
+        other_app.router.lifespan_context(other_app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=runner_app), base_url=BASE) as runs,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=other_app), base_url=BASE) as other,
+    ):
+        task_id = (await _call(runs, "greet"))["result"]["taskId"]
+        waiting = await _until(other, task_id, "input_required")
+        [key] = waiting["inputRequests"]
+        answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+        await _send(other, "tasks/update", {"taskId": task_id, "inputResponses": answer}, task_id)
+        with anyio.fail_after(5):  # the next renewal is 20 s away
+            done = await _until(other, task_id, "completed")
+        assert done["result"]["content"][0]["text"] == "hello Ada"
+
+        task_id = (await _call(runs, "wait"))["result"]["taskId"]
+        await _send(other, "tasks/cancel", {"taskId": task_id}, task_id)
+        with anyio.fail_after(5):
+            while not stopped:  # noqa: ASYNC110 - the tool's own record, polled
+                await anyio.sleep(0.02)
+        assert (await _get(other, task_id))["result"]["status"] == "cancelled"

@@ -179,6 +179,54 @@ async def test_input_requests_and_partial_answers(make_store: MakeStore) -> None
     assert more is not None and not set(more) & set(keys)
 
 
+async def test_a_clients_answer_or_cancel_nudges_the_runner_on_its_replica(
+    make_store: MakeStore,
+) -> None:
+    """An answer taken or a cancel is announced to the task's runner, and to no other."""
+    runner_side, client_side = await _two(make_store)
+    mine, other = new_task_id(), new_task_id()
+    await client_side.create(mine, runner="r1", lease=5, ttl_ms=60_000)
+    await client_side.create(other, runner="r2", lease=5, ttl_ms=60_000)
+    request = {"method": "elicitation/create", "params": {"message": "name?"}}
+    keys = await runner_side.ask(mine, "r1", [request])
+    other_keys = await client_side.ask(other, "r2", [request])
+    assert keys and other_keys
+    heard: list[str] = []
+    arrived = anyio.Event()
+
+    def nudge(task_id: str) -> None:
+        heard.append(task_id)
+        arrived.set()
+
+    async def expect(task_id: str) -> None:
+        nonlocal arrived
+        with anyio.fail_after(5):
+            await arrived.wait()
+        assert heard == [task_id]
+        heard.clear()
+        arrived = anyio.Event()
+
+    async with runner_side.nudges("r1", nudge):
+        # Changes that give the runner nothing to do announce nothing: an
+        # unknown key, and another runner's task.
+        assert await client_side.respond(mine, {"nope": {"action": "accept"}})
+        assert await client_side.respond(other, {other_keys[0]: {"action": "accept"}})
+        assert await client_side.respond(mine, {keys[0]: {"action": "accept"}})
+        await expect(mine)
+        assert await client_side.cancel(mine)
+        await expect(mine)
+        assert await client_side.cancel(mine)  # already ended: nothing to announce
+        assert await client_side.cancel(other)
+        await anyio.sleep(0.2)
+        assert heard == []
+    # Closed: nothing is delivered any more.
+    third = new_task_id()
+    await client_side.create(third, runner="r1", lease=5, ttl_ms=60_000)
+    assert await client_side.cancel(third)
+    await anyio.sleep(0.2)
+    assert heard == []
+
+
 async def test_a_lapsed_lease_ends_the_task_failed(make_store: MakeStore) -> None:
     a, b = await _two(make_store)
     task_id = new_task_id()

@@ -44,6 +44,14 @@ local function live(now)
   return st, false
 end
 
+-- Tell the task's runner that a client changed the task: PUBLISH the task id
+-- on the runner's channel (its name: the prefix given, then the runner). A
+-- hint only: the runner reads the change at its next beat if this is lost.
+local function nudge(channel_prefix, task_id)
+  local runner = redis.call('HGET', KEYS[1], 'rn')
+  if runner then redis.call('PUBLISH', channel_prefix .. runner, task_id) end
+end
+
 -- A task created with an owner is visible to that owner only ('' is no owner).
 local function visible(owner)
   local own = redis.call('HGET', KEYS[1], 'own')
