@@ -22,7 +22,9 @@ from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from replaystore import ReplayBuffer, StorageError, Verdict
+from replaystore.backends.coordination import coordination_of
 from replaystore.cursor import sequence_tag
+from replaystore.tasks import new_task_id, task_store_for
 from replaystore.testing.servers import (
     ServerHandle,
     TLSFiles,
@@ -259,3 +261,31 @@ async def test_sentinel_connections_closed_with_the_buffer(
             assert await others() == 0, "a connection to the sentinel outlived the buffer"
     finally:
         await probe.aclose()
+
+
+async def test_tasks_through_a_sentinel_url_live_on_the_master(
+    sentinel: tuple[ServerHandle, ServerHandle], prefix: str
+) -> None:
+    """A sentinel URL's task store: records, answers and nudges on the master."""
+    master, watcher = sentinel
+    url = f"{watcher.url}?prefix={prefix}"
+    heard: list[str] = []
+    with anyio.fail_after(20):
+        async with ReplayBuffer.from_url(url) as runner_buf, ReplayBuffer.from_url(url) as other:
+            runner_side = task_store_for(coordination_of(runner_buf.backend))
+            client_side = task_store_for(coordination_of(other.backend))
+            task_id = new_task_id()
+            await client_side.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+            [key] = await runner_side.ask(task_id, "r1", [{"method": "elicitation/create"}]) or []
+            async with runner_side.nudges("r1", heard.append):
+                assert await client_side.respond(task_id, {key: {"action": "accept"}})
+                while not heard:  # noqa: ASYNC110 - the nudge, polled
+                    await anyio.sleep(0.02)
+            assert heard == [task_id]
+            beat = await runner_side.beat(task_id, "r1", 5)
+            assert beat is not None and beat.answers == {key: {"action": "accept"}}
+            assert await runner_side.finish(task_id, "completed", result={"content": []})
+            done = await client_side.get(task_id)
+            assert done is not None and done.status == "completed"
+            stored = await _keys(master.ports[0], 0, f"{prefix}*task:{task_id}*")
+            assert f"{prefix}{{task:{task_id}}}:task".encode() in stored
