@@ -208,27 +208,64 @@ def test_demo_on_an_unreachable_store_prints_only_the_error() -> None:
     assert out.stderr.startswith("replaystore: ")
 
 
+BAD_SERVER_OPTIONS = [
+    ("--lease-seconds", "-1"),
+    ("--lease-seconds", "0"),
+    ("--lease-seconds", "nan"),
+    ("--lease-seconds", "inf"),
+    ("--port", "99999"),
+    ("--port", "-1"),
+    ("--max-events", "0"),
+    ("--max-payload", "0"),
+    ("--task-ttl", "0"),
+    ("--task-ttl", "nan"),
+    ("--task-ttl", "1e12"),
+]
+
+
+def _server_started(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the server started on a bad option")
+
+
+@pytest.mark.parametrize(("option", "value"), BAD_SERVER_OPTIONS)
+@pytest.mark.parametrize("command", ["example-server", "replaystore.mcp.example"])
+def test_example_server_refuses_bad_options(
+    option: str,
+    value: str,
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every bad value is an argparse error (status 2, the option named) on both command lines.
+
+    Parsed in this process, where a value the parser let through would start a
+    server: that raises instead. The command lines themselves run below.
+    """
+    from replaystore.mcp import example
+
+    monkeypatch.setattr(example, "serve", _server_started)
+    argv = [option, value, "--url", "memory://"]
+    if command == "example-server":
+        with pytest.raises(SystemExit) as exited:
+            main([command, *argv])
+    else:
+        with pytest.raises(SystemExit) as exited:
+            example.main(argv)
+    assert exited.value.code == 2
+    assert f"error: argument {option}: " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
-    ("option", "value"),
+    ("command", "option", "value"),
     [
-        ("--lease-seconds", "-1"),
-        ("--lease-seconds", "0"),
-        ("--lease-seconds", "nan"),
-        ("--lease-seconds", "inf"),
-        ("--port", "99999"),
-        ("--port", "-1"),
-        ("--max-events", "0"),
-        ("--max-payload", "0"),
-        ("--task-ttl", "0"),
-        ("--task-ttl", "nan"),
-        ("--task-ttl", "1e12"),
+        (["example-server"], "--lease-seconds", "nan"),
+        (["-m", "replaystore.mcp.example"], "--port", "99999"),
     ],
 )
-@pytest.mark.parametrize("command", [["example-server"], ["-m", "replaystore.mcp.example"]])
 def test_example_server_refuses_bad_options_before_it_starts(
-    option: str, value: str, command: list[str]
+    command: list[str], option: str, value: str
 ) -> None:
-    """An argparse error (status 2, usage), not a traceback, nor a server answering 500."""
+    """As a user runs it: an argparse error (status 2, usage), not a traceback, nor a server."""
     args = [sys.executable, *command] if command[0] == "-m" else [*COMMAND, *command]
     out = subprocess.run(
         [*args, option, value, "--url", "memory://"],

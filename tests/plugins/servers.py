@@ -5,7 +5,8 @@ a test needs comes from ``real_servers``, directly or through one of the
 fixtures below, so a test is marked ``realserver`` exactly when its fixtures
 (followed through the fixtures they use) include ``real_servers``; a case of
 a parametrized fixture that needs one says so with the mark on its parameter.
-Marked tests run after the others, so the fast ones report first.
+Marked tests run after the others, so in a run on one process the fast
+ones report first (on xdist workers, whole modules are dealt out instead).
 
 Servers that are only read and written under a unique key prefix are shared
 by the whole session (one of each kind: ``"redis"``, ``"valkey"``,
