@@ -28,6 +28,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from typing import Any
 
@@ -79,13 +80,28 @@ def _noscript(reply: Any) -> bool:
     return isinstance(reply, Exception) and ("NOSCRIPT" in text or "No matching script" in text)
 
 
-async def _listen(pubsub: Any, channel: str, nudge: Callable[[str], None]) -> None:
+async def _subscribe(pubsub: Any, channel: str) -> None:
+    """Subscribe and wait for the server's confirmation.
+
+    Only once the server has confirmed is a later ``PUBLISH`` sure to reach
+    this connection; without the wait, a change made just after
+    :meth:`RedisTaskStore.nudges` is entered could go unheard.
+    """
+    await pubsub.subscribe(channel)
+    while True:
+        raw = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+        if raw is not None and raw.get("type") == "subscribe":
+            return
+
+
+async def _listen(
+    pubsub: Any, channel: str, nudge: Callable[[str], None], *, subscribed: bool
+) -> None:
     """Hand each task id published on ``channel`` to ``nudge``; resubscribe after a failure."""
-    subscribed = False
     while True:
         try:
             if not subscribed:
-                await pubsub.subscribe(channel)
+                await _subscribe(pubsub, channel)
                 subscribed = True
             raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
         except Exception as exc:
@@ -198,8 +214,15 @@ class RedisTaskStore(TaskStore):
         channel = self._nudge_prefix() + runner
         pubsub = self._client.pubsub()
         try:
+            subscribed = False
+            with anyio.move_on_after(5.0):
+                try:
+                    await _subscribe(pubsub, channel)
+                    subscribed = True
+                except Exception as exc:  # the listener keeps trying; beats still come
+                    logger.warning("subscribing to runner nudges failed (%s); retrying", exc)
             async with anyio.create_task_group() as group:
-                group.start_soon(_listen, pubsub, channel, nudge)
+                group.start_soon(partial(_listen, subscribed=subscribed), pubsub, channel, nudge)
                 try:
                     yield
                 finally:
