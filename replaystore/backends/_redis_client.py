@@ -415,7 +415,9 @@ def _sentinel_client(
     db = int(path[1]) if len(path) > 1 else 0
     # socket_* options reach the sentinels too (redis-py copies them).
     options = {**_DEFAULT_TIMEOUTS, **_query_options(query), **_credentials(parts), **options}
-    sentinel = Sentinel(_hosts(parts), **options)  # type: ignore[no-untyped-call]
+    # Through Any: older redis-py releases leave Sentinel() untyped, newer ones type it.
+    make_sentinel: Any = Sentinel
+    sentinel = make_sentinel(_hosts(parts), **options)
     return sentinel.master_for(
         service,
         db=db,
