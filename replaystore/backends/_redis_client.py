@@ -123,8 +123,12 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
         else:
             # redis-py lets the URL's query win over these keywords.
             options = {**_DEFAULT_TIMEOUTS, **options}
-            if scheme == "redis+unix":
-                rest = "unix" + rest[len("redis+unix") :]
+            if scheme in ("unix", "redis+unix"):
+                # Spelled out: urlunsplit drops the empty authority ("unix:/path"),
+                # which redis-py 8.2 and newer refuse.
+                rest = f"unix://{parts.netloc}{parts.path}"
+                if query:
+                    rest += f"?{urlencode(query)}"
             # A blocking pool: past max_connections a call waits for a free
             # connection (up to pool_timeout) instead of failing, so a burst
             # of sessions slows down rather than turning into StorageErrors.
