@@ -1,7 +1,8 @@
 -- append: store a batch of events of one sequence (its list, the one list
 -- declared: Q[tag]).
 -- ARGV (after the list's count and tag): name, settings, kinds,
---       idempotency_key ('' for none), payload...
+--       idempotency_key ('' for none), payload...; or name, settings, payload
+--       for one data event without an idempotency key.
 -- settings is "max_events,sweep_threshold,split_ms,max_age_ms,session_ttl_ms,
 -- tombstone_ttl_ms,<tombstone>" (the tombstone: JSON without its end), one
 -- argument rather than seven: every argument costs Redis time to read and to
@@ -20,12 +21,19 @@
 -- starts a run). Every redis.call costs several
 -- microseconds of server time here, more than the Lua around it: that is the
 -- budget this script is written against.
-local tag, name, key = AV[2], arg(1), arg(4)
+local tag, name = AV[2], arg(1)
+-- One data event without an idempotency key (the common case) comes as
+-- name, settings, payload: every argument costs Redis time to read and to
+-- hand to Lua. Any other append has at least five arguments.
+local short = #AV == A + 3
+local kinds, key, at = '', '', A + 3 -- at: the first payload
+if not short then kinds, key, at = arg(3), arg(4), A + 5 end
+local field = 's:' .. tag
 -- The fields every append needs, in one read. Each field costs about as much
 -- as a line of the Lua below (its name handed to Redis, looked up in the
 -- hash, its value handed back), so the ones only the general path needs are
 -- read there.
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf')
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', field, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 if key ~= '' then
@@ -45,7 +53,7 @@ end
 -- about twice the cost of string.format's '%d'), so only the three new
 -- numbers are formatted, once each, with '%d' (positions stay below 10^14).
 -- Anything else takes the general path below, which reaches the same result.
-if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
+if short and meta[6] then
   local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
   local hw, kept, first, nxt, base, seq_name =
     string.match(meta[5] or '', '^(%d+),%d+,(%d+,(%d+)),(%d+),(%d+),%d,(.*)$')
@@ -63,14 +71,14 @@ if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
         run = top .. ',' .. tag .. ',' .. nxt .. ',' .. now
         if redis.call('RPUSH', I, run) == 1 then adopt(I) end
       end
-      local len = redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 5])
+      local len = redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[at])
       local want = nxt - base + 1
       if len ~= want then hold_places(q, len, want) end
       if run then
-        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), 's:' .. tag, state,
+        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state,
                    'lr', run)
       else
-        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), 's:' .. tag, state)
+        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state)
       end
       return {epoch, 'ok', top .. '.' .. nxt .. '.' .. now}
     end
@@ -101,10 +109,8 @@ local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
 local ids, batch = {}, {}
 local pushed = nil
-local kinds = arg(3)
-local first = A + 5 -- the first payload
-for j = first, #AV do
-  local priming = kinds ~= '' and string.byte(kinds, j - first + 1) == 112 -- 'p'
+for j = at, #AV do
+  local priming = kinds ~= '' and string.byte(kinds, j - at + 1) == 112 -- 'p'
   if s and priming and s.priming == 1 and s.first < s.next then
     -- only the newest of consecutive priming events is kept: hand out its id again
     ids[#ids + 1] = s.hw .. '.' .. (s.next - 1) .. '.' .. s.stamp
@@ -162,7 +168,7 @@ if s.first - s.base > 64 then
   redis.call('LTRIM', q, s.first - 1 - s.base, -1)
   s.base = s.first - 1
 end
-fields[#fields + 1] = 's:' .. tag
+fields[#fields + 1] = field
 fields[#fields + 1] = state_text(s)
 if pushed then
   fields[#fields + 1] = 'lr'
