@@ -26,7 +26,7 @@ local A = 1 -- script arguments start at AV[A + 1]
 local function setup(keys, argv)
   KS, AV = keys, argv
   M, I, G, T, K, K2, X = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
-  local nq = tonumber(argv[1])
+  local nq = argv[1] + 0 -- arithmetic converts once, tonumber() twice
   Q = {}
   for j = 1, nq do Q[argv[1 + j]] = keys[7 + j] end
   A = 1 + nq

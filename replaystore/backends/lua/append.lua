@@ -1,7 +1,8 @@
 -- append: store a batch of events of one sequence (its list, the one list
 -- declared: Q[tag]).
 -- ARGV (after the list's count and tag): name, settings, kinds,
---       idempotency_key ('' for none), payload...
+--       idempotency_key ('' for none), payload...; or name, settings, payload
+--       for one data event without an idempotency key.
 -- settings is "max_events,sweep_threshold,split_ms,max_age_ms,session_ttl_ms,
 -- tombstone_ttl_ms,<tombstone>" (the tombstone: JSON without its end), one
 -- argument rather than seven: every argument costs Redis time to read and to
@@ -16,15 +17,23 @@
 -- be kept in order, and the session was torn down (the other tags' lists go
 -- next).
 -- The common case (one event, nothing to evict, no TTL refresh due) runs four
--- commands: HMGET, TIME, RPUSH, HSET. Every redis.call costs several
+-- commands: HMGET, TIME, RPUSH, HSET (and an RPUSH of the run index when it
+-- starts a run). Every redis.call costs several
 -- microseconds of server time here, more than the Lua around it: that is the
 -- budget this script is written against.
-local tag, name, key = AV[2], arg(1), arg(4)
--- Everything either path needs, in one read: a second read for the general
--- path costs more than the three fields the common case does not use, and
--- appends of interleaved sequences take the general path every time.
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', 's:' .. tag, 'rf',
-                        'floor', 'nseq', 'lr', 'ra')
+local tag, name = AV[2], arg(1)
+-- One data event without an idempotency key (the common case) comes as
+-- name, settings, payload: every argument costs Redis time to read and to
+-- hand to Lua. Any other append has at least five arguments.
+local short = #AV == A + 3
+local kinds, key, at = '', '', A + 3 -- at: the first payload
+if not short then kinds, key, at = arg(3), arg(4), A + 5 end
+local field = 's:' .. tag
+-- The fields every append needs, in one read. Each field costs about as much
+-- as a line of the Lua below (its name handed to Redis, looked up in the
+-- hash, its value handed back), so the ones only the general path needs are
+-- read there.
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', field, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 if key ~= '' then
@@ -34,43 +43,50 @@ end
 -- The common case, in as few Lua operations as possible: one data event of a
 -- sequence that holds retained events, with nothing to evict, no sweep and no
 -- TTL refresh due. It continues the newest run when its sequence holds the
--- session's newest event, and starts a run otherwise (streams written in turn,
--- as an MCP session's are). The sequence's state is rewritten from its pieces
--- instead of being parsed whole, and numbers are kept as the text they are
--- stored as: turning a number into text costs a C sprintf here (Lua's
--- tostring, and redis.call's for a number argument), the largest cost of this
--- path after the commands, so only the new numbers are formatted, once.
+-- session's newest event (the newest run is then this sequence's), and starts
+-- a run otherwise (streams written in turn, as an MCP session's are). The
+-- sequence's state is rewritten from its pieces instead of being parsed
+-- whole, and numbers are kept as the text they are stored as. Converting
+-- costs more than anything else here but the commands: text to a number is a
+-- C strtod (twice through tonumber(), once through arithmetic, so arithmetic
+-- it is), a number to text a C sprintf ('%.14g' through tostring() or `..`,
+-- about twice the cost of string.format's '%d'), so only the three new
+-- numbers are formatted, once each, with '%d' (positions stay below 10^14).
 -- Anything else takes the general path below, which reaches the same result.
-if key == '' and #AV == A + 5 and arg(3) == '' and meta[6] then
+if short and meta[6] then
   local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
   local hw, kept, first, nxt, base, seq_name =
     string.match(meta[5] or '', '^(%d+),%d+,(%d+,(%d+)),(%d+),(%d+),%d,(.*)$')
-  local count = tonumber(meta[3])
-  if cap and seq_name == name and first ~= nxt and count < tonumber(cap)
-      and tonumber(meta[4] or '0') < tonumber(sweep_at) then
+  if cap and seq_name == name and first ~= nxt and meta[3] + 0 < cap + 0
+      and (meta[4] or 0) + 0 < sweep_at + 0 then
     local now = now_text()
-    if tonumber(now) < tonumber(meta[6]) then
-      local top = tostring(meta[2] + 1)
+    if now + 0 < meta[6] + 0 then
+      local fmt = string.format
+      local top = fmt('%d', meta[2] + 1)
       local q = Q[tag]
-      local state = top .. ',' .. now .. ',' .. kept .. ',' .. tostring(nxt + 1) .. ','
+      local state = top .. ',' .. now .. ',' .. kept .. ',' .. fmt('%d', nxt + 1) .. ','
         .. base .. ',0,' .. name
       local run = nil
-      if hw ~= meta[2] or not meta[9] then
+      if hw ~= meta[2] then
         run = top .. ',' .. tag .. ',' .. nxt .. ',' .. now
         if redis.call('RPUSH', I, run) == 1 then adopt(I) end
       end
-      hold_places(q, redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[A + 5]),
-                  nxt - base + 1)
+      local len = redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[at])
+      local want = nxt - base + 1
+      if len ~= want then hold_places(q, len, want) end
       if run then
-        redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag, state,
+        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state,
                    'lr', run)
       else
-        redis.call('HSET', M, 'top', top, 'count', tostring(count + 1), 's:' .. tag, state)
+        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state)
       end
       return {epoch, 'ok', top .. '.' .. nxt .. '.' .. now}
     end
   end
 end
+-- The general path's own fields, in the slots that follow.
+local more = redis.call('HMGET', M, 'floor', 'nseq', 'lr', 'ra')
+meta[7], meta[8], meta[9], meta[10] = more[1], more[2], more[3], more[4]
 local s = parse_state(meta[5])
 if s and s.name ~= name then return {epoch, 'collision'} end
 local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[8])
@@ -93,10 +109,8 @@ local want = 0 -- the list's length once this batch is in
 if s then want = s.next - s.base end
 local ids, batch = {}, {}
 local pushed = nil
-local kinds = arg(3)
-local first = A + 5 -- the first payload
-for j = first, #AV do
-  local priming = kinds ~= '' and string.byte(kinds, j - first + 1) == 112 -- 'p'
+for j = at, #AV do
+  local priming = kinds ~= '' and string.byte(kinds, j - at + 1) == 112 -- 'p'
   if s and priming and s.priming == 1 and s.first < s.next then
     -- only the newest of consecutive priming events is kept: hand out its id again
     ids[#ids + 1] = s.hw .. '.' .. (s.next - 1) .. '.' .. s.stamp
@@ -154,7 +168,7 @@ if s.first - s.base > 64 then
   redis.call('LTRIM', q, s.first - 1 - s.base, -1)
   s.base = s.first - 1
 end
-fields[#fields + 1] = 's:' .. tag
+fields[#fields + 1] = field
 fields[#fields + 1] = state_text(s)
 if pushed then
   fields[#fields + 1] = 'lr'
