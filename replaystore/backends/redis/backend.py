@@ -111,7 +111,8 @@ class RedisBackend(Backend):
         # real server directly; elsewhere (a cluster, fakes) as scripts.
         self._library = Library(self._wire.command, functions=talks_to_one_server(client))
         self._fast = FastPath(self._wire, retention, self.key_base)
-        self._leftovers = Leftovers(self._drop, by_slot=isinstance(client, RedisCluster))
+        slot = client.keyslot if isinstance(client, RedisCluster) else None
+        self._leftovers = Leftovers(self._drop, slot=slot)
         # Packed append commands up to their payloads, per (session, sequence).
         self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
 

@@ -22,8 +22,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.crc import key_slot
-
 from ...cursor import Cursor
 
 __all__ = ["Leftovers", "still_true"]
@@ -56,14 +54,22 @@ Drop = Callable[[list[str], list[Any]], Awaitable[Any]]
 class Leftovers:
     """Lists of torn-down sessions, deleted in batches: after ``delay`` seconds or ``size`` keys.
 
-    ``by_slot`` (a cluster) sends one call per hash slot, since a script's
-    keys must share one; elsewhere one call takes any sessions. A batch that
+    ``slot`` (on a cluster: a key's hash slot) splits the batches by slot,
+    since a script's keys must share one; without it one call takes any
+    sessions. A batch that
     fails is logged and given up: its lists expire with their session's TTL.
     """
 
-    def __init__(self, drop: Drop, *, by_slot: bool, delay: float = 0.05, size: int = 1000) -> None:
+    def __init__(
+        self,
+        drop: Drop,
+        *,
+        slot: Callable[[str], int] | None = None,
+        delay: float = 0.05,
+        size: int = 1000,
+    ) -> None:
         self._drop = drop
-        self._by_slot = by_slot
+        self._slot = slot
         self.delay = delay
         self.size = size
         self._pending: list[tuple[str, list[str]]] = []
@@ -108,9 +114,7 @@ class Leftovers:
         batch, self._pending, self._keys = self._pending, [], 0
         groups: dict[int, list[tuple[str, list[str]]]] = {}
         for meta, lists in batch:
-            groups.setdefault(key_slot(meta.encode()) if self._by_slot else 0, []).append(
-                (meta, lists)
-            )
+            groups.setdefault(self._slot(meta) if self._slot else 0, []).append((meta, lists))
         for group in groups.values():
             keys: list[str] = []
             args: list[Any] = [0]
