@@ -3,7 +3,7 @@
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
 decided here by ``replaystore/_rules.py``, the same rules as in memory. A
-failed resume the fast read decides is torn down by ``close.lua`` right
+failed resume the fast read decides is torn down by ``fail.lua`` right
 after that read; one it leaves in doubt costs one script when the facts
 leave no doubt about its failure (``facts.lua`` tears it down on the state it
 read, and the rules must reach the same code from those facts, or the call

@@ -2,8 +2,9 @@
 
 A resume that fails must take its session down for every replica, and only
 the incarnation it was judged on, only while its verdict still holds (a
-compare-and-delete): ``close.lua`` (or ``facts.lua`` on the state it read)
-checks the incarnation and :func:`still_true`'s condition, deletes the
+compare-and-delete): ``fail.lua`` (after the fast read), ``close.lua`` (or
+``facts.lua`` on the state it read) checks the incarnation and
+:func:`still_true`'s condition, deletes the
 session's fixed keys and the lists it declared, leaves the tombstone and
 returns the tags of the session's other lists. Those are not declared in that
 call, so it must not touch them; deleting each session's rest in a call of
@@ -30,7 +31,7 @@ logger = logging.getLogger("replaystore.redis")
 
 
 def still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
-    """The condition under which a failed verdict still holds (checked by ``close.lua``).
+    """The condition under which a failed verdict still holds (``fail.lua``, ``close.lua``).
 
     Appends and evictions go on while a resume is judged; the teardown applies
     only if they did not change the verdict, otherwise it is judged again.
