@@ -123,8 +123,12 @@ def build_client(url: str, *, client: Any = None, **options: Any) -> tuple[Any, 
         else:
             # redis-py lets the URL's query win over these keywords.
             options = {**_DEFAULT_TIMEOUTS, **options}
-            if scheme == "redis+unix":
-                rest = "unix" + rest[len("redis+unix") :]
+            if scheme in ("unix", "redis+unix"):
+                # Spelled out: urlunsplit drops the empty authority ("unix:/path"),
+                # which redis-py 8.2 and newer refuse.
+                rest = f"unix://{parts.netloc}{parts.path}"
+                if query:
+                    rest += f"?{urlencode(query)}"
             # A blocking pool: past max_connections a call waits for a free
             # connection (up to pool_timeout) instead of failing, so a burst
             # of sessions slows down rather than turning into StorageErrors.
@@ -415,7 +419,9 @@ def _sentinel_client(
     db = int(path[1]) if len(path) > 1 else 0
     # socket_* options reach the sentinels too (redis-py copies them).
     options = {**_DEFAULT_TIMEOUTS, **_query_options(query), **_credentials(parts), **options}
-    sentinel = Sentinel(_hosts(parts), **options)  # type: ignore[no-untyped-call]
+    # Through Any: older redis-py releases leave Sentinel() untyped, newer ones type it.
+    make_sentinel: Any = Sentinel
+    sentinel = make_sentinel(_hosts(parts), **options)
     return sentinel.master_for(
         service,
         db=db,
