@@ -3,14 +3,16 @@
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
 decided here by ``replaystore/_rules.py``, the same rules as in memory. A
-failed resume the fast read decides is torn down by ``fail.lua`` right
-after that read; one it leaves in doubt costs one script when the facts
-leave no doubt about its failure (``facts.lua`` tears it down on the state it
-read, and the rules must reach the same code from those facts, or the call
-fails); otherwise it is torn down by ``close.lua``. Every teardown is a
-compare-and-delete on the state the verdict was decided on (judged again if
-the session moved); the lists it could not declare are deleted later, many
-sessions' in one call (:class:`.teardown.Leftovers`). Sweeps of evicted
+failed resume the fast read decides is torn down right after that read: by
+an optimistic transaction of native commands where the wire sends by hand
+(:func:`.teardown.tear_down`), else by ``fail.lua``; one it leaves in doubt
+costs one script when the facts leave no doubt about its failure
+(``facts.lua`` tears it down on the state it read, and the rules must reach
+the same code from those facts, or the call fails); otherwise it is torn
+down by ``close.lua``. Every teardown is a compare-and-delete on the state
+the verdict was decided on (judged again if the session moved); the lists a
+script could not declare are deleted later, many sessions' in one call
+(:class:`.teardown.Leftovers`). Sweeps of evicted
 elements and lazy TTL refreshes follow as separate operations only when a
 script says they are due.
 """
@@ -49,7 +51,7 @@ from ..coordination import OnRedis
 from .fastpath import Failed, FastPath
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
-from .teardown import Leftovers, still_true
+from .teardown import Leftovers, still_true, tear_down
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
@@ -513,36 +515,75 @@ class RedisBackend(Backend):
         fast: Failed,
         teardown: bool,
     ) -> Resumption | None:
-        """A failure the fast read decided, torn down by one ``fail.lua`` call.
+        """A failure the fast read decided, torn down without the facts script.
 
-        The call checks that the session is still the incarnation read and
-        the verdict's condition still holds (``close.lua``'s conditions),
-        deletes the session with the lists it declares (the cursor's and the
-        named sequence's) and leaves the tombstone; the other lists go later,
-        in a batch (:class:`.teardown.Leftovers`). ``None`` when the session
-        moved meanwhile: the script path judges again.
+        Both teardowns check that the session is still the incarnation read
+        and the verdict's condition still holds (``close.lua``'s conditions),
+        and leave the tombstone. Where the wire sends commands by hand (one
+        server: plain or behind Sentinel) it is an optimistic transaction of
+        native commands (:func:`.teardown.tear_down`), which deletes every list
+        too: Redis runs a command sent to it for less than the same command
+        called from Lua, and a script call costs more than its commands.
+        Elsewhere (a cluster, clients the wire does not handle) it is one
+        ``fail.lua`` call, which deletes the lists it declares (the cursor's
+        and the named sequence's) and leaves the others to a batch
+        (:class:`.teardown.Leftovers`). ``None`` when the session moved
+        meanwhile: the script path judges again.
         """
         judgement = fast.judgement
         if teardown:
-            tomb = json.dumps({"code": judgement.code, "verdict": judgement.verdict.value})[:-1]
             condition = still_true(judgement.code, cursor, named_tag)
-            tags = sorted({t for t in (cursor.tag, named_tag) if t})
-            args = [
-                fast.facts.epoch,
-                *condition,
-                tomb,
-                self.retention.tombstone_ttl_ms,
-                secrets.token_hex(8),
-                int(time.time() * 1000),
-            ]
-            out = await self._run("fail", session, tags, args, retry=True)
-            if not int(out[0]):
+            tomb = {"code": judgement.code, "verdict": judgement.verdict.value}
+            nonce = secrets.token_hex(8)
+            if self._wire.by_hand:
+                torn = await self._call(
+                    "resolve",
+                    lambda: tear_down(
+                        self._wire,
+                        self.key_base(session),
+                        fast.facts.epoch,
+                        condition,
+                        tomb,
+                        ttl_ms=self.retention.tombstone_ttl_ms,
+                        nonce=nonce,
+                    ),
+                    retry=True,
+                )
+            else:
+                torn = await self._fail_script(session, cursor, named_tag, fast, condition, nonce)
+            if not torn:
                 return None
-            self._later(session, out[1:])
         evidence = evidence_for(
             session, raw_cursor, cursor, fast.facts, judgement, torn_down=teardown, replay=True
         )
         return Resumption(judgement.verdict, evidence, judgement.sequence)
+
+    async def _fail_script(
+        self,
+        session: str,
+        cursor: Cursor,
+        named_tag: str,
+        fast: Failed,
+        condition: tuple[str, Any],
+        nonce: str,
+    ) -> bool:
+        """``fail.lua`` on the session; its undeclared lists to the next batch of leftovers."""
+        judgement = fast.judgement
+        tomb = json.dumps({"code": judgement.code, "verdict": judgement.verdict.value})[:-1]
+        tags = sorted({t for t in (cursor.tag, named_tag) if t})
+        args = [
+            fast.facts.epoch,
+            *condition,
+            tomb,
+            self.retention.tombstone_ttl_ms,
+            nonce,
+            int(time.time() * 1000),
+        ]
+        out = await self._run("fail", session, tags, args, retry=True)
+        if not int(out[0]):
+            return False
+        self._later(session, out[1:])
+        return True
 
 
 def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
