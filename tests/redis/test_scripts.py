@@ -15,7 +15,6 @@ import pytest
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, Verdict
-from replaystore.cursor import sequence_tag
 from replaystore.testing.servers import ServerHandle
 
 from ._support import bare, client_of, command_calls
@@ -489,21 +488,18 @@ async def test_run_index_holds_one_entry_per_stretch(
         await admin.aclose()
 
 
-async def test_a_failure_the_fast_read_decides_is_torn_down_in_one_call(
+async def test_a_failure_the_fast_read_decides_is_torn_down_without_a_script(
     scratch_server: ServerHandle, prefix: str
 ) -> None:
     """A failed resume whose verdict the fast read decides (here a cursor
-    past the high-water) is torn down by one script call after that read:
-    no transaction, no sweep. It deletes the fixed keys and the cursor's
-    list, and the session's other lists go later, several sessions' in one
-    call. Only the tombstone is left, carrying the verdict."""
+    past the high-water) is torn down in an optimistic transaction after that
+    read: ``WATCH`` and the reads, then ``MULTI``/``EXEC``, no script. It
+    deletes every list of the session, so no sweep follows whatever the
+    number of sequences. Only the tombstone is left, carrying the verdict."""
     admin = aioredis.Redis.from_url(scratch_server.url)
     try:
         async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
-            backend: Any = buf.backend
-            backend._leftovers.delay = 60.0  # flushed below, not by the timer
-            counter = _CountingClient(backend)
-            bases = []
+            counter = _CountingClient(buf.backend)
             for session, sequences in (("one", ["q"]), ("three", ["q", "r", "s"])):
                 await buf.open_session(session)
                 ids = [await buf.append(session, s, b"x") for s in sequences]
@@ -513,24 +509,16 @@ async def test_a_failure_the_fast_read_decides_is_torn_down_in_one_call(
                 res = await buf.resolve_and_replay(session, cursor)
                 assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
                 assert res.evidence.torn_down
-                assert counter.take() == ["PIPELINE", "FCALL"]
+                assert counter.take() == ["PIPELINE", "WATCHED", "WATCHED"]
                 stats = await command_calls(admin)
-                assert stats["fcall"] == 1 and "exec" not in stats, stats
-                base = backend.key_base(session)
-                bases.append(base)
-                left = sorted([k.decode() async for k in admin.scan_iter(match=f"{base}*")])
-                others = [f"{base}:q:{sequence_tag(s)}" for s in sequences[1:]]
-                assert left == sorted([f"{base}:t", *others]), left
+                assert "fcall" not in stats and stats["exec"] == 1, stats
+                base = buf.backend.key_base(session)  # type: ignore[attr-defined]
+                left = [k.decode() async for k in admin.scan_iter(match=f"{base}*")]
+                assert left == [f"{base}:t"], left
                 again = await buf.resolve_and_replay(session, ids[0])
                 assert again.verdict is Verdict.UNKNOWN_SESSION
                 assert again.evidence.tombstone is not None
                 assert again.evidence.tombstone.verdict is Verdict.AHEAD_OF_HIGH_WATER
-            counter.take()
-            await backend._leftovers.flush()
-            assert counter.take() == ["FCALL"]  # both sessions' lists, one call
-            for base in bases:
-                left = [k.decode() async for k in admin.scan_iter(match=f"{base}*")]
-                assert left == [f"{base}:t"], left
     finally:
         await admin.aclose()
 
