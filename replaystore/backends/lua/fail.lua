@@ -1,5 +1,8 @@
--- fail: the teardown of a failed resume the fast read decided, in as few
--- commands as it takes (each redis.call costs Redis more than the command).
+-- fail: the teardown of a failed resume the fast read decided, where the
+-- client cannot hold a WATCH across two packets (a cluster, a client the wire
+-- does not handle; elsewhere teardown.py's transaction of native commands does
+-- it for less), in as few commands as it takes (each redis.call costs Redis
+-- more than the command sent directly).
 -- ARGV: expect_epoch, condition, value, tombstone_json_prefix, tombstone_ttl_ms,
 -- nonce, now_ms. The conditions are close.lua's: only the incarnation the
 -- verdict was decided on is torn down, only while the condition still holds;
