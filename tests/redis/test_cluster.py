@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -148,3 +149,45 @@ async def test_unreachable_cluster_is_a_storage_error() -> None:
 async def test_cluster_client_is_a_cluster_client(cluster_server: ServerHandle) -> None:
     async with ReplayBuffer.from_url(cluster_server.url) as buf:
         assert isinstance(client_of(buf), aioredis.RedisCluster)
+
+
+async def test_a_failure_the_fast_read_decides_is_one_script_and_its_lists_go_later(
+    cluster_server: ServerHandle, prefix: str
+) -> None:
+    """On a cluster too, a failure the fast read decides is torn down by one
+    ``fail.lua`` call (its keys are one slot), no facts script; the lists it
+    could not declare go later, one call per slot, and only the tombstones
+    are left on any node."""
+    nodes = await _node_clients(cluster_server)
+    sessions = [f"f{i}" for i in range(40)]
+    try:
+        async with ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as buf:
+            backend: Any = buf.backend
+            backend._leftovers.delay = 60.0  # sent when the buffer closes
+            cursors = {}
+            for session in sessions:
+                await buf.open_session(session)
+                ids = [await buf.append(session, s, b"x") for s in ("q", "r", "s")]
+                position = ids[0].split("-")[1].split(".")[0]
+                cursors[session] = ids[0].replace(f"-{position}.", "-99.", 1)
+            run = backend._run
+            seen: list[str] = []
+
+            async def recording(name: str, *args: Any, **kwargs: Any) -> Any:
+                seen.append(name)
+                return await run(name, *args, **kwargs)
+
+            backend._run = recording
+            for session, cursor in cursors.items():
+                res = await buf.resolve_and_replay(session, cursor)
+                assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
+                assert res.evidence.torn_down
+            assert seen == ["fail"] * len(sessions), seen
+            assert backend._leftovers.pending == 3 * len(sessions)  # meta, r's and s's lists
+        left = []
+        for node in nodes:
+            left += [k.decode() async for k in node.scan_iter(match=f"{prefix}*", count=1000)]
+        assert sorted(left) == sorted(f"{backend.key_base(s)}:t" for s in sessions), left
+    finally:
+        for node in nodes:
+            await node.aclose()

@@ -1,26 +1,44 @@
-"""The teardown of a failure the fast read decided: an optimistic transaction, and its fallbacks.
+"""A failure the fast read decided: its teardown on either path, the fallbacks, the leftovers.
 
-Each test steps into the two packets of the transaction (``Wire.watched``) to
-make what a concurrent replica could do happen at the worst moment: a change
-of the session between the read and ``EXEC``, a teardown by someone else
-before the read, a reply lost after ``EXEC`` ran.
+Where the wire sends commands by hand (``watch``: a plain client of a real
+server) the teardown is an optimistic transaction (``Wire.watched``) that
+deletes every list; elsewhere (``script``: here the same server with the
+wire off, as for a client it does not handle; the cluster has its own test)
+it is one ``fail.lua`` call whose undeclared lists go later, in a batch.
+
+Each test steps in right before the teardown (or between the transaction's
+two packets) to make what a concurrent replica could do happen at the worst
+moment: a change of the session that changes the verdict, a teardown by
+someone else, a reply lost after the teardown ran, the session opened again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from replaystore import ReplayBuffer, Verdict
+from replaystore.backends.redis import wire as wire_module
+from replaystore.cursor import sequence_tag
 from replaystore.testing.servers import ServerHandle
 
 from ._support import command_calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+
+@pytest.fixture(params=["watch", "script"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which teardown runs: the transaction (wire by hand) or ``fail.lua`` (wire off)."""
+    if request.param == "script":
+        monkeypatch.setattr(wire_module, "BY_HAND", False)
+    return str(request.param)
 
 
 def _ahead(event_id: str) -> str:
@@ -32,6 +50,145 @@ def _ahead(event_id: str) -> str:
 async def _session(buf: ReplayBuffer, name: str) -> list[str]:
     await buf.open_session(name)
     return [await buf.append(name, s, b"x") for s in ("q", "r")]
+
+
+def _before_teardown(buf: ReplayBuffer, meddle: Callable[[], Awaitable[Any]]) -> list[str]:
+    """Run ``meddle`` once, right before the fast teardown; returns the steps seen.
+
+    The steps are the scripts run (``fail``, ``facts``, ``close``...) and
+    ``watched`` for a transaction.
+    """
+    backend: Any = buf.backend
+    run, wire = backend._run, backend._wire
+    watched = wire.watched
+    seen: list[str] = []
+
+    async def meddling(name: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(name)
+        if name == "fail" and seen.count("fail") == 1:
+            await meddle()
+        return await run(name, *args, **kwargs)
+
+    async def meddling_watched(reads: bytes, replies: int, then: Any) -> Any:
+        seen.append("watched")
+        if seen.count("watched") == 1:
+            await meddle()
+        return await watched(reads, replies, then)
+
+    backend._run = meddling
+    wire.watched = meddling_watched
+    return seen
+
+
+def _teardown(path: str) -> str:
+    return "watched" if path == "watch" else "fail"
+
+
+async def _keys(admin: aioredis.Redis, pattern: str) -> list[str]:
+    return sorted([k.decode() async for k in admin.scan_iter(match=pattern, count=1000)])
+
+
+async def test_a_verdict_changed_before_the_teardown_is_judged_again(
+    scratch_server: ServerHandle, prefix: str, path: str
+) -> None:
+    """The named sequence is created by another replica after the fast read
+    decided ``unknown_sequence``: the teardown's condition no longer holds,
+    so it deletes nothing, and the facts script judges the resume again on
+    the new state (the cursor's event belongs to another sequence than the
+    one named now) and tears it down with that verdict."""
+    async with (
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf,
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as other,
+    ):
+        ids = await _session(buf, "s")
+        seen = _before_teardown(buf, lambda: other.append("s", "z", b"new"))
+        res = await buf.resolve_and_replay("s", ids[0], sequence="z")
+        assert seen[0] == _teardown(path) and "facts" in seen, seen
+        assert res.verdict is Verdict.SEQUENCE_MISMATCH, res
+        assert res.evidence.torn_down
+        gone = await buf.resolve("s", ids[0])
+        assert gone.evidence.tombstone is not None
+        assert gone.evidence.tombstone.verdict is Verdict.SEQUENCE_MISMATCH
+
+
+async def test_another_incarnation_is_never_torn_down_for_the_old_ones_verdict(
+    scratch_server: ServerHandle, prefix: str, path: str
+) -> None:
+    """The session is closed and opened again between the fast read (which
+    decided ``ahead`` on the first incarnation) and the teardown: the new
+    incarnation is not torn down for the old one's verdict; judged again,
+    the cursor is foreign to it."""
+    async with (
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf,
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as other,
+    ):
+        ids = await _session(buf, "s")
+
+        async def reopen() -> None:
+            assert await other.close_session("s")
+            await other.open_session("s")
+            await other.append("s", "q", b"new")
+
+        seen = _before_teardown(buf, reopen)
+        res = await buf.resolve_and_replay("s", _ahead(ids[0]))
+        assert seen[0] == _teardown(path) and "facts" in seen, seen
+        assert res.verdict is Verdict.FOREIGN_CURSOR, res
+        assert res.evidence.torn_down
+
+
+async def test_a_session_gone_before_the_teardown_names_its_tombstone(
+    scratch_server: ServerHandle, prefix: str, path: str
+) -> None:
+    """Another replica closed the session after the fast read: the teardown
+    finds it gone and not by its own hand, and the script path names the
+    tombstone (closed, not failed)."""
+    async with (
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf,
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as other,
+    ):
+        ids = await _session(buf, "s")
+
+        async def close() -> None:
+            assert await other.close_session("s")
+
+        seen = _before_teardown(buf, close)
+        res = await buf.resolve_and_replay("s", _ahead(ids[0]))
+        assert seen[0] == _teardown(path), seen
+        assert res.verdict is Verdict.UNKNOWN_SESSION, res
+        assert res.evidence.tombstone is not None
+        assert res.evidence.tombstone.verdict is None
+
+
+async def test_a_gone_session_ends_the_watch(scratch_server: ServerHandle, prefix: str) -> None:
+    """The transaction's read finds the session gone: it ends its ``WATCH``,
+    so the connection goes back to the pool clean."""
+    pool = aioredis.ConnectionPool.from_url(scratch_server.url, max_connections=1)
+    client = aioredis.Redis(connection_pool=pool)
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with (
+            ReplayBuffer.from_url(scratch_server.url, client=client, prefix=prefix) as buf,
+            ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as other,
+        ):
+            ids = await _session(buf, "s")
+            base = buf.backend.key_base("s")  # type: ignore[attr-defined]
+
+            async def close() -> None:
+                assert await other.close_session("s")
+
+            seen = _before_teardown(buf, close)
+            res = await buf.resolve_and_replay("s", _ahead(ids[0]))
+            assert seen[0] == "watched", seen
+            assert res.verdict is Verdict.UNKNOWN_SESSION, res
+            # The one pooled connection holds no WATCH: a write to the key it
+            # watched does not abort the next transaction on it.
+            await admin.set(f"{base}:m", b"x")
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.ping()
+                assert await pipe.execute() == [True]
+    finally:
+        await admin.aclose()
+        await client.aclose()
 
 
 async def test_a_change_before_exec_sends_the_resume_to_the_script(
@@ -73,73 +230,184 @@ async def test_a_change_before_exec_sends_the_resume_to_the_script(
         await admin.aclose()
 
 
-async def test_a_session_gone_before_the_read_ends_the_watch_and_names_its_tombstone(
-    scratch_server: ServerHandle, prefix: str
+async def test_a_lost_reply_is_recognised_by_its_nonce(
+    scratch_server: ServerHandle, prefix: str, path: str
 ) -> None:
-    """Another replica closed the session after the fast read: the
-    transaction's read finds it gone, ends its ``WATCH`` (the connection goes
-    back to the pool clean) and the script path names the tombstone."""
-    pool = aioredis.ConnectionPool.from_url(scratch_server.url, max_connections=1)
-    client = aioredis.Redis(connection_pool=pool)
-    admin = aioredis.Redis.from_url(scratch_server.url)
-    try:
-        async with (
-            ReplayBuffer.from_url(scratch_server.url, client=client, prefix=prefix) as buf,
-            ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as other,
-        ):
-            ids = await _session(buf, "s")
-            base = buf.backend.key_base("s")  # type: ignore[attr-defined]
-            wire: Any = buf.backend._wire  # type: ignore[attr-defined]
-            watched = wire.watched
-
-            async def closed_first(reads: bytes, replies: int, then: Any) -> Any:
-                assert await other.close_session("s")
-                return await watched(reads, replies, then)
-
-            wire.watched = closed_first
-            res = await buf.resolve_and_replay("s", _ahead(ids[0]))
-            assert res.verdict is Verdict.UNKNOWN_SESSION, res
-            assert res.evidence.tombstone is not None
-            assert res.evidence.tombstone.verdict is None  # closed, not failed
-            # The one pooled connection holds no WATCH: a write to the key it
-            # watched does not abort the next transaction on it.
-            await admin.set(f"{base}:m", b"x")
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.ping()
-                assert await pipe.execute() == [True]
-    finally:
-        await admin.aclose()
-        await client.aclose()
-
-
-async def test_a_lost_reply_after_exec_is_recognised_by_its_nonce(
-    scratch_server: ServerHandle, prefix: str
-) -> None:
-    """``EXEC`` ran but its reply was lost: the call is sent again, finds the
-    session gone with its own tombstone (by the nonce in it) and answers the
-    verdict it tore down with, not "unknown session"."""
+    """The teardown ran but its reply was lost: the call is sent again, finds
+    the session gone with its own tombstone (by the nonce in it) and answers
+    the verdict it tore down with, not "unknown session"; no other script
+    judges it."""
     admin = aioredis.Redis.from_url(scratch_server.url)
     try:
         async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
             ids = await _session(buf, "s")
-            wire: Any = buf.backend._wire  # type: ignore[attr-defined]
-            watched = wire.watched
-            lost: list[bool] = []
+            backend: Any = buf.backend
+            library, wire = backend._library, backend._wire
+            call, watched = library.call, wire.watched
+            seen: list[str] = []
 
-            async def reply_lost(reads: bytes, replies: int, then: Any) -> Any:
-                out = await watched(reads, replies, then)
-                if not lost:
-                    lost.append(True)
+            async def reply_lost(name: str, *args: Any, **kwargs: Any) -> Any:
+                seen.append(name)
+                out = await call(name, *args, **kwargs)
+                if seen.count(name) == 1:
                     raise RedisConnectionError("connection lost reading the reply")
                 return out
 
-            wire.watched = reply_lost
+            async def exec_reply_lost(reads: bytes, replies: int, then: Any) -> Any:
+                seen.append("watched")
+                out = await watched(reads, replies, then)
+                if seen.count("watched") == 1:
+                    raise RedisConnectionError("connection lost reading the reply")
+                return out
+
+            library.call = reply_lost
+            wire.watched = exec_reply_lost
             await admin.config_resetstat()
             res = await buf.resolve_and_replay("s", _ahead(ids[0]))
-            assert lost
             assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
             assert res.evidence.torn_down
+            assert seen == [_teardown(path)] * 2, seen  # the call and its retry
             stats = await command_calls(admin)
-            assert stats["exec"] == 1 and "fcall" not in stats, stats
+            if path == "watch":
+                assert stats["exec"] == 1 and "fcall" not in stats, stats
+            else:
+                assert stats["fcall"] == 2 and "exec" not in stats, stats
+            gone = await buf.resolve("s", ids[0])
+            assert gone.evidence.tombstone is not None
+            assert gone.evidence.tombstone.verdict is Verdict.AHEAD_OF_HIGH_WATER
+    finally:
+        await admin.aclose()
+
+
+async def test_every_list_is_deleted(scratch_server: ServerHandle, prefix: str, path: str) -> None:
+    """Sessions of several sequences, some with evicted elements still in
+    their lists (tags in the dirty set), each torn down by a failure the fast
+    read decided: the transaction deletes every list at once; ``fail.lua``
+    deletes the cursor's, and the others go in batches (past the batch size,
+    and when the buffer closes). Only the tombstones are left."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_events=6) as buf:
+            backend: Any = buf.backend
+            backend._leftovers.size = 100  # several batches
+            backend._leftovers.delay = 60.0  # not the timer
+            cursors = {}
+            for n in range(60):
+                session = f"s{n}"
+                await buf.open_session(session)
+                for _ in range(3):
+                    for sequence in ("a", "b", "c", "d"):
+                        last = await buf.append(session, sequence, b"x")
+                cursors[session] = _ahead(last)
+            assert backend._sweep_threshold > 4  # evicted elements stay in their lists
+            dirty = await admin.smembers(f"{backend.key_base('s0')}:g")
+            assert dirty, "no evicted elements left for a sweep"
+            await admin.config_resetstat()
+            for session, cursor in cursors.items():
+                res = await buf.resolve_and_replay(session, cursor)
+                assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
+                assert res.evidence.torn_down
+            stats = await command_calls(admin)
+            tombstones = sorted(f"{backend.key_base(s)}:t" for s in cursors)
+            if path == "watch":
+                assert stats["exec"] == len(cursors) and "fcall" not in stats, stats
+                assert await _keys(admin, f"{prefix}*") == tombstones
+                assert backend._leftovers.pending == 0
+            else:
+                # One call per session, and batches already sent past the size.
+                assert len(cursors) < stats["fcall"] < 2 * len(cursors), stats
+                assert "exec" not in stats, stats
+        # Closing the buffer sends what was still pending.
+        left = await _keys(admin, f"{prefix}*")
+        assert left == tombstones, left
+    finally:
+        await admin.aclose()
+
+
+async def test_the_timer_deletes_leftover_lists(
+    scratch_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone ``fail.lua`` teardown's leftovers do not wait for the buffer to close."""
+    monkeypatch.setattr(wire_module, "BY_HAND", False)
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+            ids = await _session(buf, "s")
+            base = buf.backend.key_base("s")  # type: ignore[attr-defined]
+            res = await buf.resolve_and_replay("s", _ahead(ids[0]))
+            assert res.evidence.torn_down
+            assert await _keys(admin, f"{base}*") != [f"{base}:t"]  # r's list, for later
+            for _ in range(200):
+                if await _keys(admin, f"{base}*") == [f"{base}:t"]:
+                    break
+                await anyio.sleep(0.02)
+            assert await _keys(admin, f"{base}*") == [f"{base}:t"]
+    finally:
+        await admin.aclose()
+
+
+async def test_a_session_opened_again_keeps_its_lists(
+    scratch_server: ServerHandle, prefix: str, path: str
+) -> None:
+    """A session id can be opened again once torn down. Its new incarnation
+    creates a sequence whose list has the name of a list of the torn-down
+    one: the transaction deleted that at once, and ``fail.lua`` left it to a
+    batch still waiting, which leaves it alone (the session is live again).
+    Either way the new events stay."""
+    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        backend._leftovers.delay = 60.0  # flushed below, not by the timer
+        ids = await _session(buf, "s")
+        res = await buf.resolve_and_replay("s", _ahead(ids[0]))
+        assert res.evidence.torn_down
+        # The meta hash and r's list wait for the batch, or nothing does.
+        assert backend._leftovers.pending == (0 if path == "watch" else 2)
+        await buf.open_session("s")
+        new = await buf.append_many("s", "r", [b"n1", b"n2"])
+        await backend._leftovers.flush()
+        client = backend.client
+        assert await client.llen(f"{backend.key_base('s')}:q:{sequence_tag('r')}") == 2
+        again = await buf.resolve_and_replay("s", new[0])
+        assert again.verdict is Verdict.RESUMED, again
+        assert [e.payload for e in again.events] == [b"n2"]
+
+
+async def test_without_the_wire_it_is_one_script_call_and_the_rest_goes_in_a_batch(
+    scratch_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client the wire does not send by hand cannot hold a ``WATCH`` between
+    two packets: the teardown is one ``fail.lua`` call after the fast read,
+    no transaction, no sweep. It deletes the fixed keys and the cursor's
+    list; the session's other lists go later, several sessions' in one call.
+    Only the tombstone is left, carrying the verdict."""
+    monkeypatch.setattr(wire_module, "BY_HAND", False)
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+            backend: Any = buf.backend
+            backend._leftovers.delay = 60.0  # flushed below, not by the timer
+            bases = []
+            for session, sequences in (("one", ["q"]), ("three", ["q", "r", "s"])):
+                await buf.open_session(session)
+                ids = [await buf.append(session, s, b"x") for s in sequences]
+                await admin.config_resetstat()
+                res = await buf.resolve_and_replay(session, _ahead(ids[0]))
+                assert res.verdict is Verdict.AHEAD_OF_HIGH_WATER, res
+                assert res.evidence.torn_down
+                stats = await command_calls(admin)
+                assert stats["fcall"] == 1 and "exec" not in stats, stats
+                base = backend.key_base(session)
+                bases.append(base)
+                others = [f"{base}:q:{sequence_tag(s)}" for s in sequences[1:]]
+                assert await _keys(admin, f"{base}*") == sorted([f"{base}:t", *others])
+                again = await buf.resolve_and_replay(session, ids[0])
+                assert again.verdict is Verdict.UNKNOWN_SESSION
+                assert again.evidence.tombstone is not None
+                assert again.evidence.tombstone.verdict is Verdict.AHEAD_OF_HIGH_WATER
+            await admin.config_resetstat()
+            await backend._leftovers.flush()
+            assert (await command_calls(admin))["fcall"] == 1  # both sessions' lists
+            for base in bases:
+                assert await _keys(admin, f"{base}*") == [f"{base}:t"]
     finally:
         await admin.aclose()

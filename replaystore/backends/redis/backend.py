@@ -3,21 +3,25 @@
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
 decided here by ``replaystore/_rules.py``, the same rules as in memory. A
-failed resume the fast read decides is torn down by an optimistic
-transaction of native commands (:mod:`.teardown`); one it leaves in doubt
+failed resume the fast read decides is torn down right after that read: by
+an optimistic transaction of native commands where the wire sends by hand
+(:func:`.teardown.tear_down`), else by ``fail.lua``; one it leaves in doubt
 costs one script when the facts leave no doubt about its failure
 (``facts.lua`` tears it down on the state it read, and the rules must reach
 the same code from those facts, or the call fails); otherwise it is torn
-down by ``close.lua``. Both teardowns are a compare-and-delete on the state
-the verdict was decided on (judged again if the session moved). Sweeps of
-evicted elements and lazy TTL refreshes follow as separate operations only
-when a script says they are due.
+down by ``close.lua``. Every teardown is a compare-and-delete on the state
+the verdict was decided on (judged again if the session moved); the lists a
+script could not declare are deleted later, many sessions' in one call
+(:class:`.teardown.Leftovers`). Sweeps of evicted
+elements and lazy TTL refreshes follow as separate operations only when a
+script says they are due.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -47,7 +51,7 @@ from ..coordination import OnRedis
 from .fastpath import Failed, FastPath
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
-from .teardown import still_true, tear_down
+from .teardown import Leftovers, still_true, tear_down
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
@@ -109,6 +113,8 @@ class RedisBackend(Backend):
         # real server directly; elsewhere (a cluster, fakes) as scripts.
         self._library = Library(self._wire.command, functions=talks_to_one_server(client))
         self._fast = FastPath(self._wire, retention, self.key_base)
+        slot = client.keyslot if isinstance(client, RedisCluster) else None
+        self._leftovers = Leftovers(self._drop, slot=slot)
         # Packed append commands up to their payloads, per (session, sequence).
         self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
 
@@ -214,7 +220,14 @@ class RedisBackend(Backend):
         except (RedisError, RedisClusterException) as exc:
             raise StorageError(f"cannot reach redis: {exc}") from exc
 
+    async def _drop(self, keys: list[str], args: list[Any]) -> Any:
+        """``drop.lua`` on leftover lists of torn-down sessions (one slot per call on a cluster)."""
+        return await self._call(
+            "drop", lambda: self._library.call("drop", lambda: (keys, args)), retry=True
+        )
+
     async def aclose(self) -> None:
+        await self._leftovers.aclose()
         if self._owns_client:
             await self.client.aclose()
             pool = getattr(self.client, "connection_pool", None)
@@ -351,11 +364,19 @@ class RedisBackend(Backend):
         return await self._close(session, '{"code":"closed"', ("", "always", ""))
 
     async def _close(
-        self, session: str, tomb: str, expect: tuple[str, str, Any], tags: Sequence[str] = ()
+        self,
+        session: str,
+        tomb: str,
+        expect: tuple[str, str, Any],
+        tags: Sequence[str] = (),
+        *,
+        later: bool = False,
     ) -> bool:
         """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists.
 
-        The lists of ``tags`` go in the same call; the others follow in sweeps.
+        The lists of ``tags`` go in the same call; the others follow in sweeps,
+        at once, or ``later`` in a batch with other sessions' (a failed
+        resume: its caller needs only the verdict).
         """
         nonce = secrets.token_hex(8)
         out = await self._run(
@@ -367,8 +388,17 @@ class RedisBackend(Backend):
         )
         if not int(out[0]):
             return False
-        await self._sweep_lists(session, out[1:])
+        if later:
+            self._later(session, out[1:])
+        else:
+            await self._sweep_lists(session, out[1:])
         return True
+
+    def _later(self, session: str, tags: list[bytes]) -> None:
+        """The lists of ``tags`` of a torn-down session, to the next batch of leftovers."""
+        base = self.key_base(session)
+        lists = [f"{base}:q:{tag}" for tag in sorted({t.decode() for t in tags})]
+        self._leftovers.add(f"{base}:m", lists)
 
     async def _sweep_lists(self, session: str, tags: list[bytes]) -> None:
         """Delete the lists of a session that is gone (named by the script that removed it)."""
@@ -421,7 +451,7 @@ class RedisBackend(Backend):
             )
             if isinstance(fast, Resumption):
                 return fast
-            if isinstance(fast, Failed) and (not teardown or self._wire.by_hand):
+            if isinstance(fast, Failed):
                 done = await self._fail_fast(session, cursor, raw_cursor, named_tag, fast, teardown)
                 if done is not None:
                     return done
@@ -460,7 +490,7 @@ class RedisBackend(Backend):
                         f"the teardown script decided {out[SLOT['torn']].decode()!r} where "
                         f"the rules decide {judgement.code!r}"
                     )
-                await self._sweep_lists(session, out[SLOT["sweep"]])
+                self._later(session, out[SLOT["sweep"]])
             else:
                 await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
                 if failed and torn_down:
@@ -468,7 +498,7 @@ class RedisBackend(Backend):
                         {"code": judgement.code, "verdict": judgement.verdict.value}
                     )[:-1]
                     expect = (facts.epoch, *still_true(judgement.code, cursor, named_tag))
-                    if not await self._close(session, tomb_json, expect, tags):
+                    if not await self._close(session, tomb_json, expect, tags, later=True):
                         continue  # the session moved since the facts were read: judge again
             evidence = evidence_for(
                 session,
@@ -492,32 +522,75 @@ class RedisBackend(Backend):
         fast: Failed,
         teardown: bool,
     ) -> Resumption | None:
-        """A failure the fast read decided, torn down without a script (``teardown.py``).
+        """A failure the fast read decided, torn down without the facts script.
 
-        ``None`` when the session moved meanwhile: the script path judges again.
+        Both teardowns check that the session is still the incarnation read
+        and the verdict's condition still holds (``close.lua``'s conditions),
+        and leave the tombstone. Where the wire sends commands by hand (one
+        server: plain or behind Sentinel) it is an optimistic transaction of
+        native commands (:func:`.teardown.tear_down`), which deletes every list
+        too: Redis runs a command sent to it for less than the same command
+        called from Lua, and a script call costs more than its commands.
+        Elsewhere (a cluster, clients the wire does not handle) it is one
+        ``fail.lua`` call, which deletes the lists it declares (the cursor's
+        and the named sequence's) and leaves the others to a batch
+        (:class:`.teardown.Leftovers`). ``None`` when the session moved
+        meanwhile: the script path judges again.
         """
         judgement = fast.judgement
         if teardown:
+            condition = still_true(judgement.code, cursor, named_tag)
+            tomb = {"code": judgement.code, "verdict": judgement.verdict.value}
             nonce = secrets.token_hex(8)
-            torn = await self._call(
-                "resolve",
-                lambda: tear_down(
-                    self._wire,
-                    self.key_base(session),
-                    fast.facts.epoch,
-                    still_true(judgement.code, cursor, named_tag),
-                    {"code": judgement.code, "verdict": judgement.verdict.value},
-                    ttl_ms=self.retention.tombstone_ttl_ms,
-                    nonce=nonce,
-                ),
-                retry=True,
-            )
+            if self._wire.by_hand:
+                torn = await self._call(
+                    "resolve",
+                    lambda: tear_down(
+                        self._wire,
+                        self.key_base(session),
+                        fast.facts.epoch,
+                        condition,
+                        tomb,
+                        ttl_ms=self.retention.tombstone_ttl_ms,
+                        nonce=nonce,
+                    ),
+                    retry=True,
+                )
+            else:
+                torn = await self._fail_script(session, cursor, named_tag, fast, condition, nonce)
             if not torn:
                 return None
         evidence = evidence_for(
             session, raw_cursor, cursor, fast.facts, judgement, torn_down=teardown, replay=True
         )
         return Resumption(judgement.verdict, evidence, judgement.sequence)
+
+    async def _fail_script(
+        self,
+        session: str,
+        cursor: Cursor,
+        named_tag: str,
+        fast: Failed,
+        condition: tuple[str, Any],
+        nonce: str,
+    ) -> bool:
+        """``fail.lua`` on the session; its undeclared lists to the next batch of leftovers."""
+        judgement = fast.judgement
+        tomb = json.dumps({"code": judgement.code, "verdict": judgement.verdict.value})[:-1]
+        tags = sorted({t for t in (cursor.tag, named_tag) if t})
+        args = [
+            fast.facts.epoch,
+            *condition,
+            tomb,
+            self.retention.tombstone_ttl_ms,
+            nonce,
+            int(time.time() * 1000),
+        ]
+        out = await self._run("fail", session, tags, args, retry=True)
+        if not int(out[0]):
+            return False
+        self._later(session, out[1:])
+        return True
 
 
 def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -95,7 +95,7 @@ _PRELUDE = (
     + f"local CLOCK_MARGIN_MS = {CLOCK_MARGIN_MS}\n"
 )
 
-_OPERATIONS = ("open", "append", "facts", "info", "close", "sweep", "touch")
+_OPERATIONS = ("open", "append", "facts", "info", "close", "sweep", "touch", "drop", "fail")
 
 
 def _lua(name: str) -> str:
