@@ -9,7 +9,7 @@ import pytest
 
 from replaystore._frozen import builder
 from replaystore._rules import Chain, Judgement, SequenceState, Stored
-from replaystore.cursor import Cursor
+from replaystore.cursor import Cursor, sequence_tag
 from replaystore.verdicts import Evidence, Resumption, Verdict
 
 
@@ -90,3 +90,42 @@ def test_the_classes_built_per_resume() -> None:
     assert builder(Resumption)(Verdict.RESUMED, evidence, "s", []) == Resumption(
         Verdict.RESUMED, evidence, "s"
     )
+
+
+def test_evidence_for_fills_every_field_by_name() -> None:
+    """``evidence_for`` gives Evidence's fields by position: each lands in the field it names."""
+    from replaystore._rules import evidence_for, judge
+    from replaystore.backends.redis.replies import Facts
+
+    tag = sequence_tag("seq")
+    state = SequenceState("seq", tag, 9, 4, 2, 5)
+    facts = Facts("0123456789ab", 9, 3, 6, 2, {tag: state}, None, 0, [])
+    cursor = Cursor("0123456789ab", 12)
+    judgement = judge(facts, cursor, None)
+    evidence = evidence_for("S", "raw", cursor, facts, judgement, torn_down=True, replay=True)
+    assert evidence == Evidence(
+        session="S",
+        reason=judgement.reason,
+        cursor="raw",
+        cursor_epoch="0123456789ab",
+        cursor_position=12,
+        epoch="0123456789ab",
+        floor=3,
+        high_water=9,
+        retained=6,
+        sequence=None,
+        sequence_floor=None,
+        sequence_high_water=None,
+        cursor_sequence=None,
+        sequence_count=2,
+        replayed=None,
+        torn_down=True,
+    )
+    named = judge(facts, Cursor("0123456789ab", 0), "seq")
+    evidence = evidence_for("S", "r", None, facts, named, torn_down=False, replay=False)
+    assert (evidence.sequence, evidence.sequence_floor, evidence.sequence_high_water) == (
+        "seq",
+        4,
+        9,
+    )
+    assert evidence.cursor_epoch is None and evidence.tombstone is None

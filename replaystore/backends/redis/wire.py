@@ -278,7 +278,7 @@ class Wire:
 
     async def roundtrip(self, packet: bytes) -> Any:
         """One packed command on a pooled connection, its reply as Redis sent it (errors raised)."""
-        (reply,) = await self.pipelined(packet, 1)
+        (reply,) = await self._packet(packet, 1, 0.0)
         if isinstance(reply, Exception):
             raise reply  # an error reply: the connection stayed in step
         return reply
@@ -307,6 +307,9 @@ class Wire:
         which would cost more than the reads: a server that stops halfway still
         cannot hold the call longer.
         """
+        return await self._packet(packet, replies, slack)
+
+    async def _packet(self, packet: bytes, replies: int, slack: float) -> list[Any]:
         conn = await self._take()
         try:
             out = await _exchange(conn, packet, replies, slack, crowded=self._in_flight > 1)
