@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
 
+from ._frozen import builder
 from .cursor import MAX_CURSOR_LENGTH, Cursor, event_id_format, sequence_tag
 from .info import SequenceInfo
 from .verdicts import REASONS, Event, Evidence, Tombstone, Verdict, reason_text
@@ -274,14 +275,14 @@ def _chain(facts: Facts, state: SequenceState, start: int, after: int) -> Judgem
         last = ordered[-1]
     if len(positions) != want or last != state.high_water:
         return Judgement(Verdict.NOT_RETAINED, "chain_short", state.name)
-    chain = Chain(
+    chain = _new_chain(
         state.name,
         start,
         ordered if positions else [],
         stored.payloads[:want],
         stored.stamps[:want],
     )
-    return Judgement(Verdict.RESUMED, "resumed", state.name, chain)
+    return _new_judgement(Verdict.RESUMED, "resumed", state.name, chain, None)
 
 
 def evidence_for(
@@ -300,26 +301,34 @@ def evidence_for(
     (``replay=False``) that resumes.
     """
     seq = facts.sequence(judgement.sequence) if judgement.sequence else None
-    return Evidence(
-        session=session,
-        reason=judgement.reason,
-        cursor=raw_cursor[:EVIDENCE_CURSOR],
-        cursor_epoch=cursor.epoch if cursor else None,
-        cursor_position=cursor.position if cursor else None,
-        epoch=facts.epoch,
-        floor=facts.floor,
-        high_water=facts.top,
-        retained=facts.retained,
-        sequence=judgement.sequence,
-        sequence_floor=seq.floor if seq else None,
-        sequence_high_water=seq.high_water if seq else None,
-        cursor_sequence=judgement.cursor_sequence,
-        sequence_count=facts.sequence_count,
-        replayed=(len(judgement.chain) if replay else 0)
+    return _new_evidence(  # Evidence's fields, in order (one evidence per resume)
+        session,  # session
+        judgement.reason,  # reason
+        raw_cursor[:EVIDENCE_CURSOR],  # cursor
+        cursor.epoch if cursor else None,  # cursor_epoch
+        cursor.position if cursor else None,  # cursor_position
+        facts.epoch,  # epoch
+        facts.floor,  # floor
+        facts.top,  # high_water
+        facts.retained,  # retained
+        judgement.sequence,  # sequence
+        seq.floor if seq else None,  # sequence_floor
+        seq.high_water if seq else None,  # sequence_high_water
+        judgement.cursor_sequence,  # cursor_sequence
+        facts.sequence_count,  # sequence_count
+        (len(judgement.chain) if replay else 0)  # replayed
         if judgement.verdict is Verdict.RESUMED
         else None,
-        torn_down=torn_down,
+        torn_down,  # torn_down
+        None,  # tombstone
     )
+
+
+# Positional constructors of the objects every resume builds (see ``_frozen``);
+# tests/unit/test_frozen.py checks each against its class's own constructor.
+_new_chain = builder(Chain)
+_new_judgement = builder(Judgement)
+_new_evidence = builder(Evidence)
 
 
 def unknown_session(session: str, raw_cursor: str, tombstone: Tombstone | None) -> Evidence:

@@ -36,6 +36,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from ._frozen import builder
 from .errors import ReplayStoreError
 
 __all__ = [
@@ -156,32 +157,16 @@ class Cursor:
         integers. Two spellings of one cursor text would let a proxy or a
         client library "normalise" an id into another one.
         """
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("ascii")
-            except UnicodeDecodeError:
-                raise CursorError("cursor is not ASCII") from None
-        if not isinstance(value, str):
-            raise CursorError(f"cursor must be a string, not {type(value).__name__}")
-        if len(value) > MAX_CURSOR_LENGTH:
-            raise CursorError(f"cursor longer than {MAX_CURSOR_LENGTH} characters")
-        match = _CURSOR_RE.fullmatch(value)
-        if match is None:
-            raise CursorError(
-                "cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>.<stamp>]"
-            )
-        epoch, position, tag, ordinal, stamp = match.groups()
-        if tag is None:
-            return cls(epoch, int(position))
-        return cls(epoch, int(position), tag, int(ordinal), int(stamp))
+        parsed = _parse(value) if cls is Cursor else _parse_as(cls, value)
+        if isinstance(parsed, str):
+            raise CursorError(parsed)
+        return parsed
 
     @classmethod
     def try_parse(cls, value: object) -> Cursor | None:
         """Like :meth:`parse`, but ``None`` instead of an exception."""
-        try:
-            return cls.parse(value)
-        except CursorError:
-            return None
+        parsed = _parse(value) if cls is Cursor else _parse_as(cls, value)
+        return None if isinstance(parsed, str) else parsed
 
     def _key(self) -> tuple[str, int, str, int, int]:
         return (
@@ -200,10 +185,54 @@ class Cursor:
     @property
     def bare(self) -> Cursor:
         """The same cursor without its hint (what the verdict is decided on)."""
-        return Cursor(self.epoch, self.position)
+        return _build(self.epoch, self.position, None, None, None)
 
     def __str__(self) -> str:
         tag, ordinal, stamp = self.tag, self.ordinal, self.stamp
         if tag is None or ordinal is None or stamp is None:
             return f"{self.epoch}-{self.position}"
         return event_id(self.epoch, self.position, tag, ordinal, stamp)
+
+
+#: A cursor from fields known good, without ``__post_init__`` (see :mod:`._frozen`).
+_build = builder(Cursor)
+
+_FORM = "cursor is not of the form <epoch>-<position>[.<tag>.<ordinal>.<stamp>]"
+
+
+def _parse(value: object) -> Cursor | str:
+    """A cursor, or why ``value`` is not one (a message, not an exception: ``try_parse``
+    of a bad id raises nothing).
+
+    The pattern proves every field (lowercase hex of the right length, decimal
+    numbers without a sign or a leading zero, at most 14 digits), so the
+    fields go into the cursor without its constructor's checks; only "the
+    origin carries no hint" is left to check here.
+    """
+    if type(value) is not str:
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("ascii")
+            except UnicodeDecodeError:
+                return "cursor is not ASCII"
+        elif not isinstance(value, str):
+            return f"cursor must be a string, not {type(value).__name__}"
+    if len(value) > MAX_CURSOR_LENGTH:
+        return f"cursor longer than {MAX_CURSOR_LENGTH} characters"
+    match = _CURSOR_RE.fullmatch(value)
+    if match is None:
+        return _FORM
+    epoch, position, tag, ordinal, stamp = match.groups()
+    if tag is None:
+        return _build(epoch, int(position), None, None, None)
+    if position == "0":
+        return "the origin carries no hint"
+    return _build(epoch, int(position), tag, int(ordinal), int(stamp))
+
+
+def _parse_as(cls: type[Cursor], value: object) -> Cursor | str:
+    """:func:`_parse` for a subclass: built by its own constructor."""
+    parsed = _parse(value)
+    if isinstance(parsed, str):
+        return parsed
+    return cls(parsed.epoch, parsed.position, parsed.tag, parsed.ordinal, parsed.stamp)

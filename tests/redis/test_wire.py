@@ -7,6 +7,8 @@ sent by hand, and that turning the wire off really changes the path taken.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import fakeredis
@@ -94,3 +96,113 @@ async def test_without_the_names_every_command_goes_through_redis_py(
         assert [e.event_id for e in replay.events] == ids
         assert backend._library.functions  # FCALL through execute_command works too
     assert bool(by_hand) is direct
+
+
+def _pool(buffer: ReplayBuffer) -> Any:
+    backend: Any = buffer.backend
+    return backend.client.connection_pool
+
+
+async def _sessions(buf: ReplayBuffer, n: int) -> list[tuple[str, str]]:
+    out = []
+    for i in range(n):
+        await buf.open_session(f"s{i}")
+        first = await buf.append(f"s{i}", "seq", b"a")
+        await buf.append(f"s{i}", "seq", b"b")
+        out.append((f"s{i}", first))
+    return out
+
+
+async def test_kept_connections_go_back_to_the_pool_when_the_last_call_ends(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """Calls in flight keep their connections for each other; none is kept once all ended."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        cursors = await _sessions(buf, 40)
+        replies = await asyncio.gather(
+            *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors * 3)
+        )
+        assert all(r.ok and len(r.events) == 1 for r in replies)
+        assert backend._wire._kept == [] and backend._wire._in_flight == 0
+        pool = _pool(buf)
+        assert not pool._in_use_connections
+        assert len(pool._available_connections) > 1  # the calls did run side by side
+
+
+async def test_callers_waiting_for_the_pool_get_the_kept_connections(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """Two connections, many calls of the wire and of redis-py's own path: none waits for long.
+
+    A connection kept while the pool has none left would leave the calls
+    waiting in the pool without one until ``pool_timeout``.
+    """
+    url = f"{redis_server.url}?max_connections=2&pool_timeout=3"
+    async with ReplayBuffer.from_url(url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        cursors = await _sessions(buf, 30)
+        began = time.monotonic()
+        resumes = asyncio.gather(
+            *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
+        )
+        pings = asyncio.gather(*(backend.client.ping() for _ in range(30)))
+        replies, pongs = await asyncio.gather(resumes, pings)
+        assert time.monotonic() - began < 2.5
+        assert all(r.ok for r in replies) and all(pongs)
+        assert backend._wire._kept == []
+
+
+async def test_a_kept_connection_the_server_closed_is_not_used(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """A kept connection the server closed goes to the pool to be repaired, never written to:
+    an append without an idempotency key (never sent twice) still succeeds."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        wire_ = backend._wire
+        await buf.open_session("s")
+        busy = await wire_._take()  # a call in flight: the next call's connection is kept
+        kept = await wire_._take()
+        await kept.send_command("CLIENT", "ID")
+        kept_id = await kept.read_response()
+        await wire_._give(kept)
+        assert wire_._kept == [kept]
+        await busy.send_command("CLIENT", "KILL", "ID", kept_id)
+        assert await busy.read_response() == 1
+        await asyncio.sleep(0.1)  # the server's close reaches the kept connection's reader
+        ids = await buf.append_many("s", "seq", [b"a", b"b"])
+        assert len(ids) == 2
+        await wire_._give(busy)
+        assert wire_._kept == [] and wire_._in_flight == 0
+
+
+async def test_resp3_replies_and_a_push_message_between_them(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """Over RESP3 the replies are read as redis-py reads them; a push message read between two
+    replies (here a tracking invalidation of the connection's own write) is not a reply."""
+    async with ReplayBuffer.from_url(f"{redis_server.url}?protocol=3", prefix=prefix) as buf:
+        backend: Any = buf.backend
+        assert backend._wire.by_hand
+        key = f"{prefix}tracked"
+        packet = b"".join(
+            wire.pack_one(c)
+            for c in (
+                ("CLIENT", "TRACKING", "ON"),
+                ("SET", key, "1"),
+                ("GET", key),
+                ("SET", key, "2"),  # invalidates the key read just before: a push
+                ("GET", key),
+                ("CLIENT", "TRACKING", "OFF"),
+            )
+        )
+        got = await backend._wire.pipelined(packet, 6)
+        assert got == [b"OK", b"OK", b"1", b"OK", b"2", b"OK"]
+        await buf.open_session("s")
+        first = await buf.append("s", "seq", b"a")
+        await buf.append("s", "seq", None)
+        replay = await buf.resolve_and_replay("s", first)
+        assert replay.ok and [e.payload for e in replay.events] == [None]
+        failed = await buf.resolve_and_replay("s", first, sequence="other")
+        assert failed.verdict is Verdict.UNKNOWN_SEQUENCE and failed.evidence.torn_down

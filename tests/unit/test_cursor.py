@@ -287,3 +287,50 @@ def test_the_malformed_reason_spells_the_form_real_ids_have() -> None:
     assert reason_text("malformed").endswith(form)
     issued = str(Cursor("3f9a1c0b7d2e", 4471, "9c1f0e2a7b3d4c5e", 1088, 1764694800123))
     assert issued.count(".") == form.count(".")
+
+
+@given(hinted)
+def test_a_parsed_cursor_is_the_constructed_one(cursor):
+    """Parsing builds the cursor without its constructor: equal, same hash, just as frozen."""
+    import dataclasses
+
+    parsed = Cursor.parse(str(cursor))
+    assert type(parsed) is Cursor
+    assert parsed == cursor and hash(parsed) == hash(cursor)
+    assert dataclasses.astuple(parsed) == dataclasses.astuple(cursor)
+    assert parsed.bare == Cursor(cursor.epoch, cursor.position) and parsed.bare.tag is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.position = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (f"{E}-0.{'a' * TAG_LENGTH}.0.5", "the origin carries no hint"),
+        (b"\xff", "not ASCII"),
+        (7, "must be a string, not int"),
+        ("x" * (MAX_CURSOR_LENGTH + 1), "longer than"),
+        (f"{E}-01", "not of the form"),
+    ],
+)
+def test_each_refusal_says_why(value, message):
+    with pytest.raises(CursorError, match=message):
+        Cursor.parse(value)
+    assert Cursor.try_parse(value) is None
+
+
+def test_text_and_cursor_subclasses():
+    class Text(str):
+        pass
+
+    class Mine(Cursor):
+        pass
+
+    assert Cursor.parse(Text(f"{E}-7.{'a' * TAG_LENGTH}.1.2")) == Cursor(
+        E, 7, "a" * TAG_LENGTH, 1, 2
+    )
+    mine = Mine.parse(f"{E}-7")
+    assert type(mine) is Mine and mine == Mine(E, 7)
+    assert Mine.try_parse(f"{E}-07") is None
+    with pytest.raises(CursorError):
+        Mine.parse(f"{E}-0.{'a' * TAG_LENGTH}.0.5")

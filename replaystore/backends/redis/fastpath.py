@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..._frozen import builder
 from ..._rules import Judgement, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
@@ -43,13 +44,12 @@ class Failed:
     facts: Facts
 
 
-@dataclass(slots=True)
-class _Read:
-    """A resume's pipelined read: its commands, and packed around the ``LRANGE`` start."""
-
-    commands: list[tuple[Any, ...]]
-    packed: tuple[bytes, bytes]
-    base: int = 0  # the list offset seen last (it changes only when a list is compacted)
+#: A resume's pipelined read, as cached per (session, sequence, named sequence):
+#: ``(commands, head, base)``: the two commands (the ``LRANGE`` without its
+#: range), the packet up to the ``LRANGE`` start, and the list offset seen last
+#: (it changes only when a list is compacted). A plain tuple: looked up on every
+#: resume, replaced only when the offset changes.
+_Read = tuple[tuple[tuple[Any, ...], tuple[Any, ...]], bytes, int]
 
 
 class FastPath:
@@ -72,15 +72,17 @@ class FastPath:
             named_tag = sequence_tag(named) if named is not None else tag
             if named_tag != tag:
                 fields.append(f"s:{named_tag}")
-            commands: list[tuple[Any, ...]] = [
-                ("HMGET", meta, *fields),
-                ("LRANGE", f"{key}:q:{tag}", 0, -1),  # the start changes per resume
-            ]
-            packed = (pack_one(commands[0]) + b"*4\r\n" + pack_args(commands[1][:2]), b"")
+            hmget = ("HMGET", meta, *fields)
+            lrange = ("LRANGE", f"{key}:q:{tag}")  # the range changes per resume
+            head = pack_one(hmget) + b"*4\r\n" + pack_args(lrange)
             if len(self._reads) > 10_000:
                 self._reads.clear()
-            read = self._reads[cache_key] = _Read(commands, packed)
+            read = self._reads[cache_key] = ((hmget, lrange), head, 0)
         return read
+
+    def _learn(self, session: str, tag: str, named: str | None, read: _Read, base: int) -> None:
+        """Remember the list offset a read found, for the next reads of that sequence."""
+        self._reads[(session, tag, named)] = (read[0], read[1], base)
 
     async def snapshot(
         self, session: str, cursor: Cursor, raw_cursor: str, named: str | None
@@ -101,35 +103,39 @@ class FastPath:
         and stamp) or the read is in doubt. So the events after it are the
         sequence's events as of the ``HMGET``, as in a snapshot.
         """
-        assert cursor.tag is not None
-        assert cursor.ordinal is not None
+        tag, ordinal = cursor.tag, cursor.ordinal
+        assert tag is not None
+        assert ordinal is not None
         r = self.retention
-        read = self.read(session, cursor.tag, named)
-        base = read.base  # other resumes may learn another one meanwhile: this read's own
+        read = self.read(session, tag, named)
+        base = read[2]  # other resumes may learn another one meanwhile: this read's own
         for _ in range(2):
-            if cursor.ordinal < base:
+            if ordinal < base:
                 # Evicted and compacted away, or the offset is stale (the
                 # sequence was created again): the script decides, and the
                 # next read learns the offset anew.
-                read.base = 0
+                self._learn(session, tag, named, read, 0)
                 return None
-            start = cursor.ordinal - base
+            start = ordinal - base
             if self._wire.by_hand:
-                packet = read.packed[0] + pack_args((start, -1)) + read.packed[1]
-                got = await self._wire.pipelined(packet, len(read.commands))
+                digits = b"%d" % start
+                packet = read[1] + b"$%d\r\n%s\r\n$2\r\n-1\r\n" % (len(digits), digits)
+                got = await self._wire.pipelined(packet, 2)
             else:
-                lrange = (*read.commands[1][:2], start, -1)
-                got = await self._wire.pipeline([read.commands[0], lrange, *read.commands[2:]])
-            for reply in got:
-                if isinstance(reply, Exception):
-                    raise reply
-            values = got[0]
+                hmget, lrange = read[0]
+                got = await self._wire.pipeline([hmget, (*lrange, start, -1)])
+            values, elements = got
+            if isinstance(values, Exception):
+                raise values
+            if isinstance(elements, Exception):
+                raise elements
             if values[0] is None or values[7] is None:
                 return None
             state = decode_state(values[7])
             if state.base == base:
                 break
-            read.base = base = state.base
+            base = state.base
+            self._learn(session, tag, named, read, base)
         else:
             return None
         if int(values[3]) > r.max_events:
@@ -147,27 +153,27 @@ class FastPath:
             and (values[6] is None or int(values[6]) + r.max_age_ms <= now_ms)
         ):
             return None
-        states = {cursor.tag: state.public}
+        public = state.public
+        states = {tag: public}
         if len(values) > 8 and values[8] is not None:
-            other = decode_state(values[8])
-            states[other.public.tag] = other.public
-        elements = got[1]
-        record = decode_record(elements[0], state.public.name, cursor.ordinal) if elements else None
+            other = decode_state(values[8]).public
+            states[other.tag] = other
+        record = decode_record(elements[0], public.name, ordinal) if elements else None
         if record is not None and (
             record.position != cursor.position or record.stamp != cursor.stamp
         ):
             record = None  # not the cursor's event: the script looks it up
         facts = Facts(
-            record_at=record,
-            epoch=values[0].decode(),
-            top=int(values[1]),
-            floor=int(values[2]),
-            retained=int(values[3]),
-            sequence_count=int(values[4]),
-            states=states,
-            chain_tag=cursor.tag,
-            chain_ordinal=cursor.ordinal + 1,
-            elements=elements[1:] if record is not None else [],
+            values[0].decode(),  # epoch
+            int(values[1]),  # top
+            int(values[2]),  # floor
+            int(values[3]),  # retained
+            int(values[4]),  # sequence_count
+            states,
+            tag,  # chain_tag
+            ordinal + 1,  # chain_ordinal
+            elements[1:] if record is not None else [],
+            record,  # record_at
         )
         judgement = judge(facts, cursor, named)
         if judgement.verdict is not Verdict.RESUMED:
@@ -177,6 +183,9 @@ class FastPath:
         evidence = evidence_for(
             session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
         )
-        return Resumption(
+        return _new_resumption(
             judgement.verdict, evidence, judgement.sequence, judgement.chain.events(facts.epoch)
         )
+
+
+_new_resumption = builder(Resumption)  # one per resume (see ``_frozen``)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from ..._frozen import builder
 from ..._rules import Record, SequenceState, Stored
 from ...cursor import sequence_tag
 from ...info import SessionInfo
@@ -55,11 +56,17 @@ def decode_state(raw: bytes) -> StoredState:
     """``high_water,stamp,floor,first,next,base,priming,name`` (the name may hold commas)."""
     hw, stamp, floor, first, nxt, base, _priming, name = raw.split(b",", 7)
     text = name.decode("utf-8")
-    return StoredState(
-        SequenceState(text, sequence_tag(text), int(hw), int(floor), int(first), int(nxt)),
+    return _new_stored_state(
+        _new_sequence_state(text, sequence_tag(text), int(hw), int(floor), int(first), int(nxt)),
         int(base),
         int(stamp),
     )
+
+
+# Read per resume: built positionally (see ``_frozen``), the stored values proven numbers by int().
+_new_stored_state = builder(StoredState)
+_new_sequence_state = builder(SequenceState)
+_new_stored = builder(Stored)
 
 
 def decode_record(element: bytes, sequence: str, ordinal: int) -> Record | None:
@@ -97,8 +104,8 @@ def decode_elements(elements: list[bytes]) -> Stored:
             positions.append(int(position) if ok else None)
             stamps.append(stamp.decode() if ok else "")
     if b"" in map(_SEPARATOR, parts):  # priming events carry no payload
-        return Stored(positions, [body if sep else None for _, sep, body in parts], stamps)
-    return Stored(positions, list(map(_BODY, parts)), stamps)
+        return _new_stored(positions, [body if sep else None for _, sep, body in parts], stamps)
+    return _new_stored(positions, list(map(_BODY, parts)), stamps)
 
 
 #: A position or a stamp as the scripts write them, and as cursors spell them

@@ -1,8 +1,10 @@
 """The wire: commands packed, sent, dropped and read back, by hand where redis-py allows it.
 
 On a plain client over redis-py's own connections, commands and pipelines are
-sent by hand (one packet, replies read as Redis sent them), which costs a
-fraction of a redis-py ``Pipeline``. That path uses names of redis-py that are
+sent by hand (one packet, replies read as Redis sent them: fed from the socket
+to the connection's hiredis reader and taken from it, under one timer per
+exchange, on a connection kept between calls while others are in flight),
+which costs a fraction of a redis-py ``Pipeline``. That path uses names of redis-py that are
 not its public API, listed in :data:`REQUIREMENTS` and checked when this module
 is imported, the way :mod:`replaystore.mcp.sdk` checks the MCP SDK's: if one
 is missing, every client goes through redis-py's public API instead (slower,
@@ -16,6 +18,7 @@ import asyncio
 import inspect
 import math
 import warnings
+from asyncio import StreamReader
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -30,8 +33,19 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+try:
+    import redis._parsers.hiredis as _hiredis_parsers
+except ImportError:  # moved: its names are missing (see REQUIREMENTS)
+    _hiredis_parsers = None  # type: ignore[assignment]
+try:
+    import hiredis as _hiredis
+except ImportError:  # redis-py parses in Python, and replies are read through it
+    _hiredis = None  # type: ignore[assignment]
+#: A RESP3 push message's type (hiredis 3.2 on); before, pushes come as plain lists.
+_PUSH: Any = getattr(_hiredis, "PushNotification", None)
 
 __all__ = [
     "BY_HAND",
@@ -77,6 +91,8 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "AbstractConnection.disconnect": lambda: AbstractConnection.disconnect,
     "ConnectionPool": lambda: ConnectionPool,
     "ConnectionPool()": lambda: ConnectionPool(),
+    "redis._parsers.hiredis": lambda: _hiredis_parsers,
+    "_AsyncHiredisParser": lambda: _hiredis_parsers._AsyncHiredisParser,
 }
 
 REQUIREMENTS: tuple[Requirement, ...] = (
@@ -87,7 +103,28 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "the connection's asyncio StreamWriter: a packet is written to it directly, and its "
         "transport aborted to drop what a failed call still holds to send",
     ),
-    Requirement("Connection()", "socket_timeout", "attribute", "bounds a write that has to wait"),
+    Requirement(
+        "Connection()",
+        "_reader",
+        "attribute",
+        "the connection's asyncio StreamReader: replies are read from it, a call's one timer "
+        "sets its exception, and a kept connection the server closed shows it (at_eof)",
+    ),
+    Requirement(
+        "Connection()",
+        "_parser",
+        "attribute",
+        "the connection's reply parser: a hiredis one is fed and asked directly",
+    ),
+    Requirement(
+        "Connection()", "socket_timeout", "attribute", "bounds a write that has to wait, and a call"
+    ),
+    Requirement(
+        "AbstractConnection",
+        "should_reconnect",
+        "method",
+        "a kept connection redis-py marked for reconnection goes back to the pool, which does it",
+    ),
     Requirement(
         "AbstractConnection", "is_connected", "attribute", "a closed connection is opened first"
     ),
@@ -111,6 +148,33 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     ),
     Requirement("ConnectionPool", "get_connection", "method", "a connection for one call"),
     Requirement("ConnectionPool", "release", "method", "gives it back"),
+    Requirement(
+        "ConnectionPool",
+        "can_get_connection",
+        "method",
+        "false when a call would wait for the pool: kept connections then go back at once",
+    ),
+    Requirement(
+        "redis._parsers.hiredis",
+        "_AsyncHiredisParser",
+        "attribute",
+        "the hiredis parser class: a connection whose parser is one has its replies read here",
+    ),
+    Requirement(
+        "redis._parsers.hiredis",
+        "NOT_ENOUGH_DATA",
+        "attribute",
+        "what the parser's hiredis reader returns while a reply is incomplete",
+    ),
+    Requirement(
+        "_AsyncHiredisParser", "_reader", "attribute", "the parser's hiredis.Reader (a slot)"
+    ),
+    Requirement(
+        "_AsyncHiredisParser",
+        "handle_push_response",
+        "method",
+        "a RESP3 push message read between replies is handed to redis-py, as its parser does",
+    ),
     Requirement(
         "ConnectionPool()", "connection_class", "attribute", "tells redis-py's own connections"
     ),
@@ -187,13 +251,24 @@ class Wire:
 
     ``by_hand`` holds for a client :func:`talks_to_one_server` while redis-py
     has everything :data:`REQUIREMENTS` lists.
+
+    On the hand-made path a call's connection is kept, not given back to the
+    pool, while other calls of this backend are in flight: the next call takes
+    it without the pool's locks, condition and bookkeeping, which cost more
+    client time than a short resume's own work. Every kept connection goes back
+    when the last call in flight ends, and at once whenever the pool has none
+    left to give (a call of this or any other user of the client would wait for
+    one), so the pool's bound and its waiters see what they would see without
+    the keeping.
     """
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.by_hand = BY_HAND and talks_to_one_server(client)
-        # Calls of this backend waiting for Redis (see ``_send``).
+        # Calls of this backend between taking a connection and giving it back
+        # (see ``_send``), and the connections kept for the next ones.
         self._in_flight = 0
+        self._kept: list[Any] = []
 
     async def command(self, command: tuple[Any, ...]) -> Any:
         """One command; its reply, an error reply raised."""
@@ -202,24 +277,11 @@ class Wire:
         return await self.roundtrip(pack_one(command))
 
     async def roundtrip(self, packet: bytes) -> Any:
-        """One packed command on a pooled connection, its reply as Redis sent it."""
-        pool = self.client.connection_pool
-        conn = await pool.get_connection()
-        self._in_flight += 1
-        try:
-            await _send(conn, packet, crowded=self._in_flight > 1)
-            return await conn.read_response()
-        except RedisError as exc:
-            if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
-                raise  # an error reply: the connection is in step
-            await _drop(conn)
-            raise
-        except BaseException:
-            await _drop(conn)
-            raise
-        finally:
-            self._in_flight -= 1
-            await pool.release(conn)
+        """One packed command on a pooled connection, its reply as Redis sent it (errors raised)."""
+        (reply,) = await self._packet(packet, 1, 0.0)
+        if isinstance(reply, Exception):
+            raise reply  # an error reply: the connection stayed in step
+        return reply
 
     async def pipeline(
         self, commands: Sequence[tuple[Any, ...]], *, slack: float = 0.0
@@ -245,17 +307,17 @@ class Wire:
         which would cost more than the reads: a server that stops halfway still
         cannot hold the call longer.
         """
-        pool = self.client.connection_pool
-        conn = await pool.get_connection()
-        self._in_flight += 1
+        return await self._packet(packet, replies, slack)
+
+    async def _packet(self, packet: bytes, replies: int, slack: float) -> list[Any]:
+        conn = await self._take()
         try:
-            return await self._exchange(conn, packet, replies, slack)
+            out = await _exchange(conn, packet, replies, slack, crowded=self._in_flight > 1)
         except BaseException:
-            await _drop(conn)
+            await self._lose(conn)
             raise
-        finally:
-            self._in_flight -= 1
-            await pool.release(conn)
+        await self._give(conn)
+        return out
 
     async def watched(
         self, reads: bytes, replies: int, then: Callable[[list[Any]], tuple[bytes, int]]
@@ -270,36 +332,139 @@ class Wire:
         dropped, and the watch ends with it. Only on the hand-made path
         (``by_hand``).
         """
-        pool = self.client.connection_pool
-        conn = await pool.get_connection()
+        conn = await self._take()
+        try:
+            got = await _exchange(conn, reads, replies, 0.0, crowded=self._in_flight > 1)
+            packet, count = then(got)
+            out = await _exchange(conn, packet, count, 0.0, crowded=self._in_flight > 1)
+        except BaseException:
+            await self._lose(conn)
+            raise
+        await self._give(conn)
+        return out
+
+    async def _take(self) -> Any:
+        """A connection for one call: a kept one if any is still sound, else the pool's."""
         self._in_flight += 1
         try:
-            packet, count = then(await self._exchange(conn, reads, replies, 0.0))
-            return await self._exchange(conn, packet, count, 0.0)
+            kept = self._kept
+            while kept:
+                conn = kept.pop()
+                if _sound(conn):
+                    return conn
+                await self.client.connection_pool.release(conn)  # the pool repairs it
+            return await self.client.connection_pool.get_connection()
         except BaseException:
-            await _drop(conn)
-            raise
-        finally:
             self._in_flight -= 1
-            await pool.release(conn)
+            raise
 
-    async def _exchange(self, conn: Any, packet: bytes, replies: int, slack: float) -> list[Any]:
-        await _send(conn, packet, crowded=self._in_flight > 1)
-        out = []
-        timeout = conn.socket_timeout
+    async def _give(self, conn: Any) -> None:
+        """After a call: keep its connection while others are in flight, else give all back."""
+        self._in_flight -= 1
+        pool = self.client.connection_pool
+        if self._in_flight and pool.can_get_connection():
+            self._kept.append(conn)
+            return
+        await pool.release(conn)
+        while self._kept and not (self._in_flight and pool.can_get_connection()):
+            await pool.release(self._kept.pop())
+
+    async def _lose(self, conn: Any) -> None:
+        """After a failed call: its connection is dropped, then given back (the pool reopens it)."""
+        self._in_flight -= 1
         try:
-            async with asyncio.timeout(None if timeout is None else timeout + slack):
-                for _ in range(replies):
-                    out.append(await _reply(conn))
-        except TimeoutError as exc:
+            await _drop(conn)
+        finally:
+            await self.client.connection_pool.release(conn)
+
+
+def _sound(conn: Any) -> bool:
+    """A kept connection that is open, not closed by the server, and not due for a reconnect."""
+    reader: StreamReader | None = conn._reader
+    return (
+        reader is not None
+        and conn.is_connected
+        and not reader.at_eof()
+        and reader.exception() is None
+        and not conn.should_reconnect()
+    )
+
+
+async def _exchange(
+    conn: Any, packet: bytes, replies: int, slack: float, *, crowded: bool
+) -> list[Any]:
+    """Send a packet and read its replies, error replies as values, under one timer.
+
+    The timer is one event-loop callback for the whole exchange: at the socket
+    timeout (plus ``slack``) it sets a timeout as the exception of the
+    connection's reader, which wakes the read waiting on it, or fails the next
+    one. (A connection that times out is dropped, so nothing reads it again.)
+    Wrapping the reads in ``asyncio.timeout`` instead costs a context manager,
+    a task-cancellation round and a reschedule per call.
+    """
+    await _send(conn, packet, crowded=crowded)
+    reader: StreamReader = conn._reader
+    timeout = conn.socket_timeout
+    timer = None
+    if timeout is not None:
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(loop.time() + timeout + slack, _expire, reader)
+    try:
+        if type(conn._parser) is _HIREDIS_PARSER:
+            return await _read_hiredis(conn._parser, reader, replies)
+        return [await _reply(conn) for _ in range(replies)]
+    except OSError as exc:  # a socket error the reader raised
+        if isinstance(exc, TimeoutError):
             raise RedisTimeoutError("timeout reading pipelined replies") from exc
-        return out
+        raise RedisConnectionError(f"error while reading from socket: {exc}") from exc
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _expire(reader: StreamReader) -> None:
+    if reader.exception() is None:
+        reader.set_exception(RedisTimeoutError("timeout reading pipelined replies"))
+
+
+_HIREDIS_PARSER: Any = getattr(_hiredis_parsers, "_AsyncHiredisParser", None)
+_NOT_ENOUGH_DATA: Any = getattr(_hiredis_parsers, "NOT_ENOUGH_DATA", None)
+_READ_SIZE = 65536
+
+
+async def _read_hiredis(parser: Any, reader: StreamReader, replies: int) -> list[Any]:
+    """``replies`` replies fed from the socket to the parser's hiredis reader and taken from it.
+
+    What redis-py's hiredis parser does per reply, once per packet: an error
+    reply is a value (``ResponseError``), a connection error Redis reports
+    (``LOADING`` ...) is raised, and a RESP3 push message read in between goes
+    to redis-py's own handler, not into the replies.
+    """
+    gets = parser._reader.gets
+    feed = parser._reader.feed
+    out: list[Any] = []
+    while len(out) < replies:
+        reply = gets()
+        if reply is _NOT_ENOUGH_DATA:
+            data = await reader.read(_READ_SIZE)
+            if not data:
+                raise RedisConnectionError("Connection closed by server.")
+            feed(data)
+            continue
+        if _PUSH is not None and isinstance(reply, _PUSH):
+            await parser.handle_push_response(reply)
+            continue
+        if isinstance(reply, RedisConnectionError):
+            raise reply
+        if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
+            raise reply[0]
+        out.append(reply)
+    return out
 
 
 async def _reply(conn: Any) -> Any:
-    """One reply, with no timer of its own (the caller's covers it); an error reply as a value.
-
-    (After an error reply the connection is still in step.)
+    """One reply through redis-py's parser (not hiredis), with no timer of its own (the caller's
+    covers it); an error reply as a value. (After an error reply the connection is in step.)
     """
     try:
         return await conn.read_response(timeout=math.inf)
