@@ -527,8 +527,10 @@ async def test_teardown_by_the_facts_script_deletes_the_judged_lists_in_the_same
     scratch_server: ServerHandle, prefix: str
 ) -> None:
     """A failed resume the fast read leaves in doubt and the facts script can
-    read for certain (here an evicted cursor: only the script reads the
-    newest evicted event) is one call after the fast path's read: the facts
+    read for certain (here an evicted cursor whose stamp is not its event's:
+    the fast read cannot tell which event it names, the script finds the
+    sequence's newest evicted event by position) is one call after the fast
+    path's read: the facts
     and the teardown, which deletes the lists it declared (the cursor's
     sequence). Lists of other sequences go later, in a batch with other
     sessions'. Only the tombstone is left."""
@@ -544,7 +546,8 @@ async def test_teardown_by_the_facts_script_deletes_the_judged_lists_in_the_same
                     await buf.append(session, s, b"y")
                 await buf.append(session, "q", b"z")
                 counter.take()
-                res = await buf.resolve_and_replay(session, ids[0])
+                head, stamp = ids[0].rsplit(".", 1)
+                res = await buf.resolve_and_replay(session, f"{head}.{int(stamp) + 1}")
                 assert res.verdict is Verdict.BELOW_FLOOR, res
                 assert res.evidence.torn_down
                 assert counter.take() == ["PIPELINE", "FCALL"]
@@ -553,6 +556,37 @@ async def test_teardown_by_the_facts_script_deletes_the_judged_lists_in_the_same
                 base = buf.backend.key_base(session)  # type: ignore[attr-defined]
                 left = [k.decode() async for k in admin.scan_iter(match=f"{base}*")]
                 assert left == [f"{base}:t"], left
+    finally:
+        await admin.aclose()
+
+
+async def test_an_evicted_cursor_still_in_its_list_is_decided_by_the_fast_read(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """A cursor whose own event is evicted but still in its list (no sweep
+    yet) is decided on the fast read: that read also holds the sequence's
+    newest evicted event, the one fact the rules need. An older cursor fails
+    and is torn down in the transaction, no script; the newest evicted
+    event's cursor resumes exactly, in the one read."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_events=2) as buf:
+            counter = _CountingClient(buf.backend)
+            await buf.open_session("s")
+            ids = [await buf.append("s", "q", b"%d" % i) for i in range(3)]
+            await buf.append("s", "r", b"y")  # evicts ids[1]: ids[0] and ids[1] gone from q
+            counter.take()
+            await admin.config_resetstat()
+            newest = await buf.resolve_and_replay("s", ids[1])
+            assert newest.verdict is Verdict.RESUMED, newest
+            assert [e.payload for e in newest.events] == [b"2"]
+            assert counter.take() == ["PIPELINE"]
+            older = await buf.resolve_and_replay("s", ids[0])
+            assert older.verdict is Verdict.BELOW_FLOOR, older
+            assert older.evidence.torn_down
+            assert counter.take() == ["PIPELINE", "WATCHED", "WATCHED"]
+            stats = await command_calls(admin)
+            assert "fcall" not in stats and "evalsha" not in stats, stats
     finally:
         await admin.aclose()
 

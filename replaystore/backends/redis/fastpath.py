@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._frozen import builder
-from ..._rules import Judgement, evidence_for, judge
+from ..._rules import Judgement, Record, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
 from ...verdicts import Resumption, Verdict
-from .replies import Facts, decode_record, decode_state
+from .replies import Facts, StoredState, decode_record, decode_state
 from .scripts import CLOCK_MARGIN_MS
 from .wire import Wire, pack_args, pack_one
 
@@ -31,8 +31,11 @@ __all__ = ["DECIDED_HERE", "Failed", "FastPath"]
 #: come from the meta hash (a foreign epoch, an unknown named sequence, a
 #: cursor past the high-water) or from the cursor's own event, found at its
 #: place and belonging to another sequence than the one named. No eviction
-#: turns one of them into another verdict. A cursor below the floor, above
-#: all, is the script's: only it reads the newest evicted event.
+#: turns one of them into another verdict. A cursor below the floor
+#: (``evicted``) is decided here too when its own event is still in its list,
+#: at its ordinal: the read then holds the sequence's newest evicted event,
+#: the one fact the rules need (see :func:`_newest_evicted`); the floor only
+#: rises, so that verdict stays. Otherwise the script decides it.
 DECIDED_HERE = frozenset({"foreign", "unknown_sequence", "ahead", "mismatch"})
 
 
@@ -163,10 +166,20 @@ class FastPath:
             record.position != cursor.position or record.stamp != cursor.stamp
         ):
             record = None  # not the cursor's event: the script looks it up
+        floor = int(values[2])
+        evicted = None
+        if record is not None and cursor.position < floor and named_tag_is(named, tag):
+            # The cursor's own event, evicted but still in its list, found at
+            # its ordinal: the sequence's newest evicted event (ordinal
+            # ``first - 1``, at or after the cursor's) came with it in the
+            # same read, as ``facts.lua`` would find it.
+            evicted = _newest_evicted(state, elements, ordinal)
+            if evicted is None:
+                return None
         facts = Facts(
             values[0].decode(),  # epoch
             int(values[1]),  # top
-            int(values[2]),  # floor
+            floor,  # floor
             int(values[3]),  # retained
             int(values[4]),  # sequence_count
             states,
@@ -174,10 +187,12 @@ class FastPath:
             ordinal + 1,  # chain_ordinal
             elements[1:] if record is not None else [],
             record,  # record_at
+            evicted,  # the newest evicted event, when the cursor's is evicted
         )
         judgement = judge(facts, cursor, named)
         if judgement.verdict is not Verdict.RESUMED:
-            return Failed(judgement, facts) if judgement.code in DECIDED_HERE else None
+            decided = judgement.code in DECIDED_HERE or evicted is not None
+            return Failed(judgement, facts) if decided else None
         if record is None:
             return None  # only a chain that starts at the cursor's own event was read
         evidence = evidence_for(
@@ -186,6 +201,26 @@ class FastPath:
         return _new_resumption(
             judgement.verdict, evidence, judgement.sequence, judgement.chain.events(facts.epoch)
         )
+
+
+def named_tag_is(named: str | None, tag: str) -> bool:
+    """Whether the sequence a resume names (if any) is the one its cursor's hint names."""
+    return named is None or sequence_tag(named) == tag
+
+
+def _newest_evicted(state: StoredState, elements: list[Any], ordinal: int) -> Record | None:
+    """The newest evicted event of the sequence read from ``ordinal`` on, or ``None`` if unread.
+
+    Mirrors ``facts.lua``: an emptied sequence's state names it; otherwise it
+    is the list element at ordinal ``first - 1``.
+    """
+    public = state.public
+    if public.first_ordinal >= public.next_ordinal:
+        return state.newest_evicted(None)
+    at = public.first_ordinal - 1 - ordinal
+    if public.first_ordinal <= state.base or not 0 <= at < len(elements):
+        return None
+    return state.newest_evicted(elements[at])
 
 
 _new_resumption = builder(Resumption)  # one per resume (see ``_frozen``)
