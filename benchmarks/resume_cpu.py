@@ -36,6 +36,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer
+from replaystore.bench.worker import bounded
 
 from .common import commandstats, payload, redis_server, text
 
@@ -48,16 +49,6 @@ async def _redis_cpu(admin: aioredis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def _pass(jobs: list[Callable[[], Awaitable[object]]], concurrency: int) -> None:
-    it = iter(jobs)
-
-    async def work() -> None:
-        for job in it:
-            await job()
-
-    await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
-
-
 async def _measure(
     admin: aioredis.Redis, jobs: list[Callable[[], Awaitable[object]]], concurrency: int
 ) -> dict[str, float]:
@@ -66,7 +57,7 @@ async def _measure(
     await admin.config_resetstat()
     redis_before = await _redis_cpu(admin)
     began_cpu, began = time.process_time(), time.perf_counter()
-    await _pass(jobs, concurrency)
+    await bounded(jobs, concurrency)
     client_cpu, wall = time.process_time() - began_cpu, time.perf_counter() - began
     redis_cpu = await _redis_cpu(admin) - redis_before
     stats = await commandstats(admin)

@@ -102,7 +102,7 @@ class _Reporter:
             self._pending = 0
 
 
-async def _bounded(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -> None:
+async def bounded(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -> None:
     """Run ``jobs`` with at most ``concurrency`` in flight (workers pulling from one list)."""
     it = iter(jobs)
 
@@ -119,7 +119,7 @@ async def open_sessions(store: Store, sessions: list[SessionPlan], concurrency: 
     def job(plan: SessionPlan) -> Callable[[], Awaitable[None]]:
         return lambda: store.open(plan.session)
 
-    await _bounded([job(p) for p in sessions], concurrency)
+    await bounded([job(p) for p in sessions], concurrency)
 
 
 async def fill(
@@ -143,7 +143,7 @@ async def fill(
         return run
 
     began = time.monotonic()
-    await _bounded([job(p) for p in sessions], concurrency)
+    await bounded([job(p) for p in sessions], concurrency)
     return {
         "truth": truth,
         "appends": len(latencies),
@@ -223,7 +223,7 @@ async def storm(
     tasks = [asyncio.create_task(writer(w)) for w in range(writers)]
     began = time.monotonic()
     try:
-        await _bounded(jobs, concurrency)
+        await bounded(jobs, concurrency)
     finally:
         ended = time.monotonic()
         done.set()
