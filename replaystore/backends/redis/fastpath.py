@@ -23,7 +23,7 @@ from ...retention import Retention
 from ...verdicts import Resumption, Verdict
 from .replies import Facts, StoredState, decode_record, decode_state
 from .scripts import CLOCK_MARGIN_MS
-from .wire import Wire, pack_args, pack_one
+from .wire import Wire, pack_args
 
 __all__ = ["DECIDED_HERE", "Failed", "FastPath"]
 
@@ -47,12 +47,20 @@ class Failed:
     facts: Facts
 
 
+#: The two commands of a resume's read (the ``LRANGE`` without its range), for
+#: redis-py; ``None`` where the wire sends the packet by hand.
+_Commands = tuple[tuple[Any, ...], tuple[Any, ...]] | None
+
 #: A resume's pipelined read, as cached per (session, sequence, named sequence):
-#: ``(commands, head, base)``: the two commands (the ``LRANGE`` without its
-#: range), the packet up to the ``LRANGE`` start, and the list offset seen last
-#: (it changes only when a list is compacted). A plain tuple: looked up on every
-#: resume, replaced only when the offset changes.
-_Read = tuple[tuple[tuple[Any, ...], tuple[Any, ...]], bytes, int]
+#: ``(commands, head, base)``: the two commands, the packet up to the ``LRANGE``
+#: start (by hand), and the list offset seen last (it changes only when a list
+#: is compacted). A plain tuple: looked up on every resume, replaced only when
+#: the offset changes.
+_Read = tuple[_Commands, bytes, int]
+
+#: The meta hash fields every read asks for, in the order ``snapshot`` reads them.
+_FIELDS = ("epoch", "top", "floor", "count", "nseq", "rf", "ra")
+_FIXED_FIELDS = pack_args(_FIELDS)
 
 
 class FastPath:
@@ -65,22 +73,37 @@ class FastPath:
         self._reads: dict[tuple[str, str, str | None], _Read] = {}
 
     def read(self, session: str, tag: str, named: str | None) -> _Read:
-        """The fast path's read of one sequence (and the named one), built once per triple."""
+        """The fast path's read of one sequence (and the named one), built once per triple.
+
+        In a reconnect storm nearly every resume is its session's first, so
+        the build is on the hot path: the fixed fields are packed once, and
+        by hand only the packet is built (the commands only for redis-py).
+        """
         cache_key = (session, tag, named)
         read = self._reads.get(cache_key)
         if read is None:
             key = self.key_base(session)
-            meta = f"{key}:m"
-            fields = ["epoch", "top", "floor", "count", "nseq", "rf", "ra", f"s:{tag}"]
             named_tag = sequence_tag(named) if named is not None else tag
-            if named_tag != tag:
-                fields.append(f"s:{named_tag}")
-            hmget = ("HMGET", meta, *fields)
-            lrange = ("LRANGE", f"{key}:q:{tag}")  # the range changes per resume
-            head = pack_one(hmget) + b"*4\r\n" + pack_args(lrange)
+            extra = (f"s:{tag}",) if named_tag == tag else (f"s:{tag}", f"s:{named_tag}")
+            commands: _Commands = None
+            head = b""
+            if self._wire.by_hand:
+                head = b"".join(
+                    (
+                        b"*%d\r\n$5\r\nHMGET\r\n" % (9 + len(extra)),
+                        pack_args((f"{key}:m",)),
+                        _FIXED_FIELDS,
+                        pack_args(extra),
+                        b"*4\r\n$6\r\nLRANGE\r\n",
+                        pack_args((f"{key}:q:{tag}",)),
+                    )
+                )
+            else:
+                hmget = ("HMGET", f"{key}:m", *_FIELDS, *extra)
+                commands = (hmget, ("LRANGE", f"{key}:q:{tag}"))  # the range changes per resume
             if len(self._reads) > 10_000:
                 self._reads.clear()
-            read = self._reads[cache_key] = ((hmget, lrange), head, 0)
+            read = self._reads[cache_key] = (commands, head, 0)
         return read
 
     def _learn(self, session: str, tag: str, named: str | None, read: _Read, base: int) -> None:
@@ -125,6 +148,7 @@ class FastPath:
                 packet = read[1] + b"$%d\r\n%s\r\n$2\r\n-1\r\n" % (len(digits), digits)
                 got = await self._wire.pipelined(packet, 2)
             else:
+                assert read[0] is not None
                 hmget, lrange = read[0]
                 got = await self._wire.pipeline([hmget, (*lrange, start, -1)])
             values, elements = got

@@ -49,13 +49,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...cursor import Cursor
-from .wire import Wire, pack_one
+from .wire import Wire, pack_args, pack_one
 
 __all__ = ["Leftovers", "still_true", "tear_down"]
 
 logger = logging.getLogger("replaystore.redis")
 
 _UNWATCH = (pack_one(("UNWATCH",)), 1)
+_MULTI = pack_one(("MULTI",))
+_EXEC = pack_one(("EXEC",))
+#: What the condition reads of the meta hash (``_holds`` indexes them), packed once.
+_WATCHED_FIELDS = pack_args(("epoch", "top", "floor", "nseq"))
+
+
+def _bulk(text: str) -> bytes:
+    """One argument in the Redis protocol."""
+    data = text.encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
 def still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
@@ -105,18 +115,25 @@ async def tear_down(
     was lost); False when the session moved or is gone, and the caller judges
     again. Every list of the session goes in the transaction's ``DEL``.
     """
-    meta, cond, value = f"{base}:m", condition[0], condition[1]
-    fields = ["epoch", "top", "floor", "nseq"]
+    cond, value = condition
+    meta = _bulk(f"{base}:m")
     if cond == "no_sequence":
-        fields.append(f"s:{value}")
+        hmget = b"*7\r\n$5\r\nHMGET\r\n" + meta + _WATCHED_FIELDS + _bulk(f"s:{value}")
+    else:
+        hmget = b"*6\r\n$5\r\nHMGET\r\n" + meta + _WATCHED_FIELDS
+    # WATCH, HMGET, HKEYS, SMEMBERS, GET: packed from fixed pieces (a
+    # session is torn down once, so nothing of it is worth caching).
     reads = b"".join(
-        pack_one(command)
-        for command in (
-            ("WATCH", meta),
-            ("HMGET", meta, *fields),
-            ("HKEYS", meta),
-            ("SMEMBERS", f"{base}:g"),
-            ("GET", f"{base}:t"),
+        (
+            b"*2\r\n$5\r\nWATCH\r\n",
+            meta,
+            hmget,
+            b"*2\r\n$5\r\nHKEYS\r\n",
+            meta,
+            b"*2\r\n$8\r\nSMEMBERS\r\n",
+            _bulk(f"{base}:g"),
+            b"*2\r\n$3\r\nGET\r\n",
+            _bulk(f"{base}:t"),
         )
     )
     gone: list[bytes | None] = []
@@ -135,13 +152,17 @@ async def tear_down(
         keys = [f"{base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
         keys += [f"{base}:q:{tag.decode()}" for tag in sorted(tags)]
         stone = json.dumps(tombstone)[:-1] + f',"id":"{nonce}","at":{int(time.time() * 1000)}}}'
-        commands = (
-            ("MULTI",),
-            ("DEL", *keys),
-            ("SET", f"{base}:t", stone, "PX", ttl_ms),
-            ("EXEC",),
+        packet = b"".join(
+            (
+                _MULTI,
+                b"*%d\r\n$3\r\nDEL\r\n" % (len(keys) + 1),
+                pack_args(keys),
+                b"*5\r\n$3\r\nSET\r\n",
+                pack_args((f"{base}:t", stone, "PX", ttl_ms)),
+                _EXEC,
+            )
         )
-        return b"".join(pack_one(c) for c in commands), len(commands)
+        return packet, 4  # MULTI, DEL, SET, EXEC
 
     replies = await wire.watched(reads, 5, then)
     if gone:
