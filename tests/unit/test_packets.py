@@ -68,7 +68,7 @@ def test_fast_read_packet(session: str, sequence: str, named: str | None) -> Non
 def test_teardown_packets(session: str, condition: tuple[str, Any]) -> None:
     base = f"p:{{{session}}}"
     wire = _Canned(b"e1")
-    tomb = {"code": "ahead", "verdict": "ahead_of_high_water"}
+    tomb = teardown.tombstone_head("ahead", "ahead_of_high_water")
     torn = asyncio.run(
         teardown.tear_down(
             wire,  # type: ignore[arg-type]

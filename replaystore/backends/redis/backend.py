@@ -19,7 +19,6 @@ script says they are due.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,7 +50,7 @@ from ..coordination import OnRedis
 from .fastpath import Failed, FastPath
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
-from .teardown import Leftovers, still_true, tear_down
+from .teardown import Leftovers, still_true, tear_down, tombstone_head
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
@@ -494,9 +493,7 @@ class RedisBackend(Backend):
             else:
                 await self._maintain(session, out[SLOT["sweep"]], out[SLOT["touch"]])
                 if failed and torn_down:
-                    tomb_json = json.dumps(
-                        {"code": judgement.code, "verdict": judgement.verdict.value}
-                    )[:-1]
+                    tomb_json = tombstone_head(judgement.code, judgement.verdict.value)
                     expect = (facts.epoch, *still_true(judgement.code, cursor, named_tag))
                     if not await self._close(session, tomb_json, expect, tags, later=True):
                         continue  # the session moved since the facts were read: judge again
@@ -540,7 +537,7 @@ class RedisBackend(Backend):
         judgement = fast.judgement
         if teardown:
             condition = still_true(judgement.code, cursor, named_tag)
-            tomb = {"code": judgement.code, "verdict": judgement.verdict.value}
+            tomb = tombstone_head(judgement.code, judgement.verdict.value)
             nonce = secrets.token_hex(8)
             if self._wire.by_hand:
                 torn = await self._call(
@@ -557,7 +554,9 @@ class RedisBackend(Backend):
                     retry=True,
                 )
             else:
-                torn = await self._fail_script(session, cursor, named_tag, fast, condition, nonce)
+                torn = await self._fail_script(
+                    session, cursor, named_tag, fast, condition, tomb, nonce
+                )
             if not torn:
                 return None
         evidence = evidence_for(
@@ -572,11 +571,10 @@ class RedisBackend(Backend):
         named_tag: str,
         fast: Failed,
         condition: tuple[str, Any],
+        tomb: str,
         nonce: str,
     ) -> bool:
         """``fail.lua`` on the session; its undeclared lists to the next batch of leftovers."""
-        judgement = fast.judgement
-        tomb = json.dumps({"code": judgement.code, "verdict": judgement.verdict.value})[:-1]
         tags = sorted({t for t in (cursor.tag, named_tag) if t})
         args = [
             fast.facts.epoch,

@@ -51,7 +51,7 @@ from typing import Any
 from ...cursor import Cursor
 from .wire import Wire, pack_args, pack_one
 
-__all__ = ["Leftovers", "still_true", "tear_down"]
+__all__ = ["Leftovers", "still_true", "tear_down", "tombstone_head"]
 
 logger = logging.getLogger("replaystore.redis")
 
@@ -66,6 +66,11 @@ def _bulk(text: str) -> bytes:
     """One argument in the Redis protocol."""
     data = text.encode()
     return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def tombstone_head(code: str, verdict: str) -> str:
+    """A failed resume's tombstone JSON, left open: each teardown adds its nonce and time."""
+    return json.dumps({"code": code, "verdict": verdict})[:-1]
 
 
 def still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
@@ -104,7 +109,7 @@ async def tear_down(
     base: str,
     epoch: str,
     condition: tuple[str, Any],
-    tombstone: dict[str, str],
+    tombstone: str,
     *,
     ttl_ms: int,
     nonce: str,
@@ -151,7 +156,7 @@ async def tear_down(
         tags = {f[2:] for f in fields_now if f.startswith(b"s:")} | set(left)
         keys = [f"{base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
         keys += [f"{base}:q:{tag.decode()}" for tag in sorted(tags)]
-        stone = json.dumps(tombstone)[:-1] + f',"id":"{nonce}","at":{int(time.time() * 1000)}}}'
+        stone = f'{tombstone},"id":"{nonce}","at":{int(time.time() * 1000)}}}'
         packet = b"".join(
             (
                 _MULTI,
