@@ -192,7 +192,7 @@ class FastPath:
             record = None  # not the cursor's event: the script looks it up
         floor = int(values[2])
         evicted = None
-        if record is not None and cursor.position < floor and named_tag_is(named, tag):
+        if record is not None and cursor.position < floor and _named_is_hinted(named, tag):
             # The cursor's own event, evicted but still in its list, found at
             # its ordinal: the sequence's newest evicted event (ordinal
             # ``first - 1``, at or after the cursor's) came with it in the
@@ -227,7 +227,7 @@ class FastPath:
         )
 
 
-def named_tag_is(named: str | None, tag: str) -> bool:
+def _named_is_hinted(named: str | None, tag: str) -> bool:
     """Whether the sequence a resume names (if any) is the one its cursor's hint names."""
     return named is None or sequence_tag(named) == tag
 
