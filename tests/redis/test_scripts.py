@@ -627,3 +627,127 @@ async def test_a_sequence_created_again_gets_the_fast_path_back(
         again = await buf.resolve_and_replay("s", fresh[0])
         assert [e.payload for e in again.events] == [b"new 1", b"new 2"]
         assert counter.take() == ["PIPELINE"]
+
+
+def _record_forms(backend: Any) -> list[str]:
+    """Wrap the backend's wire: the list fills with the form of each append sent."""
+    from replaystore.backends.redis.scripts import FUNCTIONS
+
+    appends = {FUNCTIONS[form].encode(): form for form in ("append", "append_lean")}
+    forms: list[str] = []
+    wire = backend._wire
+    roundtrip = wire.roundtrip
+
+    async def recording(packet: bytes) -> Any:
+        parts = packet.split(b"\r\n", 5)
+        if parts[2].upper() == b"FCALL" and parts[4] in appends:
+            forms.append(appends[parts[4]])
+        return await roundtrip(packet)
+
+    wire.roundtrip = recording
+    return forms
+
+
+async def test_the_common_append_is_one_lean_call_and_the_rest_goes_general(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """One data event continuing a sequence is one ``append_lean`` call; an
+    append that needs more (a new sequence, the cap, a TTL refresh, a sweep,
+    a tag collision) costs the lean call's "general" answer and the full
+    call, or goes full at once where the client knows (its first append to a
+    sequence, a session at its cap), and every result is the same as the
+    general path's."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_events=10) as buf:
+            backend: Any = buf.backend
+            forms = _record_forms(backend)
+            await buf.open_session("s")
+            meta = f"{backend.key_base('s')}:m"
+            ids = [await buf.append("s", "q", b"%d" % i) for i in range(3)]
+            # New to this process: full first; then lean.
+            assert forms == ["append", "append_lean", "append_lean"]
+            forms.clear()
+
+            # Streams in turn: each new one full once, then lean (runs start).
+            for i in range(2):
+                for name in ("a", "b"):
+                    ids.append(await buf.append("s", name, b"%s%d" % (name.encode(), i)))
+            assert forms == ["append", "append", "append_lean", "append_lean"]
+            forms.clear()
+
+            # A TTL refresh due: lean says general, the full call refreshes.
+            await admin.hset(meta, "rf", 1)
+            ids.append(await buf.append("s", "q", b"3"))
+            assert forms == ["append_lean", "append"]
+            assert int(await admin.hget(meta, "rf")) > 1
+            forms.clear()
+
+            # A sweep owed: general, and the full call asks for it.
+            await admin.hset(meta, "gc", 10**6)
+            ids.append(await buf.append("s", "q", b"4"))
+            assert forms == ["append_lean", "append"]
+            await admin.hset(meta, "gc", 0)
+            forms.clear()
+
+            # Reaching the cap (10 events): the lean call stores the tenth;
+            # the next one evicts, so lean says general and the full call
+            # says the session is full; from then on appends go full at once.
+            info = await buf.session_info("s")
+            assert info is not None and info.retained == 9
+            for i in range(4):
+                ids.append(await buf.append("s", "q", b"cap%d" % i))
+            assert forms == ["append_lean", "append_lean", "append", "append", "append"]
+            info = await buf.session_info("s")
+            assert info is not None and info.retained == 10 and info.floor == len(ids) - 9
+            forms.clear()
+
+            # A different name in the sequence's state (a tag collision): the
+            # lean call leaves it to the general path, which refuses it.
+            from replaystore.errors import SequenceTagCollisionError
+
+            async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as other:
+                await other.open_session("t")
+                other_forms = _record_forms(other.backend)
+                await other.append("t", "z", b"z0")
+                await other.append("t", "z", b"z1")
+                tmeta = f"{backend.key_base('t')}:m"
+                tag = next(f for f in await admin.hkeys(tmeta) if f.startswith(b"s:"))
+                state = (await admin.hget(tmeta, tag)).rsplit(b",", 1)[0] + b",y"
+                await admin.hset(tmeta, tag, state)
+                with pytest.raises(SequenceTagCollisionError):
+                    await other.append("t", "z", b"z2")
+                assert other_forms == ["append", "append_lean", "append_lean", "append"]
+
+            # Every event id handed out is distinct and in position order, and
+            # the stream replays exactly.
+            positions = [int(bare(i).rsplit("-", 1)[1]) for i in ids]
+            assert positions == list(range(1, len(ids) + 1))
+            replay = await buf.resolve_and_replay("s", ids[-6])
+            assert replay.verdict is Verdict.RESUMED
+            assert [e.payload for e in replay.events] == [b"4"] + [b"cap%d" % i for i in range(4)]
+            assert [e.event_id for e in replay.events] == ids[-5:]
+    finally:
+        await admin.aclose()
+
+
+async def test_a_sequence_another_replica_created_goes_lean_after_one_full_call(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """Two processes append to one sequence in turn: each sends the full form
+    once (it cannot know the sequence), then the lean one, and the events
+    land in order with no gap."""
+    async with (
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as one,
+        ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as two,
+    ):
+        forms_one, forms_two = _record_forms(one.backend), _record_forms(two.backend)
+        first = await one.append("s", "q", b"0") if await one.open_session("s") else ""
+        ids = [first]
+        for i in range(1, 7):
+            ids.append(await (one if i % 2 == 0 else two).append("s", "q", b"%d" % i))
+        assert forms_one == ["append"] + ["append_lean"] * 3
+        assert forms_two == ["append"] + ["append_lean"] * 2
+        replay = await one.resolve_and_replay("s", ids[0])
+        assert [e.payload for e in replay.events] == [b"%d" % i for i in range(1, 7)]
+        assert [e.event_id for e in replay.events] == ids[1:]

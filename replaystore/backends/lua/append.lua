@@ -12,15 +12,15 @@
 -- The arguments that stay the same for a sequence come first, so that the
 -- client can keep them packed.
 -- Returns false (no session), {epoch, 'collision'}, {epoch, 'dup', ids},
--- {epoch, 'ok', ids[, sweep_tags, touch_tags]} (ids = "pos.ordinal.stamp,..."),
--- or {epoch, 'lost', tag...}: the run index was lost, retention can no longer
--- be kept in order, and the session was torn down (the other tags' lists go
+-- {epoch, 'ok' or 'full', ids[, sweep_tags, touch_tags]} (ids =
+-- "pos.ordinal.stamp,..."; 'full': stored, and the session is at max_events,
+-- so its next append evicts: not worth trying append_lean.lua first), or
+-- {epoch, 'lost', tag...}: the run index was lost, retention can no longer be
+-- kept in order, and the session was torn down (the other tags' lists go
 -- next).
--- The common case (one event, nothing to evict, no TTL refresh due) runs four
--- commands: HMGET, TIME, RPUSH, HSET (and an RPUSH of the run index when it
--- starts a run). Every redis.call costs several
--- microseconds of server time here, more than the Lua around it: that is the
--- budget this script is written against.
+-- The common append (one data event, nothing evicted, swept or refreshed)
+-- comes as append_lean.lua; this is every other one, and the lean one when
+-- the client expected more work (it reaches the same result).
 local tag, name = AV[2], arg(1)
 -- One data event without an idempotency key (the common case) comes as
 -- name, settings, payload: every argument costs Redis time to read and to
@@ -29,64 +29,14 @@ local short = #AV == A + 3
 local kinds, key, at = '', '', A + 3 -- at: the first payload
 if not short then kinds, key, at = arg(3), arg(4), A + 5 end
 local field = 's:' .. tag
--- The fields every append needs, in one read. Each field costs about as much
--- as a line of the Lua below (its name handed to Redis, looked up in the
--- hash, its value handed back), so the ones only the general path needs are
--- read there.
-local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', field, 'rf')
+local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', field, 'rf', 'floor', 'nseq',
+                        'lr', 'ra')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
 end
--- The common case, in as few Lua operations as possible: one data event of a
--- sequence that holds retained events, with nothing to evict, no sweep and no
--- TTL refresh due. It continues the newest run when its sequence holds the
--- session's newest event (the newest run is then this sequence's), and starts
--- a run otherwise (streams written in turn, as an MCP session's are). The
--- sequence's state is rewritten from its pieces instead of being parsed
--- whole, and numbers are kept as the text they are stored as. Converting
--- costs more than anything else here but the commands: text to a number is a
--- C strtod (twice through tonumber(), once through arithmetic, so arithmetic
--- it is), a number to text a C sprintf ('%.14g' through tostring() or `..`,
--- about twice the cost of string.format's '%d'), so only the three new
--- numbers are formatted, once each, with '%d' (positions stay below 10^14).
--- Anything else takes the general path below, which reaches the same result.
-if short and meta[6] then
-  local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
-  local hw, kept, first, nxt, base, seq_name =
-    string.match(meta[5] or '', '^(%d+),%d+,(%d+,(%d+)),(%d+),(%d+),%d,(.*)$')
-  if cap and seq_name == name and first ~= nxt and meta[3] + 0 < cap + 0
-      and (meta[4] or 0) + 0 < sweep_at + 0 then
-    local now = now_text()
-    if now + 0 < meta[6] + 0 then
-      local fmt = string.format
-      local top = fmt('%d', meta[2] + 1)
-      local q = Q[tag]
-      local state = top .. ',' .. now .. ',' .. kept .. ',' .. fmt('%d', nxt + 1) .. ','
-        .. base .. ',0,' .. name
-      local run = nil
-      if hw ~= meta[2] then
-        run = top .. ',' .. tag .. ',' .. nxt .. ',' .. now
-        if redis.call('RPUSH', I, run) == 1 then adopt(I) end
-      end
-      local len = redis.call('RPUSH', q, top .. ',' .. now .. ':' .. AV[at])
-      local want = nxt - base + 1
-      if len ~= want then hold_places(q, len, want) end
-      if run then
-        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state,
-                   'lr', run)
-      else
-        redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state)
-      end
-      return {epoch, 'ok', top .. '.' .. nxt .. '.' .. now}
-    end
-  end
-end
--- The general path's own fields, in the slots that follow.
-local more = redis.call('HMGET', M, 'floor', 'nseq', 'lr', 'ra')
-meta[7], meta[8], meta[9], meta[10] = more[1], more[2], more[3], more[4]
 local s = parse_state(meta[5])
 if s and s.name ~= name then return {epoch, 'collision'} end
 local top, count, nseq = tonumber(meta[2]), tonumber(meta[3]), tonumber(meta[8])
@@ -193,5 +143,7 @@ if key ~= '' then
 end
 if new_list then adopt(q) end
 local sweep = sweep_due(sweep_threshold, tonumber(meta[4] or '0') + dirtied)
-if #sweep == 0 and #touch == 0 then return {epoch, 'ok', ids} end
-return {epoch, 'ok', ids, sweep, touch}
+local status = 'ok'
+if count >= max_events then status = 'full' end
+if #sweep == 0 and #touch == 0 then return {epoch, status, ids} end
+return {epoch, status, ids, sweep, touch}

@@ -17,8 +17,10 @@ How a call reaches Redis:
   evicted, mismatch) is torn down by that same script, on the state it read,
   and any other failed resume by ``close.lua`` as a compare-and-delete on the
   state the verdict was decided on (judged again if the session moved);
-* appends are one ``append.lua`` each (a whole batch); sweeps of evicted
-  elements and lazy TTL refreshes follow as separate scripts only when due.
+* an append is one ``append_lean.lua`` (one event, nothing else due) or one
+  ``append.lua`` (a whole batch, anything due), and both where the lean one
+  finds more due; sweeps of evicted elements and lazy TTL refreshes follow as
+  separate scripts only when due.
 
 The operations run as one Redis function library (``FCALL``, loaded on first
 use) on clients that talk to one server, and as scripts (EVALSHA, re-sent with

@@ -22,6 +22,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -63,6 +64,23 @@ _FIXED = ("m", "i", "g", "t", "k", "k2", "x")
 _CHUNK = 1000
 
 T = TypeVar("T")
+_Operands = tuple[list[str], list[Any]]
+
+
+@dataclass(slots=True)
+class _Appends:
+    """What appends to one sequence of a session send that stays the same, and which form first.
+
+    ``heads``: each form's ``FCALL`` packed up to the payloads.
+    ``full_first``: send the full form without trying ``append_lean.lua``,
+    which would only answer that the general path is due: before this
+    process's first append to the sequence (it may be new), and while the
+    session is at its cap (every append evicts).
+    """
+
+    heads: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    full_first: bool = True
+
 
 # A dropped or stale connection (a Redis restart, an idle pooled connection):
 # the only failures worth one retry, and only for calls that are safe to repeat.
@@ -114,8 +132,10 @@ class RedisBackend(Backend):
         self._fast = FastPath(self._wire, retention, self.key_base)
         slot = client.keyslot if isinstance(client, RedisCluster) else None
         self._leftovers = Leftovers(self._drop, slot=slot)
-        # Packed append commands up to their payloads, per (session, sequence).
-        self._heads: dict[tuple[str, str], tuple[bytes, int]] = {}
+        # What appends to a sequence send that stays the same, per (session, sequence).
+        self._appends: dict[tuple[str, str], _Appends] = {}
+        # append_lean.lua leaves run splits by age to the general path.
+        self._lean = run_split_ms(retention) == 0
 
     @classmethod
     def from_url(
@@ -180,8 +200,8 @@ class RedisBackend(Backend):
             name, lambda: self._library.call(name, lambda: (keys, argv)), retry=retry
         )
 
-    async def _append_and_wait(self, keys: list[str], args: list[Any]) -> Any:
-        """The append and ``WAIT`` in one round trip, on one connection."""
+    async def _append_and_wait(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """The append (``name``: either form) and ``WAIT`` in one round trip, on one connection."""
         wait = ("WAIT", self.wait_replicas, round(self.wait_timeout * 1000))
 
         async def send(call: tuple[Any, ...]) -> Any:
@@ -197,7 +217,7 @@ class RedisBackend(Backend):
                 )
             return out
 
-        return await self._library.call("append", lambda: (keys, args), send)
+        return await self._library.call(name, lambda: (keys, args), send)
 
     async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
         """Sweeps and TTL refreshes a script asked for, with the lists declared."""
@@ -272,27 +292,68 @@ class RedisBackend(Backend):
         )
         return [1, tag, sequence.encode("utf-8"), ",".join(map(str, settings))]
 
-    def _append_head(self, session: str, sequence: str, tag: str) -> tuple[bytes, int]:
-        """The packed ``FCALL`` up to the arguments that change per append, and their count.
+    def _operands(self, form: str, session: str, sequence: str, tag: str) -> _Operands:
+        """The keys and the arguments that stay the same, of ``append`` or ``append_lean``."""
+        if form == "append":
+            return self._keys(session, [tag]), self._append_args(sequence, tag)
+        base = self.key_base(session)
+        return (
+            [f"{base}:m", f"{base}:i", f"{base}:q:{tag}"],
+            [
+                f"s:{tag}",
+                sequence.encode("utf-8"),
+                self.retention.max_events,
+                self._sweep_threshold,
+            ],
+        )
 
-        Packing an append's twenty-odd arguments costs more client time than
-        Redis spends running it; all but the payloads are the same for every
+    def _head(self, form: str, session: str, sequence: str, tag: str) -> tuple[bytes, int]:
+        """The packed ``FCALL`` of ``form`` up to the payloads, and its count of arguments.
+
+        Packing an append's arguments costs more client time than Redis
+        spends running it; all but the payloads are the same for every
         append to a sequence, so they are packed once.
         """
-        cached = self._heads.get((session, sequence))
-        if cached is None:
-            keys = self._keys(session, [tag])
-            head = [
-                "FCALL",
-                FUNCTIONS["append"],
-                len(keys),
-                *keys,
-                *self._append_args(sequence, tag),
-            ]
-            if len(self._heads) > 10_000:
-                self._heads.clear()
-            cached = self._heads[(session, sequence)] = (pack_args(head), len(head))
-        return cached
+        keys, args = self._operands(form, session, sequence, tag)
+        head = ["FCALL", FUNCTIONS[form], len(keys), *keys, *args]
+        return pack_args(head), len(head)
+
+    def _appends_to(self, session: str, sequence: str) -> _Appends:
+        cache = self._appends.get((session, sequence))
+        if cache is None:
+            if len(self._appends) > 10_000:
+                self._appends.clear()
+            cache = self._appends[(session, sequence)] = _Appends()
+        return cache
+
+    async def _send_append(
+        self, form: str, session: str, sequence: str, tag: str, tail: list[bytes], *, retry: bool
+    ) -> Any:
+        """One call of ``form`` (``append`` or ``append_lean``), ``tail`` after its fixed part."""
+
+        def operands() -> tuple[list[str], list[Any]]:
+            keys, args = self._operands(form, session, sequence, tag)
+            return keys, [*args, *tail]
+
+        if self.wait_replicas:
+            keys, args = operands()
+            return await self._call(
+                "append", lambda: self._append_and_wait(form, keys, args), retry=retry
+            )
+        if not (self._library.functions and self._wire.by_hand):
+            return await self._call(
+                "append", lambda: self._library.call(form, operands), retry=retry
+            )
+        cache = self._appends_to(session, sequence)
+        head = cache.heads.get(form)
+        if head is None:
+            head = cache.heads[form] = self._head(form, session, sequence, tag)
+        packet = b"*%d\r\n" % (head[1] + len(tail)) + head[0] + pack_args(tail)
+        return await self._call(
+            "append",
+            lambda: self._library.call(form, operands, packed=lambda: self._wire.roundtrip(packet)),
+            retry=retry,
+        )
 
     async def append(
         self,
@@ -304,9 +365,18 @@ class RedisBackend(Backend):
     ) -> list[str]:
         tag = sequence_tag(sequence)
         tail: list[bytes]
+        out: Any = None
         if len(payloads) == 1 and payloads[0] is not None and not idempotency_key:
-            # the common case in its short form: two arguments fewer for Redis to read
+            # the common append: lean first, unless it is known to need more
             tail = [payloads[0]]
+            if self._lean and not self._appends_to(session, sequence).full_first:
+                out = await self._send_append(
+                    "append_lean", session, sequence, tag, tail, retry=False
+                )
+                if out and out[1] == b"general":
+                    out = None
+                elif not out:
+                    raise UnknownSessionError(session)
         else:
             kinds = (
                 b"" if None not in payloads else bytes(112 if p is None else 100 for p in payloads)
@@ -316,31 +386,13 @@ class RedisBackend(Backend):
                 (idempotency_key or "").encode(),
                 *(b"" if p is None else p for p in payloads),
             ]
-        retry = idempotency_key is not None
-        if self._library.functions and self._wire.by_hand and not self.wait_replicas:
-            head, count = self._append_head(session, sequence, tag)
-            packet = b"*%d\r\n" % (count + len(tail)) + head + pack_args(tail)
-
-            def operands() -> tuple[list[str], list[Any]]:
-                return self._keys(session, [tag]), [*self._append_args(sequence, tag), *tail]
-
-            out = await self._call(
-                "append",
-                lambda: self._library.call(
-                    "append", operands, packed=lambda: self._wire.roundtrip(packet)
-                ),
-                retry=retry,
+        if out is None:
+            out = await self._send_append(
+                "append", session, sequence, tag, tail, retry=idempotency_key is not None
             )
-        else:
-            keys = self._keys(session, [tag])
-            args = [*self._append_args(sequence, tag), *tail]
-            if self.wait_replicas:
-                call = lambda: self._append_and_wait(keys, args)  # noqa: E731
-            else:
-                call = lambda: self._library.call("append", lambda: (keys, args))  # noqa: E731
-            out = await self._call("append", call, retry=retry)
-        if not out:
-            raise UnknownSessionError(session)
+            if not out:
+                raise UnknownSessionError(session)
+            self._appends_to(session, sequence).full_first = out[1] == b"full"
         epoch, status = out[0].decode(), out[1]
         if status == b"lost":
             await self._sweep_lists(session, out[2:])

@@ -95,7 +95,21 @@ _PRELUDE = (
     + f"local CLOCK_MARGIN_MS = {CLOCK_MARGIN_MS}\n"
 )
 
-_OPERATIONS = ("open", "append", "facts", "info", "close", "sweep", "touch", "drop", "fail")
+_OPERATIONS = (
+    "open",
+    "append",
+    "append_lean",
+    "facts",
+    "info",
+    "close",
+    "sweep",
+    "touch",
+    "drop",
+    "fail",
+)
+#: Operations that read ``keys`` and ``argv`` themselves instead of through
+#: the helpers' setup (the lists' count and tags first): for the leanest call.
+_DIRECT = frozenset({"append_lean"})
 
 
 def _lua(name: str) -> str:
@@ -104,8 +118,17 @@ def _lua(name: str) -> str:
 
 _LIB = _PRELUDE + _lua("_lib.lua") + "\n"
 _BODIES = {
-    name: f"local function op_{name}()\n{_lua(f'{name}.lua')}\nend\n" for name in _OPERATIONS
+    name: f"local function op_{name}({'keys, argv' if name in _DIRECT else ''})\n"
+    f"{_lua(f'{name}.lua')}\nend\n"
+    for name in _OPERATIONS
 }
+
+
+def _entry(name: str, keys: str, argv: str) -> str:
+    """The call of operation ``name`` on ``keys`` and ``argv`` (names of Lua values)."""
+    if name in _DIRECT:
+        return f"op_{name}({keys}, {argv})"
+    return f"run(op_{name}, {keys}, {argv})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +141,7 @@ class _Script:
 
     @classmethod
     def load(cls, name: str) -> _Script:
-        source = _LIB + _BODIES[name] + f"return run(op_{name}, KEYS, ARGV)\n"
+        source = _LIB + _BODIES[name] + f"return {_entry(name, 'KEYS', 'ARGV')}\n"
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
@@ -134,7 +157,7 @@ LIBRARY = (
     + "".join(_BODIES.values())
     + "".join(
         f"redis.register_function('{FUNCTIONS[name]}', "
-        f"function(keys, argv) return run(op_{name}, keys, argv) end)\n"
+        f"function(keys, argv) return {_entry(name, 'keys', 'argv')} end)\n"
         for name in _OPERATIONS
     )
 )
