@@ -23,7 +23,11 @@ of resumes; ``INFO commandstats`` gives the commands per resume beside it.
 ``replaystore`` package; repeatable), each in a process of its own, so two
 commits are compared on the same server in the same minutes::
 
-    python -m benchmarks.fail_cost [--src DIR ...] [--rounds 3] [--sessions 1000] [--json PATH]
+    python -m benchmarks.fail_cost [--src DIR ...] [--rounds 3] [--sessions 1000]
+        [--concurrency 1] [--json PATH]
+
+``--concurrency N`` keeps N resumes under way at a time, as a storm does:
+failures that come together share their teardown transaction.
 
 Only ratios within one round mean anything on a shared machine.
 """
@@ -68,8 +72,13 @@ async def _cpu(admin: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def _kind(url: str, kind: str, sessions: int, admin: Any) -> dict[str, Any]:
-    """One kind: ``sessions`` sessions prepared, then resumed once each, measured."""
+async def _kind(
+    url: str, kind: str, sessions: int, admin: Any, concurrency: int = 1
+) -> dict[str, Any]:
+    """One kind: ``sessions`` sessions prepared, then resumed once each, measured.
+
+    ``concurrency`` resumes are under way at a time (as in a storm).
+    """
     from replaystore import ReplayBuffer, Verdict
 
     prefix = f"fc{uuid.uuid4().hex[:8]}:"
@@ -86,13 +95,18 @@ async def _kind(url: str, kind: str, sessions: int, admin: Any) -> dict[str, Any
     await admin.config_resetstat()
     before = await _cpu(admin)
     verdicts: dict[str, int] = {}
-    for session, cursor, named in calls:
-        res = await buf.resolve_and_replay(session, cursor, sequence=named)
-        verdicts[res.verdict.value] = verdicts.get(res.verdict.value, 0) + 1
-        if kind == "good":
-            assert res.verdict is Verdict.RESUMED and len(res.events) == 3, res
-        else:
-            assert res.evidence.torn_down, res
+    pending = iter(calls)
+
+    async def resumer() -> None:
+        for session, cursor, named in pending:
+            res = await buf.resolve_and_replay(session, cursor, sequence=named)
+            verdicts[res.verdict.value] = verdicts.get(res.verdict.value, 0) + 1
+            if kind == "good":
+                assert res.verdict is Verdict.RESUMED and len(res.events) == 3, res
+            else:
+                assert res.evidence.torn_down, res
+
+    await asyncio.gather(*(resumer() for _ in range(concurrency)))
     await buf.aclose()
     after = await _cpu(admin)
     stats = await admin.info("commandstats")
@@ -118,7 +132,7 @@ async def _kind(url: str, kind: str, sessions: int, admin: Any) -> dict[str, Any
     }
 
 
-async def _worker(url: str, sessions: int) -> dict[str, Any]:
+async def _worker(url: str, sessions: int, concurrency: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     import replaystore
@@ -128,17 +142,26 @@ async def _worker(url: str, sessions: int) -> dict[str, Any]:
         out: dict[str, Any] = {"package": str(Path(replaystore.__file__).parent)}
         for i, kind in enumerate(KINDS):
             name = "good_end" if kind == "good" and i else kind
-            out[name] = await _kind(url, kind, sessions, admin)
+            out[name] = await _kind(url, kind, sessions, admin, concurrency)
         return out
     finally:
         await admin.aclose()
 
 
-def _run_worker(src: Path, url: str, sessions: int) -> dict[str, Any]:
+def _run_worker(src: Path, url: str, sessions: int, concurrency: int) -> dict[str, Any]:
     """The resumes of one round from checkout ``src``, in a process of its own."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run(
-        [sys.executable, __file__, "--worker", url, "--sessions", str(sessions)],
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            url,
+            "--sessions",
+            str(sessions),
+            "--concurrency",
+            str(concurrency),
+        ],
         env=env,
         check=True,
         capture_output=True,
@@ -157,7 +180,7 @@ def _ratios(round_: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def run(sources: list[Path], rounds: int, sessions: int) -> dict[str, Any]:
+def run(sources: list[Path], rounds: int, sessions: int, concurrency: int = 1) -> dict[str, Any]:
     """``rounds`` rounds, each on a fresh server, every source in turn."""
     from replaystore.testing.servers import redis_server_binary, start_standalone
 
@@ -166,7 +189,7 @@ def run(sources: list[Path], rounds: int, sessions: int) -> dict[str, Any]:
         for src in sources:
             handle = start_standalone(redis_server_binary(), "redis")
             try:
-                one = _run_worker(src, handle.url, sessions)
+                one = _run_worker(src, handle.url, sessions, concurrency)
             finally:
                 handle.stop()
             one["ratios"] = _ratios(one)
@@ -176,12 +199,20 @@ def run(sources: list[Path], rounds: int, sessions: int) -> dict[str, Any]:
         src: {kind: statistics.median(r["ratios"][kind] for r in rs) for kind in rs[0]["ratios"]}
         for src, rs in results.items()
     }
-    return {"sessions": sessions, "rounds": results, "median_ratios": summary}
+    return {
+        "sessions": sessions,
+        "concurrency": concurrency,
+        "rounds": results,
+        "median_ratios": summary,
+    }
 
 
 def render(results: dict[str, Any]) -> str:
     """Per source and round: good's CPU per resume, then each kind's and its ratio to good."""
-    lines = [f"Redis CPU per resume (us) and ratio to a good resume, {results['sessions']} each:"]
+    lines = [
+        f"Redis CPU per resume (us) and ratio to a good resume, {results['sessions']} each,"
+        f" {results.get('concurrency', 1)} at a time:"
+    ]
     for src, rounds in results["rounds"].items():
         lines.append(f"{src}:")
         for i, r in enumerate(rounds):
@@ -198,14 +229,17 @@ def main() -> None:
     parser.add_argument("--src", action="append", default=[], help="a checkout to run from")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="resumes under way at a time (a storm: 32)"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(asyncio.run(_worker(args.worker, args.sessions))))
+        print(json.dumps(asyncio.run(_worker(args.worker, args.sessions, args.concurrency))))
         return
     sources = [Path(s).resolve() for s in args.src] or [ROOT]
-    results = run(sources, args.rounds, args.sessions)
+    results = run(sources, args.rounds, args.sessions, args.concurrency)
     print(render(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")

@@ -14,6 +14,7 @@ someone else, a reply lost after the teardown ran, the session opened again.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -410,4 +411,99 @@ async def test_without_the_wire_it_is_one_script_call_and_the_rest_goes_in_a_bat
             for base in bases:
                 assert await _keys(admin, f"{base}*") == [f"{base}:t"]
     finally:
+        await admin.aclose()
+
+
+async def _until_queued(buf: ReplayBuffer, count: int) -> None:
+    """Hold the first transaction until ``count`` teardowns wait behind it (what a storm does)."""
+    teardowns = buf.backend._teardowns  # type: ignore[attr-defined]
+    with anyio.fail_after(10):
+        while len(teardowns._queue) < count:  # noqa: ASYNC110 (no event to wait on in there)
+            await anyio.sleep(0.001)
+
+
+async def test_failures_together_share_a_transaction(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """Twenty sessions' failed resumes at once go down in fewer transactions
+    than sessions (each waits for the one under way, then they go together),
+    each with its own tombstone and verdict, and nothing of them is left."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+            names = [f"s{i}" for i in range(20)]
+            ids = {name: await _session(buf, name) for name in names}
+            wire: Any = buf.backend._wire  # type: ignore[attr-defined]
+            watched = wire.watched
+            batches: list[int] = []
+
+            async def counting(reads: bytes, replies: int, then: Any) -> Any:
+                batches.append((replies - 1) // 2)  # WATCH, then two reads per session
+                if len(batches) == 1:
+                    await _until_queued(buf, 19)
+                return await watched(reads, replies, then)
+
+            wire.watched = counting
+            results = await asyncio.gather(
+                *(buf.resolve_and_replay(name, _ahead(ids[name][0])) for name in names)
+            )
+            assert all(r.verdict is Verdict.AHEAD_OF_HIGH_WATER for r in results), results
+            assert all(r.evidence.torn_down for r in results)
+            assert batches == [1, 19], batches
+            left = await _keys(admin, f"{prefix}*")
+            assert left == sorted(f"{buf.backend.key_base(n)}:t" for n in names)  # type: ignore[attr-defined]
+            for name in names:
+                again = await buf.resolve_and_replay(name, ids[name][1])
+                assert again.verdict is Verdict.UNKNOWN_SESSION
+                assert again.evidence.tombstone is not None
+                assert again.evidence.tombstone.verdict is Verdict.AHEAD_OF_HIGH_WATER
+    finally:
+        await admin.aclose()
+
+
+async def test_a_session_changed_within_a_batch_costs_the_others_nothing(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """One session of a batch is written between the reads and the ``EXEC``
+    (another replica appended to it): the ``EXEC`` runs nothing, and each
+    session is tried again alone, so the others still go down and the busy
+    one is judged on its new state; nothing is torn down twice or wrongly."""
+    admin = aioredis.Redis.from_url(scratch_server.url)
+    meddler = redis.Redis.from_url(scratch_server.url)
+    try:
+        async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+            names = [f"s{i}" for i in range(6)]
+            ids = {name: await _session(buf, name) for name in names}
+            busy: list[str] = []
+            wire: Any = buf.backend._wire  # type: ignore[attr-defined]
+            watched = wire.watched
+            batches: list[int] = []
+
+            async def meddling(reads: bytes, replies: int, then: Any) -> Any:
+                batches.append((replies - 1) // 2)
+                if len(batches) == 1:
+                    await _until_queued(buf, 5)
+
+                def late(first: list[Any]) -> tuple[bytes, int]:
+                    if len(batches) == 2:  # the batch of five: its first session
+                        busy.append(reads.split(b"\r\n")[4].decode())
+                        meddler.hset(busy[0], "gc", 0)
+                    return then(first)  # type: ignore[no-any-return]
+
+                return await watched(reads, replies, late)
+
+            wire.watched = meddling
+            await admin.config_resetstat()
+            results = await asyncio.gather(
+                *(buf.resolve_and_replay(name, _ahead(ids[name][0])) for name in names)
+            )
+            assert all(r.verdict is Verdict.AHEAD_OF_HIGH_WATER for r in results), results
+            assert all(r.evidence.torn_down for r in results)
+            assert batches == [1, 5, 1, 1, 1, 1, 1], batches
+            stats = await command_calls(admin)
+            assert stats["exec"] == len(batches), stats
+            left = await _keys(admin, f"{prefix}*")
+            assert left == sorted(f"{buf.backend.key_base(n)}:t" for n in names)  # type: ignore[attr-defined]
+    finally:
+        meddler.close()
         await admin.aclose()

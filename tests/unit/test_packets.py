@@ -29,18 +29,21 @@ class _ByHand:
 
 
 class _Canned:
-    """Answers ``watched`` with the replies of a live session of two sequences."""
+    """Answers ``watched`` with the replies of live sessions of two sequences each."""
 
-    def __init__(self, epoch: bytes) -> None:
+    def __init__(self, epoch: bytes, sessions: int) -> None:
         self.epoch = epoch
+        self.sessions = sessions
         self.packets: list[bytes] = []
 
     async def watched(
         self, reads: bytes, replies: int, then: Callable[[list[Any]], tuple[bytes, int]]
     ) -> list[Any]:
+        assert replies == 1 + 2 * self.sessions
         self.packets.append(reads)
-        fields = [b"epoch", b"top", b"floor", b"s:aa", b"s:bb"]
-        packet, count = then([b"OK", [self.epoch, b"5", b"1", b"2", None], fields, {b"cc"}, None])
+        meta = [b"epoch", self.epoch, b"top", b"5", b"floor", b"1", b"nseq", b"2"]
+        one = [[*meta, b"s:aa", b"5,1,1,0,3,0,0,a", b"s:bb", b"4,1,1,0,2,0,0,b"], {b"cc"}]
+        packet, count = then([b"OK", *one * self.sessions])
         self.packets.append(packet)
         return [b"OK"] * (count - 1) + [[1, b"OK"]]
 
@@ -59,45 +62,33 @@ def test_fast_read_packet(session: str, sequence: str, named: str | None) -> Non
     assert head + b"$1\r\n0\r\n$2\r\n-1\r\n" == plain
 
 
-@given(
-    session=_names,
-    condition=st.sampled_from(
-        [("always", ""), ("top_below", 7), ("floor_at_most", 3), ("no_sequence", "ab12")]
-    ),
+_conditions = st.sampled_from(
+    [("always", ""), ("top_below", 7), ("floor_at_most", 3), ("no_sequence", "ab12")]
 )
-def test_teardown_packets(session: str, condition: tuple[str, Any]) -> None:
-    base = f"p:{{{session}}}"
-    wire = _Canned(b"e1")
+
+
+@given(batch=st.lists(st.tuples(_names, _conditions), min_size=1, max_size=3))
+def test_teardown_packets(batch: list[tuple[str, tuple[str, Any]]]) -> None:
+    wire = _Canned(b"e1", len(batch))
     tomb = teardown.tombstone_head("ahead", "ahead_of_high_water")
-    torn = asyncio.run(
-        teardown.tear_down(
-            wire,  # type: ignore[arg-type]
-            base,
-            "e1",
-            condition,
-            tomb,
-            ttl_ms=60_000,
-            nonce="n1",
-        )
-    )
-    assert torn
-    fields = ["epoch", "top", "floor", "nseq"]
-    if condition[0] == "no_sequence":
-        fields.append(f"s:{condition[1]}")
-    reads = (
-        ("WATCH", f"{base}:m"),
-        ("HMGET", f"{base}:m", *fields),
-        ("HKEYS", f"{base}:m"),
-        ("SMEMBERS", f"{base}:g"),
-        ("GET", f"{base}:t"),
-    )
+    requests = [
+        teardown.Teardown(f"p:{{{session}}}", "e1", condition, tomb, 60_000, f"n{i}")
+        for i, (session, condition) in enumerate(batch)
+    ]
+    torn = asyncio.run(teardown.tear_down(wire, requests))  # type: ignore[arg-type]
+    assert torn == [True] * len(batch)
+    reads: list[tuple[Any, ...]] = [("WATCH", *(f"{r.base}:m" for r in requests))]
+    keys: list[str] = []
+    sets: list[tuple[Any, ...]] = []
+    for i, r in enumerate(requests):
+        reads += [("HGETALL", f"{r.base}:m"), ("SMEMBERS", f"{r.base}:g")]
+        keys += [f"{r.base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
+        keys += [f"{r.base}:q:{tag}" for tag in ("aa", "bb", "cc")]
+        # The stone's time stamp is the call's own: taken from the packet, checked in its place.
+        head = b'{"code": "ahead", "verdict": "ahead_of_high_water","id":"n%d","at":' % i
+        at = wire.packets[1].split(head, 1)[1].split(b"}", 1)[0].decode()
+        assert at.isdigit()
+        sets.append(("SET", f"{r.base}:t", head.decode() + at + "}", "PX", 60_000))
     assert wire.packets[0] == b"".join(map(pack_one, reads))
-    keys = [f"{base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
-    keys += [f"{base}:q:{tag}" for tag in ("aa", "bb", "cc")]
-    # The stone's time stamp is the call's own: taken from the packet, checked in its place.
-    head = b'{"code": "ahead", "verdict": "ahead_of_high_water","id":"n1","at":'
-    at = wire.packets[1].split(head, 1)[1].split(b"}", 1)[0].decode()
-    assert at.isdigit()
-    stone = head.decode() + at + "}"
-    writes = (("MULTI",), ("DEL", *keys), ("SET", f"{base}:t", stone, "PX", 60_000), ("EXEC",))
+    writes = [("MULTI",), ("DEL", *keys), *sets, ("EXEC",)]
     assert wire.packets[1] == b"".join(map(pack_one, writes))

@@ -51,7 +51,7 @@ from ..coordination import OnRedis
 from .fastpath import Failed, FastPath
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
-from .teardown import Leftovers, still_true, tear_down, tombstone_head
+from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
@@ -132,6 +132,7 @@ class RedisBackend(Backend):
         self._fast = FastPath(self._wire, retention, self.key_base)
         slot = client.keyslot if isinstance(client, RedisCluster) else None
         self._leftovers = Leftovers(self._drop, slot=slot)
+        self._teardowns = Teardowns(self._wire)
         # What appends to a sequence send that stays the same, per (session, sequence).
         self._appends: dict[tuple[str, str], _Appends] = {}
         # append_lean.lua leaves run splits by age to the general path.
@@ -246,6 +247,7 @@ class RedisBackend(Backend):
         )
 
     async def aclose(self) -> None:
+        await self._teardowns.aclose()
         await self._leftovers.aclose()
         if self._owns_client:
             await self.client.aclose()
@@ -592,18 +594,16 @@ class RedisBackend(Backend):
             tomb = tombstone_head(judgement.code, judgement.verdict.value)
             nonce = secrets.token_hex(8)
             if self._wire.by_hand:
+                request = Teardown(
+                    self.key_base(session),
+                    fast.facts.epoch,
+                    condition,
+                    tomb,
+                    self.retention.tombstone_ttl_ms,
+                    nonce,
+                )
                 torn = await self._call(
-                    "resolve",
-                    lambda: tear_down(
-                        self._wire,
-                        self.key_base(session),
-                        fast.facts.epoch,
-                        condition,
-                        tomb,
-                        ttl_ms=self.retention.tombstone_ttl_ms,
-                        nonce=nonce,
-                    ),
-                    retry=True,
+                    "resolve", lambda: self._teardowns.submit(request), retry=True
                 )
             else:
                 torn = await self._fail_script(

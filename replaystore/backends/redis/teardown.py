@@ -11,19 +11,25 @@ meta hash: a command Redis runs as sent costs it less than the same command
 called from a script (a few microseconds more each, plus the call itself),
 and the reads the condition needs are native commands too.
 
-1. ``WATCH`` the meta hash, and read what the condition needs, every
-   sequence's tag (``HKEYS``), the tags of lists left to a sweep (the ``g``
-   set) and the tombstone;
+1. ``WATCH`` the meta hash, and read it whole (``HGETALL``: the condition's
+   fields and every sequence's tag in one command) and the tags of lists left
+   to a sweep (the ``g`` set);
 2. if the session is the judged incarnation and the condition holds,
    ``MULTI``, delete every key of the session, its lists included, leave the
-   tombstone, ``EXEC``; otherwise ``UNWATCH``.
+   tombstone, ``EXEC``; otherwise ``UNWATCH``. A session found gone gets its
+   tombstone read in that packet: a retry of a call whose reply was lost
+   finds its own teardown by the nonce in it.
+
+Failures that come together share one transaction (:class:`Teardowns`, a
+group commit), so a storm of them costs Redis two round trips per batch
+rather than per session.
 
 Every change of a session writes its meta hash, so an ``EXEC`` that runs saw
 nothing change since the read; one that does not (a concurrent append), or a
 condition that no longer holds, sends the resume to ``facts.lua``, which
-judges it again. A retry of a call whose reply was lost finds its own
-tombstone by the nonce in it. Deleting every list in the transaction's one
-``DEL`` costs Redis less than leaving some to a later batch.
+judges it again (after a transaction of its own, if its batch had others).
+Deleting every list in the transaction's one ``DEL`` costs Redis less than
+leaving some to a later batch.
 
 Elsewhere (a cluster, a client the wire does not handle) that teardown is
 ``fail.lua``; after the fast read, and after ``facts.lua`` or ``close.lua``
@@ -45,21 +51,20 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...cursor import Cursor
 from .wire import Wire, pack_args, pack_one
 
-__all__ = ["Leftovers", "still_true", "tear_down", "tombstone_head"]
+__all__ = ["Leftovers", "Teardown", "Teardowns", "still_true", "tear_down", "tombstone_head"]
 
 logger = logging.getLogger("replaystore.redis")
 
 _UNWATCH = (pack_one(("UNWATCH",)), 1)
 _MULTI = pack_one(("MULTI",))
 _EXEC = pack_one(("EXEC",))
-#: What the condition reads of the meta hash (``_holds`` indexes them), packed once.
-_WATCHED_FIELDS = pack_args(("epoch", "top", "floor", "nseq"))
 
 
 def _bulk(text: str) -> bytes:
@@ -91,93 +96,182 @@ def still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, A
     return "floor_at_most", max(position, 1)
 
 
-def _holds(condition: str, value: Any, meta: list[Any]) -> bool:
-    top, floor, nseq = int(meta[1]), int(meta[2]), int(meta[3])
+def _holds(condition: str, value: Any, meta: dict[bytes, bytes]) -> bool:
+    """Whether ``condition`` (:func:`still_true`) holds on the meta hash's fields."""
     if condition == "top_below":
-        return top < int(value)
+        return int(meta[b"top"]) < int(value)
     if condition == "no_sequence":
-        return meta[4] is None
+        return f"s:{value}".encode() not in meta
     if condition == "ambiguous":
-        return floor <= 1 and nseq > 1
+        return int(meta[b"floor"]) <= 1 and int(meta[b"nseq"]) > 1
     if condition == "floor_at_most":
-        return floor <= int(value)
+        return int(meta[b"floor"]) <= int(value)
     return True
 
 
-async def tear_down(
-    wire: Wire,
-    base: str,
-    epoch: str,
-    condition: tuple[str, Any],
-    tombstone: str,
-    *,
-    ttl_ms: int,
-    nonce: str,
-) -> bool:
-    """Tear the session at key base ``base`` down if it is still ``epoch`` and ``condition`` holds.
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    """One failed resume's teardown: the session at key base ``base``, if still ``epoch``.
 
-    True when it is torn down (by this call, or by its earlier try whose reply
-    was lost); False when the session moved or is gone, and the caller judges
-    again. Every list of the session goes in the transaction's ``DEL``.
+    Only while ``condition`` (:func:`still_true`) holds; ``tombstone`` is the
+    stone's JSON head (:func:`tombstone_head`), ``nonce`` names this call in it.
     """
-    cond, value = condition
-    meta = _bulk(f"{base}:m")
-    if cond == "no_sequence":
-        hmget = b"*7\r\n$5\r\nHMGET\r\n" + meta + _WATCHED_FIELDS + _bulk(f"s:{value}")
-    else:
-        hmget = b"*6\r\n$5\r\nHMGET\r\n" + meta + _WATCHED_FIELDS
-    # WATCH, HMGET, HKEYS, SMEMBERS, GET: packed from fixed pieces (a
-    # session is torn down once, so nothing of it is worth caching).
+
+    base: str
+    epoch: str
+    condition: tuple[str, Any]
+    tombstone: str
+    ttl_ms: int
+    nonce: str
+
+    def reads(self) -> bytes:
+        """``HGETALL`` of the meta hash (the condition's fields and every sequence tag), and
+        ``SMEMBERS`` of the ``g`` set (the tags of lists left to a sweep)."""
+        return b"".join(
+            (
+                b"*2\r\n$7\r\nHGETALL\r\n",
+                _bulk(f"{self.base}:m"),
+                b"*2\r\n$8\r\nSMEMBERS\r\n",
+                _bulk(f"{self.base}:g"),
+            )
+        )
+
+
+async def tear_down(wire: Wire, requests: Sequence[Teardown]) -> list[bool]:
+    """Tear each session down if it is still the judged incarnation and its condition holds.
+
+    One optimistic transaction for them all: ``WATCH`` on every meta hash
+    with the reads, then one ``MULTI`` ... ``EXEC`` deleting every key of
+    the sessions to go (their lists included, in one ``DEL``) and leaving
+    their tombstones. Per request: True when it is torn down (by this call,
+    or by its earlier try whose reply was lost); False when the session
+    moved or is gone, and the caller judges again. When the ``EXEC`` ran
+    nothing (a watched session changed meanwhile) each is tried again alone,
+    so that one busy session does not send the others back to be judged.
+    """
+    metas = [f"{r.base}:m" for r in requests]
     reads = b"".join(
         (
-            b"*2\r\n$5\r\nWATCH\r\n",
-            meta,
-            hmget,
-            b"*2\r\n$5\r\nHKEYS\r\n",
-            meta,
-            b"*2\r\n$8\r\nSMEMBERS\r\n",
-            _bulk(f"{base}:g"),
-            b"*2\r\n$3\r\nGET\r\n",
-            _bulk(f"{base}:t"),
+            b"*%d\r\n$5\r\nWATCH\r\n" % (len(metas) + 1),
+            pack_args(metas),
+            *(r.reads() for r in requests),
         )
     )
-    gone: list[bytes | None] = []
+    outcome: list[bool] = [False] * len(requests)
+    going: list[int] = []
+    gone: list[int] = []
 
     def then(replies: list[Any]) -> tuple[bytes, int]:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        _, found, fields_now, left, tomb = replies
-        if found[0] is None:
-            gone.append(tomb)
-            return _UNWATCH
-        if found[0].decode() != epoch or not _holds(cond, value, found):
-            return _UNWATCH
-        tags = {f[2:] for f in fields_now if f.startswith(b"s:")} | set(left)
-        keys = [f"{base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
-        keys += [f"{base}:q:{tag.decode()}" for tag in sorted(tags)]
-        stone = f'{tombstone},"id":"{nonce}","at":{int(time.time() * 1000)}}}'
+        keys: list[str] = []
+        stones: list[bytes] = []
+        now = int(time.time() * 1000)
+        for i, r in enumerate(requests):
+            flat, left = replies[1 + 2 * i], replies[2 + 2 * i]
+            if not flat:
+                gone.append(i)  # torn down meanwhile: by our earlier try, if its stone says so
+                continue
+            # a map under RESP3, a flat list of fields and values under RESP2
+            meta = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+            if meta.get(b"epoch", b"").decode() != r.epoch or not _holds(*r.condition, meta):
+                continue
+            going.append(i)
+            tags = {f[2:] for f in meta if f.startswith(b"s:")} | set(left)
+            keys += [f"{r.base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
+            keys += [f"{r.base}:q:{tag.decode()}" for tag in sorted(tags)]
+            stone = f'{r.tombstone},"id":"{r.nonce}","at":{now}}}'
+            stones.append(
+                b"*5\r\n$3\r\nSET\r\n" + pack_args((f"{r.base}:t", stone, "PX", r.ttl_ms))
+            )
+        # The gone sessions' tombstones are read first, outside the transaction.
+        tombs = b"".join(b"*2\r\n$3\r\nGET\r\n" + _bulk(f"{requests[i].base}:t") for i in gone)
+        if not going:
+            return tombs + _UNWATCH[0], len(gone) + 1
         packet = b"".join(
             (
+                tombs,
                 _MULTI,
                 b"*%d\r\n$3\r\nDEL\r\n" % (len(keys) + 1),
                 pack_args(keys),
-                b"*5\r\n$3\r\nSET\r\n",
-                pack_args((f"{base}:t", stone, "PX", ttl_ms)),
+                *stones,
                 _EXEC,
             )
         )
-        return packet, 4  # MULTI, DEL, SET, EXEC
+        return packet, len(gone) + 3 + len(stones)  # GETs, MULTI, DEL, the SETs, EXEC
 
-    replies = await wire.watched(reads, 5, then)
-    if gone:
-        return gone[0] is not None and f'"id":"{nonce}"'.encode() in gone[0]
-    if len(replies) == 1:
-        return False  # UNWATCH: the verdict no longer holds as judged
+    replies = await wire.watched(reads, 1 + 2 * len(requests), then)
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    return replies[-1] is not None  # None: the meta hash changed, EXEC ran nothing
+    for i, tomb in zip(gone, replies, strict=False):
+        outcome[i] = tomb is not None and f'"id":"{requests[i].nonce}"'.encode() in tomb
+    if not going:
+        return outcome
+    if replies[-1] is not None:
+        for i in going:
+            outcome[i] = True
+    elif len(requests) > 1:
+        for i in going:  # None: a watched session changed, the EXEC ran nothing
+            (outcome[i],) = await tear_down(wire, [requests[i]])
+    return outcome
+
+
+class Teardowns:
+    """Failed resumes' teardowns, the ones waiting together in one transaction.
+
+    While a transaction is under way the next requests wait, and then go
+    together (a group commit): a reconnect storm's failures cost a round trip
+    pair per batch rather than per session, and a lone failure goes at once.
+    At most ``size`` sessions per transaction.
+    """
+
+    def __init__(self, wire: Wire, *, size: int = 64) -> None:
+        self._wire = wire
+        self.size = size
+        self._queue: list[tuple[Teardown, asyncio.Future[bool]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, request: Teardown) -> asyncio.Future[bool]:
+        """Queue ``request``; the future is :func:`tear_down`'s answer for it (or its error)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        self._queue.append((request, future))
+        if self._task is None:
+            self._task = loop.create_task(self._run())
+        return future
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[: self.size], self._queue[self.size :]
+                try:
+                    torn = await tear_down(self._wire, [request for request, _ in batch])
+                except BaseException as exc:  # each caller maps or retries an error
+                    for _, future in batch:
+                        if future.done():
+                            continue
+                        if isinstance(exc, Exception):
+                            future.set_exception(exc)
+                        else:
+                            future.cancel()
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, future), done in zip(batch, torn, strict=True):
+                    if not future.done():  # a caller that gave up cancelled its own
+                        future.set_result(done)
+        finally:
+            self._task = None
+            for _, future in self._queue:  # only if this task itself was cancelled
+                future.cancel()
+            self._queue = []
+
+    async def aclose(self) -> None:
+        """Wait for the transactions under way."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 #: Sends ``drop.lua`` with these keys and arguments.
