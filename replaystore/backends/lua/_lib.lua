@@ -122,6 +122,54 @@ local function hold_places(q, len, want)
   end
 end
 
+-- The common append: one data event (`payload`) of the sequence whose state
+-- field is `field` (list `q`), named `name`, that holds retained events, with
+-- nothing to evict (count below `cap`), no sweep (gc below `sweep_at`) and no
+-- TTL refresh due, and no run split by age (the callers take it only without
+-- max_age). `meta` is the HMGET of 'epoch', 'top', 'count', 'gc', field, 'rf'
+-- (first six slots). Returns the reply, or nil with nothing written when
+-- anything else is due (the general path of append.lua then does it all).
+-- Four commands: TIME, RPUSH, HSET, and an RPUSH of the run index when it
+-- starts a run (streams written in turn, as an MCP session's are). It
+-- continues the newest run when its sequence holds the session's newest event
+-- (the newest run is then this sequence's), and starts one otherwise. The
+-- sequence's state is rewritten from its pieces instead of being parsed
+-- whole, and numbers are kept as the text they are stored as. Converting
+-- costs more than anything else here but the commands: text to a number is a
+-- C strtod (twice through tonumber(), once through arithmetic, so arithmetic
+-- it is), a number to text a C sprintf ('%.14g' through tostring() or `..`,
+-- about twice the cost of string.format's '%d'), so only the three new
+-- numbers are formatted, once each, with '%d' (positions stay below 10^14).
+local function append_common(field, name, cap, sweep_at, payload, meta, q)
+  local hw, kept, first, nxt, base, seq_name =
+    string.match(meta[5] or '', '^(%d+),%d+,(%d+,(%d+)),(%d+),(%d+),%d,(.*)$')
+  if not (meta[6] and seq_name == name and first ~= nxt and meta[3] + 0 < cap + 0
+          and (meta[4] or 0) + 0 < sweep_at + 0) then
+    return nil
+  end
+  local t = redis.call('TIME')
+  local now = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  if now + 0 >= meta[6] + 0 then return nil end -- TTL refresh due
+  local fmt = string.format
+  local top = fmt('%d', meta[2] + 1)
+  local state = top .. ',' .. now .. ',' .. kept .. ',' .. fmt('%d', nxt + 1) .. ','
+    .. base .. ',0,' .. name
+  local run = nil
+  if hw ~= meta[2] then
+    run = top .. ',' .. string.sub(field, 3) .. ',' .. nxt .. ',' .. now
+    if redis.call('RPUSH', I, run) == 1 then adopt(I) end
+  end
+  local len = redis.call('RPUSH', q, top .. ',' .. now .. ':' .. payload)
+  local want = nxt - base + 1
+  if len ~= want then hold_places(q, len, want) end
+  if run then
+    redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state, 'lr', run)
+  else
+    redis.call('HSET', M, 'top', top, 'count', fmt('%d', meta[3] + 1), field, state)
+  end
+  return {meta[1], 'ok', top .. '.' .. nxt .. '.' .. now}
+end
+
 -- Evict the oldest events while over max_events, or older than max_age_ms (an
 -- event is as old as its run). Only bookkeeping changes here: the evicted
 -- elements stay in their lists (a list not declared in KEYS must not be

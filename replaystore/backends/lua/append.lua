@@ -18,9 +18,9 @@
 -- {epoch, 'lost', tag...}: the run index was lost, retention can no longer be
 -- kept in order, and the session was torn down (the other tags' lists go
 -- next).
--- The common append (one data event, nothing evicted, swept or refreshed)
--- comes as append_lean.lua; this is every other one, and the lean one when
--- the client expected more work (it reaches the same result).
+-- The common append (one data event, nothing evicted, swept or refreshed:
+-- append_common in _lib.lua) comes as append_lean.lua where the client
+-- expects it; this is every other append, and takes the common one too.
 local tag, name = AV[2], arg(1)
 -- One data event without an idempotency key (the common case) comes as
 -- name, settings, payload: every argument costs Redis time to read and to
@@ -36,6 +36,15 @@ local epoch = meta[1]
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end
+end
+if short then
+  -- the common append, as append_lean.lua does it (a client that did not
+  -- expect it sent this form: its first append to the sequence, say)
+  local cap, sweep_at = string.match(arg(2), '^(%d+),(%d+),0,') -- split_ms 0
+  if cap then
+    local done = append_common(field, name, cap, sweep_at, AV[at], meta, Q[tag])
+    if done then return done end
+  end
 end
 local s = parse_state(meta[5])
 if s and s.name ~= name then return {epoch, 'collision'} end
