@@ -237,6 +237,10 @@ class Teardowns:
         """Queue ``request``; the future is :func:`tear_down`'s answer for it (or its error)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
+        if self._task is not None and self._task.get_loop() is not loop:
+            # a backend used from another event loop than the last one's: what
+            # waited there can never be answered (that loop is gone or idle)
+            self._task, self._queue = None, []
         self._queue.append((request, future))
         if self._task is None:
             self._task = loop.create_task(self._run())
@@ -269,9 +273,10 @@ class Teardowns:
             self._queue = []
 
     async def aclose(self) -> None:
-        """Wait for the transactions under way."""
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Wait for the transactions under way (on this event loop)."""
+        task = self._task
+        if task is not None and task.get_loop() is asyncio.get_running_loop():
+            await asyncio.gather(task, return_exceptions=True)
 
 
 #: Sends ``drop.lua`` with these keys and arguments.
