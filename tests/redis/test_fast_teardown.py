@@ -507,3 +507,41 @@ async def test_a_session_changed_within_a_batch_costs_the_others_nothing(
     finally:
         meddler.close()
         await admin.aclose()
+
+
+async def test_callers_waiting_for_their_teardown_keep_the_connections_kept(
+    scratch_server: ServerHandle, prefix: str
+) -> None:
+    """While failed resumes wait for their batched teardown they count as
+    calls in flight, so the wire keeps its connections for the resumes that
+    follow instead of going through the pool for nearly every call."""
+    from replaystore.bench.worker import bounded
+
+    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
+        names = [f"s{i}" for i in range(200)]
+        ids = {name: await _session(buf, name) for name in names}
+        pool: Any = buf.backend.client.connection_pool  # type: ignore[attr-defined]
+        get_connection = pool.get_connection
+        taken: list[int] = []
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            taken.append(1)
+            return await get_connection(*args, **kwargs)
+
+        pool.get_connection = counting
+        results: list[Any] = []
+
+        def resume(name: str) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                results.append(await buf.resolve_and_replay(name, _ahead(ids[name][0])))
+
+            return run
+
+        await bounded([resume(n) for n in names], 8)
+        assert len(results) == 200
+        assert all(
+            r.verdict is Verdict.AHEAD_OF_HIGH_WATER and r.evidence.torn_down for r in results
+        )
+        # 200 fast reads and their batched teardowns: the pool hands out
+        # about a connection per concurrent caller, not one per call.
+        assert len(taken) <= 40, len(taken)

@@ -602,9 +602,10 @@ class RedisBackend(Backend):
                     self.retention.tombstone_ttl_ms,
                     nonce,
                 )
-                torn = await self._call(
-                    "resolve", lambda: self._teardowns.submit(request), retry=True
-                )
+                async with self._wire.held():
+                    torn = await self._call(
+                        "resolve", lambda: self._teardowns.submit(request), retry=True
+                    )
             else:
                 torn = await self._fail_script(
                     session, cursor, named_tag, fast, condition, tomb, nonce

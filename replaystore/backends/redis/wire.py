@@ -15,11 +15,12 @@ Cluster clients and fakes always go through redis-py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import warnings
 from asyncio import StreamReader
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -342,6 +343,24 @@ class Wire:
             raise
         await self._give(conn)
         return out
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Count a caller as in flight while it waits on something else of this backend.
+
+        A failed resume waits for its batched teardown (another call's
+        connection sends it) and then its caller goes on with the next
+        resume: counted, it keeps the kept connections kept for that one.
+        """
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                pool = self.client.connection_pool
+                while self._kept:
+                    await pool.release(self._kept.pop())
 
     async def _take(self) -> Any:
         """A connection for one call: a kept one if any is still sound, else the pool's."""
