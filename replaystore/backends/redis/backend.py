@@ -5,7 +5,8 @@ the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
 decided here by ``replaystore/_rules.py``, the same rules as in memory. A
 failed resume the fast read decides is torn down right after that read: by
 an optimistic transaction of native commands where the wire sends by hand
-(:func:`.teardown.tear_down`), else by ``fail.lua``; one it leaves in doubt
+(:func:`.teardown.tear_down`; failures that come together share one,
+:class:`.teardown.Teardowns`), else by ``fail.lua``; one it leaves in doubt
 costs one script when the facts leave no doubt about its failure
 (``facts.lua`` tears it down on the state it read, and the rules must reach
 the same code from those facts, or the call fails); otherwise it is torn
