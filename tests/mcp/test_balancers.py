@@ -263,6 +263,10 @@ def deployment() -> Iterator[Deployment]:
         nginx_port, haproxy_port, socket_path = _start_balancers(work, ports, procs)
         for replica in replicas:
             replica.wait_healthy()
+        # HAProxy's first checks may have run before the replicas listened: a
+        # test that starts before it sees them UP gets its 503 (seen on a
+        # loaded machine).
+        _wait_haproxy(socket_path, "UP", [f"replica{i}" for i in range(1, len(replicas) + 1)])
         yield Deployment(
             store,
             replicas,
