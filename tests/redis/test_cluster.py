@@ -191,3 +191,51 @@ async def test_a_failure_the_fast_read_decides_is_one_script_and_its_lists_go_la
     finally:
         for node in nodes:
             await node.aclose()
+
+
+async def test_resume_reads_go_by_hand_to_the_slots_master_and_follow_a_move(
+    cluster_server: ServerHandle, prefix: str
+) -> None:
+    """On a cluster a resume's read is one packet to the master that holds the
+    session's slot, not redis-py's pipeline; when redis-py's slot map names
+    the wrong master (a slot moved), that master's MOVED sends the read
+    through redis-py, which follows it and corrects its map, and the answer
+    is the same."""
+    async with ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        client = backend.client
+        wire = backend._wire
+        assert wire.to_masters and not wire.by_hand
+        pipeline = wire.pipeline
+        through_redis_py: list[int] = []
+
+        async def counting(commands: Any, **kwargs: Any) -> Any:
+            through_redis_py.append(len(commands))
+            return await pipeline(commands, **kwargs)
+
+        wire.pipeline = counting
+        sessions = [f"h{i}" for i in range(12)]
+        ids = {}
+        for session in sessions:
+            await buf.open_session(session)
+            ids[session] = await buf.append_many(session, "q", [b"a", b"b", b"c"])
+        for session in sessions:
+            replay = await buf.resolve_and_replay(session, ids[session][0])
+            assert replay.verdict is Verdict.RESUMED, replay
+            assert [e.payload for e in replay.events] == [b"b", b"c"]
+        assert through_redis_py == []
+
+        # redis-py's map sends the session's slot to another master.
+        meta = f"{backend.key_base('h0')}:m"
+        slot = client.keyslot(meta)
+        right = client.nodes_manager.slots_cache[slot][0]
+        wrong = next(n for n in client.get_primaries() if n.name != right.name)
+        client.nodes_manager.slots_cache[slot] = [wrong]
+        replay = await buf.resolve_and_replay("h0", ids["h0"][1])
+        assert replay.verdict is Verdict.RESUMED
+        assert [e.payload for e in replay.events] == [b"c"]
+        assert through_redis_py == [2]  # the MOVED read, sent again through redis-py
+        assert client.nodes_manager.slots_cache[slot][0].name == right.name
+        replay = await buf.resolve_and_replay("h0", ids["h0"][0])
+        assert [e.payload for e in replay.events] == [b"b", b"c"]
+        assert through_redis_py == [2]  # by hand again, to the right master

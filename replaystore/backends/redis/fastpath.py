@@ -87,7 +87,7 @@ class FastPath:
             extra = (f"s:{tag}",) if named_tag == tag else (f"s:{tag}", f"s:{named_tag}")
             commands: _Commands = None
             head = b""
-            if self._wire.by_hand:
+            if self._wire.by_hand or self._wire.to_masters:
                 head = b"".join(
                     (
                         b"*%d\r\n$5\r\nHMGET\r\n" % (9 + len(extra)),
@@ -98,7 +98,7 @@ class FastPath:
                         pack_args((f"{key}:q:{tag}",)),
                     )
                 )
-            else:
+            if not self._wire.by_hand:  # redis-py's commands (on a cluster: if by hand fails)
                 hmget = ("HMGET", f"{key}:m", *_FIELDS, *extra)
                 commands = (hmget, ("LRANGE", f"{key}:q:{tag}"))  # the range changes per resume
             if len(self._reads) > 10_000:
@@ -143,11 +143,16 @@ class FastPath:
                 self._learn(session, tag, named, read, 0)
                 return None
             start = ordinal - base
-            if self._wire.by_hand:
+            got: list[Any] | None = None
+            if read[1]:
                 digits = b"%d" % start
                 packet = read[1] + b"$%d\r\n%s\r\n$2\r\n-1\r\n" % (len(digits), digits)
-                got = await self._wire.pipelined(packet, 2)
-            else:
+                if self._wire.by_hand:
+                    got = await self._wire.pipelined(packet, 2)
+                else:  # a cluster: by hand to the slot's master, if it takes it
+                    assert read[0] is not None
+                    got = await self._wire.pipelined_at(read[0][0][1], packet, 2)
+            if got is None:
                 assert read[0] is not None
                 hmget, lrange = read[0]
                 got = await self._wire.pipeline([hmget, (*lrange, start, -1)])

@@ -26,6 +26,7 @@ from importlib import metadata
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
@@ -33,8 +34,14 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 try:
@@ -94,6 +101,9 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "ConnectionPool()": lambda: ConnectionPool(),
     "redis._parsers.hiredis": lambda: _hiredis_parsers,
     "_AsyncHiredisParser": lambda: _hiredis_parsers._AsyncHiredisParser,
+    "RedisCluster": lambda: RedisCluster,
+    "ClusterNode": lambda: ClusterNode,
+    "ClusterNode()": lambda: ClusterNode("127.0.0.1", 6379),
 }
 
 REQUIREMENTS: tuple[Requirement, ...] = (
@@ -179,6 +189,19 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(
         "ConnectionPool()", "connection_class", "attribute", "tells redis-py's own connections"
     ),
+    Requirement(
+        "RedisCluster",
+        "get_node_from_key",
+        "method",
+        "on a cluster, the master that holds a key's slot, from redis-py's slot map",
+    ),
+    Requirement(
+        "ClusterNode", "acquire_connection", "method", "a connection of that master for one call"
+    ),
+    Requirement("ClusterNode", "release", "method", "gives it back"),
+    Requirement(
+        "ClusterNode()", "connection_class", "attribute", "tells redis-py's own connections"
+    ),
 )
 
 
@@ -247,11 +270,24 @@ def talks_to_one_server(client: Any) -> bool:
     )
 
 
+def masters_by_hand(client: Any) -> bool:
+    """A cluster client whose nodes open redis-py's own connections."""
+    return BY_HAND and isinstance(client, RedisCluster)
+
+
+#: Replies of a master that does not (or not yet) serve a key's slot: MOVED,
+#: ASK, TRYAGAIN, CLUSTERDOWN. redis-py's cluster client follows them.
+_REDIRECTED = (AskError, ClusterDownError, TryAgainError)
+
+
 class Wire:
     """How one backend's commands reach Redis: by hand where it may, else through redis-py.
 
     ``by_hand`` holds for a client :func:`talks_to_one_server` while redis-py
-    has everything :data:`REQUIREMENTS` lists.
+    has everything :data:`REQUIREMENTS` lists. ``to_masters`` holds for a
+    cluster client instead: a read of one slot may go by hand to the master
+    redis-py's slot map names (:meth:`pipelined_at`), and everything else
+    through redis-py.
 
     On the hand-made path a call's connection is kept, not given back to the
     pool, while other calls of this backend are in flight: the next call takes
@@ -266,6 +302,7 @@ class Wire:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.by_hand = BY_HAND and talks_to_one_server(client)
+        self.to_masters = masters_by_hand(client)
         # Calls of this backend between taking a connection and giving it back
         # (see ``_send``), and the connections kept for the next ones.
         self._in_flight = 0
@@ -342,6 +379,39 @@ class Wire:
             await self._lose(conn)
             raise
         await self._give(conn)
+        return out
+
+    async def pipelined_at(self, key: str, packet: bytes, replies: int) -> list[Any] | None:
+        """A packet of commands on ``key``'s slot, by hand to the master that holds it.
+
+        On a cluster, redis-py's pipeline costs a resume's read several times
+        its own work in client time; the read is one packet to one master.
+        ``None`` when that master could not take it (it answered that the slot
+        moved, or is not served yet; the connection failed; the map names no
+        node; its node's connections are not redis-py's own): the caller then
+        sends the same commands through redis-py, which follows redirections
+        and refreshes its map. Only for reads, which are safe to send twice.
+        """
+        try:
+            node = self.client.get_node_from_key(key)
+            if node is None or node.connection_class not in OWN_CONNECTIONS:
+                return None
+            conn = node.acquire_connection()
+        except (RedisClusterException, RedisConnectionError):  # no node, no free connection
+            return None
+        try:
+            out = await _exchange(conn, packet, replies, 0.0, crowded=False)
+        except (RedisConnectionError, RedisTimeoutError):
+            await _drop(conn)
+            node.release(conn)
+            return None
+        except BaseException:
+            await _drop(conn)
+            node.release(conn)
+            raise
+        node.release(conn)
+        if any(isinstance(reply, _REDIRECTED) for reply in out):
+            return None
         return out
 
     @contextlib.asynccontextmanager
