@@ -392,24 +392,28 @@ class Wire:
         sends the same commands through redis-py, which follows redirections
         and refreshes its map. Only for reads, which are safe to send twice.
         """
-        try:
-            node = self.client.get_node_from_key(key)
-            if node is None or node.connection_class not in OWN_CONNECTIONS:
+        # The client's bound on commands in flight (``_redis_client``'s
+        # cluster client waits for a place): a connection taken here counts.
+        hold = getattr(self.client, "in_flight", None)
+        async with hold() if hold is not None else contextlib.nullcontext():
+            try:
+                node = self.client.get_node_from_key(key)
+                if node is None or node.connection_class not in OWN_CONNECTIONS:
+                    return None
+                conn = node.acquire_connection()
+            except (RedisClusterException, RedisConnectionError):  # no node, no connection
                 return None
-            conn = node.acquire_connection()
-        except (RedisClusterException, RedisConnectionError):  # no node, no free connection
-            return None
-        try:
-            out = await _exchange(conn, packet, replies, 0.0, crowded=False)
-        except (RedisConnectionError, RedisTimeoutError):
-            await _drop(conn)
+            try:
+                out = await _exchange(conn, packet, replies, 0.0, crowded=False)
+            except (RedisConnectionError, RedisTimeoutError):
+                await _drop(conn)
+                node.release(conn)
+                return None
+            except BaseException:
+                await _drop(conn)
+                node.release(conn)
+                raise
             node.release(conn)
-            return None
-        except BaseException:
-            await _drop(conn)
-            node.release(conn)
-            raise
-        node.release(conn)
         if any(isinstance(reply, _REDIRECTED) for reply in out):
             return None
         return out
