@@ -9,7 +9,8 @@ not its public API, listed in :data:`REQUIREMENTS` and checked when this module
 is imported, the way :mod:`replaystore.mcp.sdk` checks the MCP SDK's: if one
 is missing, every client goes through redis-py's public API instead (slower,
 same results), with one :class:`RuntimeWarning` naming what is missing.
-Cluster clients and fakes always go through redis-py.
+On a cluster client only a resume's read goes by hand, to the master of its
+slot; everything else, and everything of fakes, goes through redis-py.
 """
 
 from __future__ import annotations
