@@ -330,7 +330,15 @@ class RedisBackend(Backend):
         return cache
 
     async def _send_append(
-        self, form: str, session: str, sequence: str, tag: str, tail: list[bytes], *, retry: bool
+        self,
+        form: str,
+        session: str,
+        sequence: str,
+        tag: str,
+        cache: _Appends,
+        tail: list[bytes],
+        *,
+        retry: bool,
     ) -> Any:
         """One call of ``form`` (``append`` or ``append_lean``), ``tail`` after its fixed part."""
 
@@ -347,7 +355,6 @@ class RedisBackend(Backend):
             return await self._call(
                 "append", lambda: self._library.call(form, operands), retry=retry
             )
-        cache = self._appends_to(session, sequence)
         head = cache.heads.get(form)
         if head is None:
             head = cache.heads[form] = self._head(form, session, sequence, tag)
@@ -367,14 +374,15 @@ class RedisBackend(Backend):
         idempotency_key: str | None = None,
     ) -> list[str]:
         tag = sequence_tag(sequence)
+        cache = self._appends_to(session, sequence)
         tail: list[bytes]
         out: Any = None
         if len(payloads) == 1 and payloads[0] is not None and not idempotency_key:
             # the common append: lean first, unless it is known to need more
             tail = [payloads[0]]
-            if self._lean and not self._appends_to(session, sequence).full_first:
+            if self._lean and not cache.full_first:
                 out = await self._send_append(
-                    "append_lean", session, sequence, tag, tail, retry=False
+                    "append_lean", session, sequence, tag, cache, tail, retry=False
                 )
                 if out and out[1] == b"general":
                     out = None
@@ -391,11 +399,11 @@ class RedisBackend(Backend):
             ]
         if out is None:
             out = await self._send_append(
-                "append", session, sequence, tag, tail, retry=idempotency_key is not None
+                "append", session, sequence, tag, cache, tail, retry=idempotency_key is not None
             )
             if not out:
                 raise UnknownSessionError(session)
-            self._appends_to(session, sequence).full_first = out[1] == b"full"
+            cache.full_first = out[1] == b"full"
         epoch, status = out[0].decode(), out[1]
         if status == b"lost":
             await self._sweep_lists(session, out[2:])
