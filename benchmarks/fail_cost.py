@@ -17,7 +17,9 @@ time, with a cursor of that kind:
 Redis CPU is the server's own ``used_cpu_user + used_cpu_sys`` (``INFO cpu``)
 over the resumes of a kind, closing the buffer included (whatever a teardown
 leaves to later, such as deleting lists, is counted), divided by the number
-of resumes; ``INFO commandstats`` gives the commands per resume beside it.
+of resumes; ``INFO commandstats`` gives the commands per resume beside it, and
+each command's server time per resume (an ``EXEC``'s includes the commands it
+ran).
 ``good`` runs first and last, and the ratios are against the mean of the two.
 ``--src`` runs the resumes from another checkout of the repository (its
 ``replaystore`` package; repeatable), each in a process of its own, so two
@@ -127,6 +129,10 @@ async def _kind(
         "cpu_us": round((after - before) * 1e6 / sessions, 2),
         "command_us": round(usec / sessions, 2),
         "commands": dict(sorted(commands.items(), key=lambda kv: -kv[1])),
+        "command_us_each": {
+            name: round(int(v["usec"]) / sessions, 2)
+            for name, v in sorted(stats.items(), key=lambda kv: -int(kv[1]["usec"]))
+        },
         "verdicts": verdicts,
         "lists_left": left,
     }

@@ -61,6 +61,10 @@ def _check_report(report: dict[str, Any], table: str, plots: Path, floor: str) -
     assert rs["duplicates"] == rs["losses"] == rs["wrong_stream"] == 0
     assert rs["incorrect_verdicts"] == 0
     assert rs["exact"] > 0
+    assert rs["client_cpu_us_per_resume"] > 0
+    latency = rs["latency_ms_by_kind"]
+    assert set(latency) == set(rs["outcomes_by_kind"])
+    assert all(0 < k["p50"] <= k["p99"] for k in latency.values())
     by_kind = rs["outcomes_by_kind"]
     for kind in PATHOLOGIES:
         assert kind in by_kind, kind
@@ -114,6 +118,50 @@ def test_storm_on_redis_with_replica_processes(tmp_path: Path, redis_handle: Ser
     for key in ("cpu_us_per_resume", "cpu_us_per_append", "bytes_per_event"):
         assert isinstance(rs["redis"][key], float), key
     assert {t["figure"] for t in report["targets"]} >= {"resumes/s vs the raw floor"}
+
+
+@pytest.mark.realserver
+def test_rounds_pool_every_store_and_keep_each_rounds_ratios(
+    tmp_path: Path, redis_handle: ServerHandle
+) -> None:
+    out = tmp_path / "storm.json"
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm", "--url", redis_handle.url,
+        "--replicas", "2", "--sessions", "40", "--no-progress", "--json", str(out),
+        "--store", "replaystore", "--store", "raw-streams", "--rounds", "3",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["meta"]["options"]["rounds"] == 3
+    for store in report["stores"]:
+        rounds = store["rounds"]
+        assert len(rounds) == 3
+        assert store["resumes"] == store["reconnects"] == sum(r["resumes"] for r in rounds)
+        assert store["storm_seconds"] == pytest.approx(
+            sum(r["storm_seconds"] for r in rounds), abs=0.002
+        )
+        assert store["resumes_per_s"] == pytest.approx(
+            store["resumes"] / store["storm_seconds"], rel=0.05  # seconds rounded to ms
+        )
+        # one round's history sweep, not three
+        assert store["resume_by_history"] and len(store["resume_by_history"]) < 10
+    rs = report["stores"][0]
+    assert rs["name"] == "replaystore"
+    assert rs["duplicates"] == rs["losses"] == rs["wrong_stream"] == rs["incorrect_verdicts"] == 0
+    # every round judged: each pathology three times over
+    assert sum(rs["outcomes_by_kind"]["foreign"].values()) % 3 == 0
+    by_round = report["ratios"]["by_round"]
+    assert len(by_round) == 3
+    for n, ratios in enumerate(by_round):
+        raw = report["stores"][1]["rounds"][n]
+        mine = rs["rounds"][n]
+        assert ratios["resumes_per_s_vs_floor"] == pytest.approx(
+            mine["resumes_per_s"] / raw["resumes_per_s"], rel=1e-2
+        )
+        assert ratios["redis_cpu_per_resume_vs_floor"] > 0
+    line = next(x for x in done.stdout.splitlines() if x.startswith("- resumes/s: "))
+    assert line.count("x") == 3
 
 
 def _reconnect(kind: str = "normal", held: int = 1) -> Reconnect:
@@ -353,7 +401,13 @@ def test_the_plan_mixes_each_pathology_at_the_stated_rate_and_routes_by_store() 
 
 @pytest.mark.parametrize(
     "bad",
-    [["--sessions", "0"], ["--share", "1.5"], ["--pathology-rate", "-0.1"], ["--concurrency", "0"]],
+    [
+        ["--sessions", "0"],
+        ["--share", "1.5"],
+        ["--pathology-rate", "-0.1"],
+        ["--concurrency", "0"],
+        ["--rounds", "0"],
+    ],
 )
 def test_bad_options_are_one_line_and_exit_2(
     bad: list[str], capsys: pytest.CaptureFixture[str]
@@ -370,6 +424,7 @@ def test_bad_options_are_one_line_and_exit_2(
         (["--kill-replica"], "--kill-replica needs --http"),
         (["--http", "--spawn-cluster"], "--http runs on one Redis"),
         (["--spawn-redis", "--spawn-cluster"], "exclude each other"),
+        (["--http", "--rounds", "2"], "--rounds is for the bare-store storm"),
     ],
 )
 def test_options_that_do_not_go_together_are_one_line_and_exit_2(

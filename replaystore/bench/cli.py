@@ -103,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --http: kill one replica (SIGKILL) half-way through each store's storm",
     )
+    storm.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="fill and storm every store this many times, alternating their order, and pool "
+        "the rounds (one storm lasts about half a second: a ratio of one round is noisy); "
+        "each round's ratios are reported beside the pooled ones (default: 1)",
+    )
     storm.add_argument("--seed", type=int, default=20_251_202, help="workload seed")
     storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
     storm.add_argument("--plots", type=Path, help="write PNG plots into this directory")
@@ -220,6 +228,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         (0 <= args.share <= 1, "--share must be between 0 and 1"),
         (0 <= args.pathology_rate <= 1, "--pathology-rate must be between 0 and 1"),
         (args.append_rate >= 0, "--append-rate must not be negative"),
+        (args.rounds >= 1, "--rounds must be at least 1"),
+        (args.rounds == 1 or not args.http, "--rounds is for the bare-store storm, not --http"),
         (args.http or not args.kill_replica, "--kill-replica needs --http"),
         (
             not (args.spawn_redis and args.spawn_cluster),
@@ -253,6 +263,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         append_rate=args.append_rate,
         seed=args.seed,
         progress=not args.no_progress,
+        rounds=args.rounds,
     )
 
     def run(o: Options) -> dict[str, Any]:

@@ -27,6 +27,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{opts['pathology_rate']:.0%} of the sessions with a pathological reconnect "
         f"({', '.join(_pathologies(report))}); load average {meta['machine']['load_average']} "
         "at the start",
+        *_rounds(report),
         "",
         "| store | resumes/s | p50 ms | p99 ms | p999 ms | appends/s "
         "| Redis CPU µs/resume | µs/append | resumes per Redis CPU-s | bytes/event "
@@ -56,6 +57,30 @@ def markdown(report: dict[str, Any]) -> str:
         lines += kinds
     lines += _targets(report)
     return "\n".join(lines)
+
+
+def _rounds(report: dict[str, Any]) -> list[str]:
+    """With ``--rounds``: what the figures pool, and each round's ratios (their spread)."""
+    rounds = report["meta"]["options"].get("rounds", 1)
+    by_round = report.get("ratios", {}).get("by_round")
+    if rounds <= 1 or not by_round:
+        return []
+    lines = [
+        "",
+        f"Each store filled and stormed {rounds} times, the stores' order alternating; the "
+        "table pools the rounds (counts and seconds added, latencies merged). replaystore "
+        "against the floor, round by round:",
+        "",
+    ]
+    for key, label in (
+        ("resumes_per_s_vs_floor", "resumes/s"),
+        ("redis_cpu_per_resume_vs_floor", "Redis CPU per resume"),
+        ("redis_cpu_per_append_vs_floor", "Redis CPU per append"),
+    ):
+        values = [r.get(key) for r in by_round]
+        if any(v is not None for v in values):
+            lines.append(f"- {label}: " + ", ".join(f"{_num(v, 2)}x" for v in values))
+    return lines
 
 
 def _kinds(report: dict[str, Any]) -> list[str]:

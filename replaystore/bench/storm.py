@@ -14,7 +14,12 @@ For each store in turn:
    store's keys are deleted.
 
 The stores run one after another on the same Redis, so each has the server to
-itself while it is measured.
+itself while it is measured. A storm of 10,000 sessions lasts about half a
+second, and one such half second swings a ratio between two stores by a
+third on a shared machine; ``rounds`` runs every store's fill and storm that
+many times, alternating the stores' order, and pools the rounds (counts and
+seconds added, latencies merged): the figures of one storm that many times
+as long, with each round's ratios kept beside them to show the spread.
 """
 
 from __future__ import annotations
@@ -86,6 +91,41 @@ class Options:
     seed: int = 20_251_202
     sweep: list[int] = field(default_factory=lambda: [10, 100, 1000])  # history sizes
     progress: bool = True
+    rounds: int = 1  # each store's fill and storm this many times, pooled
+
+
+@dataclass(slots=True)
+class _Pooled:
+    """One store's measurements over every round, added up for :func:`_figures`."""
+
+    tally: Tally = field(default_factory=Tally)
+    latencies: list[float] = field(default_factory=list)
+    by_kind: dict[str, list[float]] = field(default_factory=dict)  # latencies per reconnect kind
+    storm_wall: float = 0.0
+    client_cpu_s: float = 0.0  # the replica processes' CPU over the storms
+    appends: int = 0
+    fill_wall: float = 0.0
+    fill_latencies: list[float] = field(default_factory=list)
+    storm_appends: int = 0
+    fill_cost: dict[str, Any] = field(default_factory=dict)
+    storm_cost: dict[str, Any] = field(default_factory=dict)
+    failed_writes: list[str] = field(default_factory=list)
+    sweep: dict[str, Any] = field(default_factory=dict)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # each round's own figures
+
+
+def _add_cost(total: dict[str, Any], more: dict[str, Any]) -> None:
+    """Add one phase's Redis figures (:meth:`.Sample.minus`) into ``total``."""
+    if not more:
+        return
+    total["cpu_s"] = total.get("cpu_s", 0.0) + more["cpu_s"]
+    total["memory_bytes"] = total.get("memory_bytes", 0) + more["memory_bytes"]
+    stats = total.setdefault("commandstats", {})
+    for name, v in more["commandstats"].items():
+        mine = stats.setdefault(name, {"calls": 0, "usec": 0})
+        mine["calls"] += v["calls"]
+        mine["usec"] += v["usec"]
+    total["commandstats"] = dict(sorted(stats.items(), key=lambda kv: -kv[1]["usec"]))
 
 
 def run_storm(options: Options) -> dict[str, Any]:
@@ -127,19 +167,25 @@ def run_storm(options: Options) -> dict[str, Any]:
             try:
                 if probe is not None:
                     report["meta"]["redis"] = runner.run(probe.server())
+                pooled = {name: _Pooled() for name in runnable}
+                for n in range(options.rounds):
+                    # alternate the order, so that no store always runs first
+                    for name in runnable if n % 2 == 0 else runnable[::-1]:
+                        spec = StoreSpec(
+                            name,
+                            options.url,
+                            f"{RUN_PREFIX}{run_id}:{name}:",
+                            options.retention,
+                            options.small_retention,
+                        )
+                        measure = _Measure(runner, probe if CATALOG[name].backend else None)
+                        into = pooled[name]
+                        _run_one(pool, spec, sessions, options, replicas, bar, measure, into)
+                        if probe is not None:
+                            runner.run(probe.delete_prefix(spec.prefix))
                 for name in runnable:
-                    spec = StoreSpec(
-                        name,
-                        options.url,
-                        f"{RUN_PREFIX}{run_id}:{name}:",
-                        options.retention,
-                        options.small_retention,
-                    )
-                    measure = _Measure(runner, probe if CATALOG[name].backend else None)
-                    result = _run_one(pool, spec, sessions, options, replicas, bar, measure)
-                    report["stores"].append(result)
-                    if probe is not None:
-                        runner.run(probe.delete_prefix(spec.prefix))
+                    entry = CATALOG[name]
+                    report["stores"].append(_figures(name, entry.what, entry.sticky, pooled[name]))
             finally:
                 if probe is not None:
                     runner.run(probe.aclose())
@@ -152,6 +198,11 @@ def run_storm(options: Options) -> dict[str, Any]:
     report["meta"]["seconds"] = round(time.monotonic() - began, 1)
     report["meta"]["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ratios"] = storm_ratios(report["stores"])
+    if options.rounds > 1:
+        report["ratios"]["by_round"] = [
+            storm_ratios([{"name": s["name"], **s["rounds"][n]} for s in report["stores"]])
+            for n in range(options.rounds)
+        ]
     report["targets"] = storm_targets(report)
     return report
 
@@ -181,7 +232,9 @@ def _run_one(
     replicas: int,
     bar: Bar,
     measure: _Measure,
-) -> dict[str, Any]:
+    into: _Pooled,
+) -> None:
+    """One round of one store: fill, storm, and (the first round only) history, into ``into``."""
     entry = CATALOG[spec.name]
     pool.call_all([("open", spec)] * replicas)
     try:
@@ -217,12 +270,13 @@ def _run_one(
                 _storm_commands(reconnects, sessions, replicas, options),
                 on_progress=advance,
             )
-        with bar.task(f"{spec.name}: history", len(options.sweep)) as advance:
-            sweep = pool.call_all(
-                [("sweep", {"sizes": options.sweep, "repeats": 21})]
-                + [("idle", None)] * (replicas - 1),
-                on_progress=advance,
-            )[0]
+        if not into.rounds:
+            with bar.task(f"{spec.name}: history", len(options.sweep)) as advance:
+                into.sweep = pool.call_all(
+                    [("sweep", {"sizes": options.sweep, "repeats": 21})]
+                    + [("idle", None)] * (replicas - 1),
+                    on_progress=advance,
+                )[0]
     finally:
         pool.call_all([("close", None)] * replicas)
 
@@ -231,33 +285,44 @@ def _run_one(
         for key, event_id, at in s["appended"]:
             truth[key].append(event_id)
             done_at[event_id] = at
-    tally = Tally()
     latencies: list[float] = []
     for s in storms:
         for rid, reply, t0, t1 in s["results"]:
             r = by_id[rid]
             possible = r.possible or (r.kind == "evicted" and not entry.evicts)
             outcome = judge(r, reply, t0, truth[(r.session, r.stream)], done_at, possible=possible)
-            tally.add(r, reply, outcome, possible=possible)
+            into.tally.add(r, reply, outcome, possible=possible)
             latencies.append(t1 - t0)
+            into.by_kind.setdefault(r.kind, []).append(t1 - t0)
     storm_wall = max(s["ended"] for s in storms) - min(s["began"] for s in storms)
     storm_appends = sum(len(s["appended"]) for s in storms)
-    return _figures(
-        spec.name,
-        entry.what,
-        entry.sticky,
-        tally,
-        latencies,
-        sweep,
-        resumes_wall=storm_wall,
-        appends=appends,
-        fill_wall=fill_wall,
-        fill_latencies=[x for f in normal_fills for x in f["latencies"]],
-        storm_appends=storm_appends,
-        fill_cost=fill_cost,
-        storm_cost=storm_cost,
-        failed_writes=[w for s in storms for w in s["failed_writes"]][:10],
-    )
+    into.latencies += latencies
+    into.storm_wall += storm_wall
+    into.client_cpu_s += sum(s["cpu_s"] for s in storms)
+    into.appends += appends
+    into.fill_wall += fill_wall
+    into.fill_latencies += [x for f in normal_fills for x in f["latencies"]]
+    into.storm_appends += storm_appends
+    _add_cost(into.fill_cost, fill_cost)
+    _add_cost(into.storm_cost, storm_cost)
+    failed = [w for s in storms for w in s["failed_writes"]]
+    into.failed_writes += failed[: 10 - len(into.failed_writes)]
+    this: dict[str, Any] = {
+        "resumes": len(latencies),
+        "resumes_per_s": round(len(latencies) / storm_wall, 1) if storm_wall > 0 else None,
+        "appends_per_s": round(appends / fill_wall, 1) if fill_wall > 0 else None,
+        "p50_ms": round(_quantile(sorted(latencies), 0.50) * 1e3, 3),
+        "storm_seconds": round(storm_wall, 3),
+    }
+    if fill_cost:
+        this["redis"] = _redis_cost(
+            fill_cost,
+            storm_cost,
+            appends=appends,
+            storm_appends=storm_appends,
+            resumes=len(latencies),
+        )
+    into.rounds.append(this)
 
 
 def _per_replica(
@@ -314,61 +379,80 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def _figures(
-    name: str,
-    what: str,
-    sticky: bool,
-    tally: Tally,
-    latencies: list[float],
-    sweep: dict[str, Any],
-    *,
-    resumes_wall: float,
-    appends: int,
-    fill_wall: float,
-    fill_latencies: list[float],
-    storm_appends: int,
+def _redis_cost(
     fill_cost: dict[str, Any],
     storm_cost: dict[str, Any],
-    failed_writes: list[str],
+    *,
+    appends: int,
+    storm_appends: int,
+    resumes: int,
 ) -> dict[str, Any]:
-    lat = sorted(latencies)
+    """Redis CPU per append (over the fill) and per resume (the storm's, less its appends)."""
+    cpu_append = fill_cost["cpu_s"] / appends if appends else 0.0
+    storm_cpu = storm_cost["cpu_s"] - storm_appends * cpu_append
+    cpu_resume = storm_cpu / resumes if resumes else 0.0
+    return {
+        "cpu_us_per_append": round(cpu_append * 1e6, 2),
+        "cpu_us_per_resume": round(cpu_resume * 1e6, 2),
+        "resumes_per_redis_cpu_s": round(1 / cpu_resume, 1) if cpu_resume > 0 else None,
+    }
+
+
+def _figures(name: str, what: str, sticky: bool, p: _Pooled) -> dict[str, Any]:
+    lat = sorted(p.latencies)
     resumes = len(lat)
     out: dict[str, Any] = {
         "name": name,
         "what": what,
         "routing": "sticky (the writer's replica)" if sticky else "another replica than the writer",
         "resumes": resumes,
-        "resumes_per_s": round(resumes / resumes_wall, 1) if resumes_wall > 0 else None,
+        "resumes_per_s": round(resumes / p.storm_wall, 1) if p.storm_wall > 0 else None,
         "p50_ms": round(_quantile(lat, 0.50) * 1e3, 3),
         "p99_ms": round(_quantile(lat, 0.99) * 1e3, 3),
         "p999_ms": round(_quantile(lat, 0.999) * 1e3, 3),
-        "appends": appends,
-        "appends_per_s": round(appends / fill_wall, 1) if fill_wall > 0 else None,
-        "append_p50_ms": round(statistics.median(fill_latencies) * 1e3, 3)
-        if fill_latencies
+        "appends": p.appends,
+        "appends_per_s": round(p.appends / p.fill_wall, 1) if p.fill_wall > 0 else None,
+        "append_p50_ms": round(statistics.median(p.fill_latencies) * 1e3, 3)
+        if p.fill_latencies
         else None,
-        "storm_appends": storm_appends,
-        "storm_seconds": round(resumes_wall, 3),
-        **tally.as_dict(),
+        "storm_appends": p.storm_appends,
+        "storm_seconds": round(p.storm_wall, 3),
+        # every replica process's CPU over the storm per resume (the few appends included)
+        "client_cpu_us_per_resume": round(p.client_cpu_s * 1e6 / resumes, 1) if resumes else None,
+        **p.tally.as_dict(),
         "latency_cdf_ms": [round(_quantile(lat, q / 100) * 1e3, 3) for q in range(101)],
-        "resume_by_history": sweep,
+        # a failed resume does more than a good one: what that costs its caller
+        "latency_ms_by_kind": {
+            kind: {
+                "p50": round(_quantile(sorted(values), 0.50) * 1e3, 3),
+                "p99": round(_quantile(sorted(values), 0.99) * 1e3, 3),
+            }
+            for kind, values in sorted(p.by_kind.items())
+        },
+        "resume_by_history": p.sweep,
     }
-    if fill_cost:
-        cpu_append = fill_cost["cpu_s"] / appends if appends else 0.0
-        storm_cpu = storm_cost["cpu_s"] - storm_appends * cpu_append
-        cpu_resume = storm_cpu / resumes if resumes else 0.0
+    if p.fill_cost:
+        cost = _redis_cost(
+            p.fill_cost,
+            p.storm_cost,
+            appends=p.appends,
+            storm_appends=p.storm_appends,
+            resumes=resumes,
+        )
         out["redis"] = {
-            "cpu_us_per_append": round(cpu_append * 1e6, 2),
-            "cpu_us_per_resume": round(cpu_resume * 1e6, 2),
-            "resumes_per_redis_cpu_s": round(1 / cpu_resume, 1) if cpu_resume > 0 else None,
-            "bytes_per_event": round(fill_cost["memory_bytes"] / appends, 1) if appends else None,
+            **cost,
+            "bytes_per_event": round(p.fill_cost["memory_bytes"] / p.appends, 1)
+            if p.appends
+            else None,
             # Redis CPU seconds per wall second of the storm: near 1, Redis is the limit.
-            "storm_busy": round(storm_cost["cpu_s"] / resumes_wall, 3) if resumes_wall else None,
-            "fill": fill_cost,
-            "storm": storm_cost,
+            "storm_busy": round(p.storm_cost["cpu_s"] / p.storm_wall, 3) if p.storm_wall else None,
+            "fill": p.fill_cost,
+            "storm": p.storm_cost,
         }
-    if failed_writes:
-        out["failed_writes"] = failed_writes
+    if len(p.rounds) > 1:
+        out["rounds"] = p.rounds
+    if p.failed_writes:
+        out["failed_writes"] = p.failed_writes
     return out
 
 

@@ -222,10 +222,12 @@ async def storm(
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     tasks = [asyncio.create_task(writer(w)) for w in range(writers)]
     began = time.monotonic()
+    cpu = time.process_time()
     try:
         await bounded(jobs, concurrency)
     finally:
         ended = time.monotonic()
+        cpu = time.process_time() - cpu
         done.set()
         await asyncio.gather(*tasks)
     return {
@@ -234,6 +236,7 @@ async def storm(
         "failed_writes": failed_writes,
         "began": began,
         "ended": ended,
+        "cpu_s": cpu,  # this process's CPU over the storm (its writers' appends included)
     }
 
 
