@@ -142,7 +142,8 @@ def test_rounds_pool_every_store_and_keep_each_rounds_ratios(
             sum(r["storm_seconds"] for r in rounds), abs=0.002
         )
         assert store["resumes_per_s"] == pytest.approx(
-            store["resumes"] / store["storm_seconds"], rel=0.05  # seconds rounded to ms
+            store["resumes"] / store["storm_seconds"],
+            rel=0.05,  # seconds rounded to ms
         )
         # one round's history sweep, not three
         assert store["resume_by_history"] and len(store["resume_by_history"]) < 10
