@@ -15,6 +15,7 @@ session moved in between.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
@@ -92,6 +93,9 @@ class Stored:
     #: When each was stored, as the backend keeps it (milliseconds, or their
     #: text): the rules pass stamps through to the events' ids untouched.
     stamps: list[int] | list[str]
+    #: The positions as the backend read them, as text (with text stamps), or
+    #: None: an id is then joined from text, not formatted from numbers again.
+    texts: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class Chain:
     positions: list[int]
     payloads: list[bytes | None]
     stamps: list[int] | list[str]
+    texts: list[str] | None = None  # as :attr:`Stored.texts`
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -117,8 +122,23 @@ class Chain:
             return []
         name = self.sequence
         ordinals = range(self.first_ordinal, self.first_ordinal + len(self.positions))
-        event_id = event_id_format(epoch, sequence_tag(name)).__mod__
-        ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
+        ids: Iterator[str]
+        if self.texts is None:
+            event_id = event_id_format(epoch, sequence_tag(name)).__mod__
+            ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
+        else:  # every part text already: joined, a fifth cheaper than a format of numbers
+            ids = map(
+                "".join,
+                zip(
+                    repeat(f"{epoch}-"),
+                    self.texts,
+                    repeat(f".{sequence_tag(name)}."),
+                    map(str, ordinals),
+                    repeat("."),
+                    self.stamps,  # text, as the positions are
+                    strict=False,  # repeat: no end
+                ),
+            )
         rows = zip(ids, repeat(name), self.positions, self.payloads, strict=False)  # repeat: no end
         return list(map(_new_tuple, repeat(Event), rows))
 
@@ -281,6 +301,7 @@ def _chain(facts: Facts, state: SequenceState, start: int, after: int) -> Judgem
         ordered if positions else [],
         stored.payloads[:want],
         stored.stamps[:want],
+        None if stored.texts is None else stored.texts[:want],
     )
     return _new_judgement(Verdict.RESUMED, "resumed", state.name, chain, None)
 

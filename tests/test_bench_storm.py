@@ -61,7 +61,7 @@ def _check_report(report: dict[str, Any], table: str, plots: Path, floor: str) -
     assert rs["duplicates"] == rs["losses"] == rs["wrong_stream"] == 0
     assert rs["incorrect_verdicts"] == 0
     assert rs["exact"] > 0
-    assert rs["client_cpu_us_per_resume"] > 0
+    assert rs["replica_cpu_us_per_resume"] > 0
     latency = rs["latency_ms_by_kind"]
     assert set(latency) == set(rs["outcomes_by_kind"])
     assert all(0 < k["p50"] <= k["p99"] for k in latency.values())
@@ -474,7 +474,7 @@ def test_plots_of_latencies_that_round_to_zero(tmp_path: Path) -> None:
 
 def test_plots_draw_no_redis_bar_for_an_in_process_store(tmp_path: Path) -> None:
     """An in-process store has no Redis: no Redis bar (not a zero), and a labelled tick."""
-    from replaystore.bench.plots import cpu_series, write_plots
+    from replaystore.bench.plots import cpu_series, wide, write_plots
 
     def row(name: str, redis_us: float | None, cdf: list[float | None]) -> dict[str, Any]:
         r: dict[str, Any] = {
@@ -495,10 +495,13 @@ def test_plots_draw_no_redis_bar_for_an_in_process_store(tmp_path: Path) -> None
         row("nothing-resumed", 0.0, [None] * 101),  # an empty series: no curve, no crash
     ]
     assert cpu_series(stores) == [
-        ("server replicas", [900.0, 900.0, 900.0]),
+        ("replica processes", [900.0, 900.0, 900.0]),
         ("Redis", [40.0, None, 0.0]),
     ]
-    assert cpu_series([row("in-memory", None, [])]) == [("server replicas", [900.0])]
+    assert cpu_series([row("in-memory", None, [])]) == [("replica processes", [900.0])]
+    # Redis at 10 µs beside an in-process peer at 2,000: a log axis, else a linear one
+    assert wide([("replica processes", [80.0, 2000.0]), ("Redis", [10.0, None])])
+    assert not wide([("replica processes", [80.0, 120.0]), ("Redis", [10.0, None])])
     report = {"meta": {"options": {"sessions": 1, "replicas": 2}, "backend": "redis"}}
     paths = write_plots({**report, "stores": stores}, tmp_path / "p")
     assert [p.name for p in paths] == ["latency_cdf.png", "throughput.png", "cpu_per_resume.png"]

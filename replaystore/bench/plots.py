@@ -118,9 +118,15 @@ def cpu_series(stores: list[dict[str, Any]]) -> list[tuple[str, list[float | Non
     replicas = [s.get("replica_cpu_us_per_resume") for s in stores]
     return [
         (label, [v if _finite(v) else None for v in values])
-        for label, values in (("server replicas", replicas), ("Redis", redis))
+        for label, values in (("replica processes", replicas), ("Redis", redis))
         if any(_finite(v) for v in values)
     ]
+
+
+def wide(series: list[tuple[str, list[float | None]]]) -> bool:
+    """Whether the bars span more than 30x: then a log axis, or one slow peer flattens the rest."""
+    values = [v for _, row in series for v in row if v is not None]
+    return _loggable(values) and max(values) > 30 * min(values)
 
 
 def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path | None:
@@ -144,6 +150,8 @@ def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path
         )
     names = [s["name"] + ("\n(in process)" if "redis" not in s else "") for s in stores]
     ax.set_xticks(xs, names, rotation=20, fontsize=8)
+    if wide(series):
+        ax.set_yscale("log")
     ax.set_ylabel("CPU µs per resume")
     ax.set_title(f"CPU per resume: {title}", fontsize=10)
     ax.legend(fontsize=8)

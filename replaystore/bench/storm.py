@@ -102,7 +102,7 @@ class _Pooled:
     latencies: list[float] = field(default_factory=list)
     by_kind: dict[str, list[float]] = field(default_factory=dict)  # latencies per reconnect kind
     storm_wall: float = 0.0
-    client_cpu_s: float = 0.0  # the replica processes' CPU over the storms
+    replica_cpu_s: float = 0.0  # the replica processes' CPU over the storms
     appends: int = 0
     fill_wall: float = 0.0
     fill_latencies: list[float] = field(default_factory=list)
@@ -298,7 +298,7 @@ def _run_one(
     storm_appends = sum(len(s["appended"]) for s in storms)
     into.latencies += latencies
     into.storm_wall += storm_wall
-    into.client_cpu_s += sum(s["cpu_s"] for s in storms)
+    into.replica_cpu_s += sum(s["cpu_s"] for s in storms)
     into.appends += appends
     into.fill_wall += fill_wall
     into.fill_latencies += [x for f in normal_fills for x in f["latencies"]]
@@ -418,7 +418,7 @@ def _figures(name: str, what: str, sticky: bool, p: _Pooled) -> dict[str, Any]:
         "storm_appends": p.storm_appends,
         "storm_seconds": round(p.storm_wall, 3),
         # every replica process's CPU over the storm per resume (the few appends included)
-        "client_cpu_us_per_resume": round(p.client_cpu_s * 1e6 / resumes, 1) if resumes else None,
+        "replica_cpu_us_per_resume": round(p.replica_cpu_s * 1e6 / resumes, 1) if resumes else None,
         **p.tally.as_dict(),
         "latency_cdf_ms": [round(_quantile(lat, q / 100) * 1e3, 3) for q in range(101)],
         # a failed resume does more than a good one: what that costs its caller

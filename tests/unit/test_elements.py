@@ -80,8 +80,16 @@ def test_event_ids_are_cursors_naming_each_event(
     positions = [p for p in stored.positions if p is not None]
     assert len(positions) == len(rows)
     epoch = "0123456789ab"
-    for stamps in (stored.stamps, [int(s) for s in stored.stamps]):
-        chain = Chain("seq, with a comma", first, positions, stored.payloads, stamps)
+    assert stored.texts == [str(p) for p in positions]  # as read: canonical numbers
+    spelled = Chain("s", first, positions, stored.payloads, stored.stamps).events(epoch)
+    joined = Chain("s", first, positions, stored.payloads, stored.stamps, stored.texts)
+    assert joined.events(epoch) == spelled  # joined from text as formatted from numbers
+    for stamps, texts in (
+        (stored.stamps, stored.texts),
+        (stored.stamps, None),
+        ([int(s) for s in stored.stamps], None),
+    ):
+        chain = Chain("seq, with a comma", first, positions, stored.payloads, stamps, texts)
         events = chain.events(epoch)
         assert [e.payload for e in events] == [d for _, _, d in rows]
         for i, event in enumerate(events):

@@ -79,9 +79,9 @@ def test_the_classes_built_per_resume() -> None:
     """Each class a resume builds this way gives what its constructor gives."""
     state = ("s", "t" * 16, 5, 1, 0, 3)
     assert builder(SequenceState)(*state) == SequenceState(*state)
-    chain = ("s", 1, [2, 3], [b"a", None], ["1", "2"])
+    chain = ("s", 1, [2, 3], [b"a", None], ["1", "2"], ["2", "3"])
     assert builder(Chain)(*chain) == Chain(*chain)
-    assert builder(Stored)([1], [b"a"], ["1"]) == Stored([1], [b"a"], ["1"])
+    assert builder(Stored)([1], [b"a"], ["1"], None) == Stored([1], [b"a"], ["1"])
     judged = (Verdict.RESUMED, "resumed", "s", Chain(*chain), None)
     assert builder(Judgement)(*judged) == Judgement(*judged)
     evidence = Evidence("S", "why", replayed=2)

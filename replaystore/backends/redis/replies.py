@@ -83,9 +83,9 @@ def decode_elements(elements: list[bytes]) -> Stored:
 
     Written as ``map`` over C functions and one pattern match over all the
     heads, with no Python code run per element, and the stamps kept as text:
-    they only go into event ids. A list with any element that is not
-    ``<position>,<stamp>[:<payload>]`` (a lost one is empty) takes the slow
-    path, element by element.
+    they only go into event ids (as do the positions' texts, kept beside
+    them). A list with any element that is not ``<position>,<stamp>[:<payload>]``
+    (a lost one is empty) takes the slow path, element by element.
     """
     parts = list(map(bytes.partition, elements, repeat(b":")))
     heads = b";".join(map(_HEAD, parts))
@@ -94,18 +94,20 @@ def decode_elements(elements: list[bytes]) -> Stored:
     # head holds a ";" of its own: together, every element is well formed.
     if heads.count(b";") == len(parts) - 1 and _HEADS_RE.fullmatch(heads):
         numbers = heads.decode().replace(";", ",").split(",")
+        texts: list[str] | None = numbers[0::2]
         positions = list(map(int, numbers[0::2]))
         stamps = numbers[1::2]
     else:  # a lost element (empty) or a damaged one: mark it, the rules see a hole
-        positions, stamps = [], []
+        positions, stamps, texts = [], [], None
         for head, _, _ in parts:
             ok = _HEAD_RE.fullmatch(head)
             position, _, stamp = head.partition(b",")
             positions.append(int(position) if ok else None)
             stamps.append(stamp.decode() if ok else "")
     if b"" in map(_SEPARATOR, parts):  # priming events carry no payload
-        return _new_stored(positions, [body if sep else None for _, sep, body in parts], stamps)
-    return _new_stored(positions, list(map(_BODY, parts)), stamps)
+        payloads = [body if sep else None for _, sep, body in parts]
+        return _new_stored(positions, payloads, stamps, texts)
+    return _new_stored(positions, list(map(_BODY, parts)), stamps, texts)
 
 
 #: A position or a stamp as the scripts write them, and as cursors spell them
