@@ -113,21 +113,40 @@ async def _sessions(buf: ReplayBuffer, n: int) -> list[tuple[str, str]]:
     return out
 
 
-async def test_kept_connections_go_back_to_the_pool_when_the_last_call_ends(
-    redis_server: ServerHandle, prefix: str
+async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
+    redis_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Calls in flight keep their connections for each other; none is kept once all ended."""
+    """A burst's connections are kept for the next one (no pool checkout), and go back to
+    the pool once no call has come for ``IDLE_S``."""
+    idle = 0.5  # longer than the test's own steps take on a loaded machine
+    monkeypatch.setattr(wire, "IDLE_S", idle)
     async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
         backend: Any = buf.backend
         cursors = await _sessions(buf, 40)
-        replies = await asyncio.gather(
-            *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors * 3)
-        )
-        assert all(r.ok and len(r.events) == 1 for r in replies)
-        assert backend._wire._kept == [] and backend._wire._in_flight == 0
         pool = _pool(buf)
-        assert not pool._in_use_connections
-        assert len(pool._available_connections) > 1  # the calls did run side by side
+        checkouts = 0
+        take = pool.get_connection
+
+        async def counted() -> Any:
+            nonlocal checkouts
+            checkouts += 1
+            return await take()
+
+        pool.get_connection = counted
+        for burst in range(3):
+            replies = await asyncio.gather(
+                *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
+            )
+            assert all(r.ok and len(r.events) == 1 for r in replies)
+            assert backend._wire._in_flight == 0
+            assert len(backend._wire._kept) == len(pool._in_use_connections) > 1
+            if burst == 0:
+                first = checkouts
+                assert first > 1  # the calls did run side by side
+        assert checkouts == first  # the later bursts took the kept ones
+        await asyncio.sleep(idle * 1.5)
+        assert backend._wire._kept == [] and not pool._in_use_connections
+        assert len(pool._available_connections) > 1
 
 
 async def test_callers_waiting_for_the_pool_get_the_kept_connections(
@@ -150,6 +169,7 @@ async def test_callers_waiting_for_the_pool_get_the_kept_connections(
         replies, pongs = await asyncio.gather(resumes, pings)
         assert time.monotonic() - began < 2.5
         assert all(r.ok for r in replies) and all(pongs)
+        await asyncio.sleep(wire.IDLE_S * 50)
         assert backend._wire._kept == []
 
 
@@ -174,7 +194,10 @@ async def test_a_kept_connection_the_server_closed_is_not_used(
         ids = await buf.append_many("s", "seq", [b"a", b"b"])
         assert len(ids) == 2
         await wire_._give(busy)
-        assert wire_._kept == [] and wire_._in_flight == 0
+        assert wire_._in_flight == 0
+        assert all(wire._sound(c) for c in wire_._kept)  # the pool repaired the closed one
+        await wire_.give_back()
+        assert wire_._kept == [] and not _pool(buf)._in_use_connections
 
 
 async def test_resp3_replies_and_a_push_message_between_them(

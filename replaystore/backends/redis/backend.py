@@ -250,6 +250,7 @@ class RedisBackend(Backend):
     async def aclose(self) -> None:
         await self._teardowns.aclose()
         await self._leftovers.aclose()
+        await self._wire.give_back()  # a client passed in gets its connections back
         if self._owns_client:
             await self.client.aclose()
             pool = getattr(self.client, "connection_pool", None)
