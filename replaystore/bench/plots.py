@@ -10,7 +10,9 @@
   written for a run that measured none, such as ``--http``).
 
 An axis is logarithmic only when every value on it is positive: a latency that
-rounds to 0 ms would make matplotlib refuse the whole plot.
+rounds to 0 ms would make matplotlib refuse the whole plot. A bar chart's
+axis is logarithmic when its bars span more than 30x (:func:`wide`): one
+in-process peer's hundreds of thousands of appends/s would flatten the rest.
 """
 
 from __future__ import annotations
@@ -73,6 +75,10 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
             label="appends/s",
         )
     ax.set_xticks(xs, names, rotation=20, fontsize=8)
+    rates = [("resumes/s", [s["resumes_per_s"] or None for s in stores])]
+    rates.append(("appends/s", [s["appends_per_s"] or None for s in stores]))
+    if wide(rates):
+        ax.set_yscale("log")
     ax.set_ylabel("per second")
     ax.set_title(f"Throughput: {title}", fontsize=10)
     ax.legend(fontsize=8)
