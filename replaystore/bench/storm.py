@@ -15,11 +15,12 @@ For each store in turn:
 
 The stores run one after another on the same Redis, so each has the server to
 itself while it is measured. A storm of 10,000 sessions lasts about half a
-second, and one such half second swings a ratio between two stores by a
-third on a shared machine; ``rounds`` runs every store's fill and storm that
-many times, alternating the stores' order, and pools the rounds (counts and
-seconds added, latencies merged): the figures of one storm that many times
-as long, with each round's ratios kept beside them to show the spread.
+second, and one such half second moves a ratio between two stores by a
+tenth or more on a shared machine; ``rounds`` runs every store's fill and
+storm that many times, alternating the stores' order, and pools the rounds
+(counts and seconds added, latencies merged): the figures of one storm that
+many times as long, with each round's ratios kept beside them to show the
+spread.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, Verdict
 from replaystore.backends.redis import wire
@@ -147,6 +148,27 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
         await asyncio.sleep(idle * 1.5)
         assert backend._wire._kept == [] and not pool._in_use_connections
         assert len(pool._available_connections) > 1
+
+
+async def test_a_client_passed_in_gets_its_connections_back_at_close(
+    redis_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing the buffer gives the kept connections back to a client it does not own,
+    without waiting for ``IDLE_S``; the client goes on working."""
+    monkeypatch.setattr(wire, "IDLE_S", 60.0)  # only the close can give them back
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        async with ReplayBuffer.from_url("redis://", client=client, prefix=prefix) as buf:
+            cursors = await _sessions(buf, 10)
+            replies = await asyncio.gather(
+                *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
+            )
+            assert all(r.ok for r in replies)
+            assert len(client.connection_pool._in_use_connections) > 1  # kept
+        assert not client.connection_pool._in_use_connections
+        assert await client.ping()
+    finally:
+        await client.aclose()
 
 
 async def test_callers_waiting_for_the_pool_get_the_kept_connections(
