@@ -3,8 +3,9 @@
 - ``latency_cdf.png``: resume latency CDF per store;
 - ``throughput.png``: resumes/s and appends/s per store (appends/s only where measured);
 - ``cpu_per_resume.png``: CPU per resume per store: the Redis's (``INFO``) for a
-  store on Redis, and over HTTP the server replicas' as well; a store in
-  process memory has no Redis bar, it is labelled "in process" instead;
+  store on Redis, and the replica processes' (the storm's, or over HTTP the
+  servers'); a store in process memory has no Redis bar, it is labelled "in
+  process" instead;
 - ``cost_by_history.png``: the latency of one 9-event resume (one caller, no other
   load) against the number of events the session holds in another stream (not
   written for a run that measured none, such as ``--http``).
@@ -75,8 +76,7 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
             label="appends/s",
         )
     ax.set_xticks(xs, names, rotation=20, fontsize=8)
-    rates = [("resumes/s", [s["resumes_per_s"] or None for s in stores])]
-    rates.append(("appends/s", [s["appends_per_s"] or None for s in stores]))
+    rates = [(key, [s[key] or None for s in stores]) for key in ("resumes_per_s", "appends_per_s")]
     if wide(rates):
         ax.set_yscale("log")
     ax.set_ylabel("per second")

@@ -94,8 +94,9 @@ def decode_elements(elements: list[bytes]) -> Stored:
     # head holds a ";" of its own: together, every element is well formed.
     if heads.count(b";") == len(parts) - 1 and _HEADS_RE.fullmatch(heads):
         numbers = heads.decode().replace(";", ",").split(",")
-        texts: list[str] | None = numbers[0::2]
-        positions = list(map(int, numbers[0::2]))
+        texts: list[str] | None
+        texts = position_texts = numbers[0::2]
+        positions = list(map(int, position_texts))
         stamps = numbers[1::2]
     else:  # a lost element (empty) or a damaged one: mark it, the rules see a hole
         positions, stamps, texts = [], [], None
