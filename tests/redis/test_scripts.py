@@ -130,17 +130,19 @@ async def test_script_flush_storm_during_appends(scratch_server: ServerHandle, p
 class _CountingClient:
     """Records every round trip the buffer's backend makes.
 
-    The backend sends everything through three methods of its wire:
+    The backend sends everything through four methods of its wire:
     ``roundtrip`` (one packed command: a script call), ``pipelined`` (several
-    commands in one packet) and ``watched`` (two packets on one connection: an
-    optimistic transaction). Wrapping them sees every round trip, as
-    ``["FCALL", ...]``, ``"PIPELINE"`` and two ``"WATCHED"`` entries.
+    commands in one packet), ``read`` (the same for reads, which may share
+    their packet with other reads) and ``watched`` (two packets on one
+    connection: an optimistic transaction). Wrapping them sees every round
+    trip, as ``["FCALL", ...]``, ``"PIPELINE"`` and two ``"WATCHED"`` entries.
     """
 
     def __init__(self, backend: Any) -> None:
         self.sent: list[str] = []
         wire = backend._wire
         roundtrip, pipelined, watched = wire.roundtrip, wire.pipelined, wire.watched
+        read = wire.read
 
         async def counting_watched(reads: bytes, replies: int, then: Any) -> Any:
             self.sent += ["WATCHED", "WATCHED"]
@@ -156,8 +158,13 @@ class _CountingClient:
             self.sent.append("PIPELINE")
             return await pipelined(packet, replies)
 
+        async def counting_read(packet: bytes, replies: int) -> Any:
+            self.sent.append("PIPELINE")
+            return await read(packet, replies)
+
         wire.roundtrip = counting_roundtrip
         wire.pipelined = counting_pipelined
+        wire.read = counting_read
 
     def take(self) -> list[str]:
         sent, self.sent = self.sent, []

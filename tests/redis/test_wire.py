@@ -14,6 +14,7 @@ from typing import Any
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from replaystore import ReplayBuffer, Verdict
 from replaystore.backends.redis import wire
@@ -78,7 +79,7 @@ async def test_without_the_names_every_command_goes_through_redis_py(
     """Same answers either way; only the path differs (and functions are still used)."""
     monkeypatch.setattr(wire, "BY_HAND", direct)
     by_hand: list[str] = []
-    for name in ("roundtrip", "pipelined"):
+    for name in ("roundtrip", "pipelined", "read"):
         original = getattr(wire.Wire, name)
 
         async def counted(self: Any, *args: Any, _name: str = name, _f: Any = original) -> Any:
@@ -134,11 +135,9 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
             return await take()
 
         pool.get_connection = counted
-        for burst in range(3):
-            replies = await asyncio.gather(
-                *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
-            )
-            assert all(r.ok and len(r.events) == 1 for r in replies)
+        for burst in range(3):  # appends: each call its own packet (reads share theirs)
+            ids = await asyncio.gather(*(buf.append(s, "seq", b"c") for s, _ in cursors))
+            assert len(set(ids)) == len(cursors)
             assert backend._wire._in_flight == 0
             assert len(backend._wire._kept) == len(pool._in_use_connections) > 1
             if burst == 0:
@@ -160,10 +159,7 @@ async def test_a_client_passed_in_gets_its_connections_back_at_close(
     try:
         async with ReplayBuffer.from_url("redis://", client=client, prefix=prefix) as buf:
             cursors = await _sessions(buf, 10)
-            replies = await asyncio.gather(
-                *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
-            )
-            assert all(r.ok for r in replies)
+            await asyncio.gather(*(buf.append(s, "seq", b"c") for s, _ in cursors))
             assert len(client.connection_pool._in_use_connections) > 1  # kept
         assert not client.connection_pool._in_use_connections
         assert await client.ping()
@@ -251,3 +247,130 @@ async def test_resp3_replies_and_a_push_message_between_them(
         assert replay.ok and [e.payload for e in replay.events] == [None]
         failed = await buf.resolve_and_replay("s", first, sequence="other")
         assert failed.verdict is Verdict.UNKNOWN_SEQUENCE and failed.evidence.torn_down
+
+
+def _spy_packets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The reply count of every packet the wire sends by hand from now on."""
+    sent: list[int] = []
+    exchange = wire._exchange
+
+    async def spied(conn: Any, packet: bytes, replies: int, *args: Any, **kw: Any) -> Any:
+        sent.append(replies)
+        return await exchange(conn, packet, replies, *args, **kw)
+
+    monkeypatch.setattr(wire, "_exchange", spied)
+    return sent
+
+
+async def test_resumes_in_flight_together_share_their_packets(
+    redis_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty resumes started together: their reads go out in a few packets, not forty, on
+    few connections, and each gets exactly its own session's events."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        cursors = await _sessions(buf, 40)
+        sent = _spy_packets(monkeypatch)
+        replies = await asyncio.gather(
+            *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
+        )
+        for (session, _), reply in zip(cursors, replies, strict=True):
+            assert reply.ok and [e.payload for e in reply.events] == [b"b"]
+            assert reply.evidence.session == session
+            assert all(e.event_id.startswith(reply.evidence.epoch) for e in reply.events)
+        epochs = {r.evidence.epoch for r in replies}
+        assert len(epochs) == 40  # forty sessions, forty incarnations: nothing crossed
+        assert sum(sent) == 80 and len(sent) <= 3, sent  # HMGET and LRANGE per resume
+        assert max(sent) >= 60
+
+
+async def test_each_read_of_a_shared_packet_gets_its_own_replies(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """Reads of different lengths in one packet: each caller gets its replies in order, an
+    error reply as a value in its own list only."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        w: Any = buf.backend._wire
+        client = buf.backend.client  # type: ignore[attr-defined]
+        await client.set(f"{prefix}str", "v")
+        await client.rpush(f"{prefix}list", "a", "b", "c")
+        busy = await w._take()  # another call in flight: ready reads gather
+        try:
+            reads = [
+                [("GET", f"{prefix}str")],
+                [("LRANGE", f"{prefix}str", 0, -1), ("GET", f"{prefix}str")],  # WRONGTYPE
+                [("LRANGE", f"{prefix}list", 1, -1), ("LLEN", f"{prefix}list"), ("PING",)],
+            ]
+            got = await asyncio.gather(
+                *(w.read(b"".join(wire.pack_one(c) for c in r), len(r)) for r in reads)
+            )
+        finally:
+            await w._give(busy)
+        assert got[0] == [b"v"]
+        assert isinstance(got[1][0], redis.exceptions.ResponseError) and got[1][1] == b"v"
+        assert got[2] == [[b"b", b"c"], 3, b"PONG"]
+
+
+async def test_reads_sharing_a_packet_whose_sender_is_cancelled_are_not_left_waiting(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """The first read sends the packet; cancelled while the server holds it, the reads that
+    shared it fail at once with a connection error (not a hang), and the resumes they were
+    part of succeed on their one retry."""
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+            w: Any = buf.backend._wire
+            cursors = await _sessions(buf, 10)
+            busy = await w._take()  # another call in flight: the reads gather
+            try:
+                await admin.execute_command("CLIENT", "PAUSE", 400, "ALL")
+                tasks = [
+                    asyncio.create_task(buf.resolve_and_replay(s, c, sequence="seq"))
+                    for s, c in cursors
+                ]
+                await asyncio.sleep(0.1)  # all ten read, in one packet the server holds
+                assert not any(t.done() for t in tasks)
+                tasks[0].cancel()  # the first one started the packet
+                replies = await asyncio.wait_for(asyncio.gather(*tasks[1:]), 5)
+            finally:
+                await w._give(busy)
+            with pytest.raises(asyncio.CancelledError):
+                await tasks[0]
+            for reply in replies:
+                assert reply.ok and [e.payload for e in reply.events] == [b"b"]
+            assert w._in_flight == 0
+            # the cancelled packet's connection was dropped, not left to be read by another call
+            again = await buf.resolve_and_replay(*cursors[0], sequence="seq")
+            assert again.ok and [e.payload for e in again.events] == [b"b"]
+    finally:
+        await admin.aclose()
+
+
+async def test_a_read_whose_caller_gave_up_does_not_disturb_the_others(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """A read that shares a packet and is cancelled: its replies are read and dropped, the
+    others' arrive, and the connection stays in step for the next call."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        w: Any = buf.backend._wire
+        cursors = await _sessions(buf, 5)
+        busy = await w._take()
+        try:
+            tasks = [
+                asyncio.create_task(buf.resolve_and_replay(s, c, sequence="seq"))
+                for s, c in cursors
+            ]
+            await asyncio.sleep(0)  # each has sent its read to the packet
+            tasks[3].cancel()
+            done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        finally:
+            await w._give(busy)
+        assert isinstance(done[3], asyncio.CancelledError)
+        for i, reply in enumerate(done):
+            if i != 3:
+                assert not isinstance(reply, BaseException) and reply.ok
+                assert [e.payload for e in reply.events] == [b"b"]
+        replies = await asyncio.gather(
+            *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
+        )
+        assert all(r.ok and [e.payload for e in r.events] == [b"b"] for r in replies)

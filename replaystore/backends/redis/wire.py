@@ -4,7 +4,8 @@ On a plain client over redis-py's own connections, commands and pipelines are
 sent by hand (one packet, replies read as Redis sent them: fed from the socket
 to the connection's hiredis reader and taken from it, under one timer per
 exchange, on a connection kept between calls while others are in flight),
-which costs a fraction of a redis-py ``Pipeline``. That path uses names of redis-py that are
+which costs a fraction of a redis-py ``Pipeline``; the reads of resumes that are ready
+together share one packet (:meth:`Wire.read`). That path uses names of redis-py that are
 not its public API, listed in :data:`REQUIREMENTS` and checked when this module
 is imported, the way :mod:`replaystore.mcp.sdk` checks the MCP SDK's: if one
 is missing, every client goes through redis-py's public API instead (slower,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import inspect
 import math
 import warnings
@@ -286,6 +288,9 @@ _REDIRECTED = (AskError, ClusterDownError, TryAgainError)
 #: once, nearly every burst would take its connections from the pool again.
 IDLE_S = 0.001
 
+#: At most this many reads share one packet (:meth:`Wire.read`).
+SHARED_READS = 64
+
 
 class Wire:
     """How one backend's commands reach Redis: by hand where it may, else through redis-py.
@@ -319,6 +324,9 @@ class Wire:
         self._kept: list[Any] = []
         self._idle: asyncio.TimerHandle | None = None  # gives them back unless a call comes
         self._giving: set[asyncio.Task[None]] = set()
+        # The reads gathering for the next shared packet (see ``read``); the
+        # first one's own place holds no future: it sends them all.
+        self._gathering: list[tuple[bytes, int, asyncio.Future[list[Any]] | None]] | None = None
 
     async def command(self, command: tuple[Any, ...]) -> Any:
         """One command; its reply, an error reply raised."""
@@ -359,10 +367,62 @@ class Wire:
         """
         return await self._packet(packet, replies, slack)
 
-    async def _packet(self, packet: bytes, replies: int, slack: float) -> list[Any]:
+    async def read(self, packet: bytes, replies: int) -> list[Any]:
+        """A packet of reads, sent in one packet with the other reads ready at the same moment.
+
+        As :meth:`pipelined`, for commands that are safe to send twice. While
+        other calls are in flight, the reads that become ready in the same
+        event-loop iteration (up to :data:`SHARED_READS`) go out as one packet
+        on one connection, and each caller gets its own replies from it: a
+        storm of resumes then costs Redis one read and one write of a socket
+        per packet instead of per resume, and the client one write. Measured
+        in a reconnect storm of four replica processes on two cores, against
+        a packet per resume: about a fifth less client CPU and Redis CPU per
+        resume, a quarter more resumes per second.
+
+        The first read of a packet sends it. If that fails, every read in it
+        fails the same way (a connection error, which a read is retried once
+        on); if its caller is cancelled meanwhile, the others get a
+        connection error rather than being left waiting.
+        """
+        gathering = self._gathering
+        if gathering is not None and len(gathering) < SHARED_READS:
+            future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+            gathering.append((packet, replies, future))
+            return await future
+        gathering = self._gathering = [(packet, replies, None)]
+        try:
+            if self._in_flight:
+                await asyncio.sleep(0)  # the reads ready in this iteration join this one
+            if self._gathering is gathering:
+                self._gathering = None
+            if len(gathering) == 1:
+                return await self._packet(packet, replies, 0.0, gathered=True)
+            out = await self._packet(
+                b"".join([p for p, _, _ in gathering]),
+                sum([n for _, n, _ in gathering]),
+                0.0,
+                gathered=True,
+            )
+        except BaseException as exc:
+            if self._gathering is gathering:
+                self._gathering = None
+            _fail_others(gathering, exc)
+            raise
+        at = replies
+        for _, n, waiter in gathering[1:]:
+            if waiter is not None and not waiter.done():  # a caller that gave up: none
+                waiter.set_result(out[at : at + n])
+            at += n
+        return out[:replies]
+
+    async def _packet(
+        self, packet: bytes, replies: int, slack: float, *, gathered: bool = False
+    ) -> list[Any]:
         conn = await self._take()
         try:
-            out = await _exchange(conn, packet, replies, slack, crowded=self._in_flight > 1)
+            crowded = not gathered and self._in_flight > 1  # gathered: yielded already
+            out = await _exchange(conn, packet, replies, slack, crowded=crowded)
         except BaseException:
             await self._lose(conn)
             raise
@@ -503,6 +563,28 @@ class Wire:
         kept, self._kept[:] = list(self._kept), []
         for conn in kept:
             await self.client.connection_pool.release(conn)
+
+
+def _fail_others(
+    gathering: list[tuple[bytes, int, asyncio.Future[list[Any]] | None]], exc: BaseException
+) -> None:
+    """The reads that shared a failed packet fail as it did; a cancelled sender's, with a
+    connection error (each is retried once as one)."""
+    for _, _, future in gathering[1:]:
+        if future is None or future.done():
+            continue
+        if isinstance(exc, Exception):
+            future.set_exception(_again(exc))
+        else:
+            future.set_exception(RedisConnectionError("the read sharing this packet stopped"))
+
+
+def _again(exc: Exception) -> Exception:
+    """The same error for another caller: a copy, so that each raise keeps its own traceback."""
+    try:
+        return copy.copy(exc)
+    except Exception:  # an exception type that cannot be rebuilt from its arguments
+        return exc
 
 
 def _sound(conn: Any) -> bool:
