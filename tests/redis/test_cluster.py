@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from typing import Any
 
@@ -239,3 +240,55 @@ async def test_resume_reads_go_by_hand_to_the_slots_master_and_follow_a_move(
         replay = await buf.resolve_and_replay("h0", ids["h0"][0])
         assert [e.payload for e in replay.events] == [b"b", b"c"]
         assert through_redis_py == [2]  # by hand again, to the right master
+
+
+async def test_resume_reads_for_one_master_share_a_packet_and_a_moved_one_goes_alone(
+    cluster_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thirty resumes at once: their reads go by hand in a few packets per master, not thirty;
+    one whose slot redis-py's map names wrongly gets MOVED inside its shared packet and
+    alone goes through redis-py; every answer is its own session's."""
+    from replaystore.backends.redis import wire as wire_module
+
+    async with ReplayBuffer.from_url(cluster_server.url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        client = backend.client
+        wire = backend._wire
+        sessions = [f"p{i}" for i in range(30)]
+        ids = {}
+        for session in sessions:
+            await buf.open_session(session)
+            ids[session] = await buf.append_many(session, "q", [b"a", session.encode()])
+        pipeline = wire.pipeline
+        through_redis_py: list[int] = []
+
+        async def counting(commands: Any, **kwargs: Any) -> Any:
+            through_redis_py.append(len(commands))
+            return await pipeline(commands, **kwargs)
+
+        wire.pipeline = counting
+        packets: list[int] = []
+        exchange = wire_module._exchange
+
+        async def spied(conn: Any, packet: bytes, replies: int, *args: Any, **kw: Any) -> Any:
+            packets.append(replies)
+            return await exchange(conn, packet, replies, *args, **kw)
+
+        monkeypatch.setattr(wire_module, "_exchange", spied)
+        slot = client.keyslot(f"{backend.key_base('p0')}:m")
+        assert all(
+            client.keyslot(f"{backend.key_base(s)}:m") != slot for s in sessions[1:]
+        )  # p0 alone in its slot
+        right = client.nodes_manager.slots_cache[slot][0]
+        client.nodes_manager.slots_cache[slot] = [
+            next(n for n in client.get_primaries() if n.name != right.name)
+        ]
+        replies = await asyncio.gather(*(buf.resolve_and_replay(s, ids[s][0]) for s in sessions))
+        for session, reply in zip(sessions, replies, strict=True):
+            assert reply.verdict is Verdict.RESUMED, (session, reply)
+            assert [e.payload for e in reply.events] == [session.encode()]
+            assert reply.evidence.session == session
+        assert through_redis_py == [2]  # p0's read only, sent again after its MOVED
+        assert sum(packets) == 60  # every read went by hand first, p0's to the wrong master
+        assert len(packets) <= 9, packets  # a few packets per master, not one per read
+        assert client.nodes_manager.slots_cache[slot][0].name == right.name

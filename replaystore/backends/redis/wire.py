@@ -327,6 +327,9 @@ class Wire:
         # The reads gathering for the next shared packet (see ``read``); the
         # first one's own place holds no future: it sends them all.
         self._gathering: list[tuple[bytes, int, asyncio.Future[list[Any]] | None]] | None = None
+        self._gathering_at: dict[
+            str, list[tuple[bytes, int, asyncio.Future[list[Any] | None] | None]]
+        ] = {}  # on a cluster: per master, by its name
 
     async def command(self, command: tuple[Any, ...]) -> Any:
         """One command; its reply, an error reply raised."""
@@ -454,41 +457,78 @@ class Wire:
         return out
 
     async def pipelined_at(self, key: str, packet: bytes, replies: int) -> list[Any] | None:
-        """A packet of commands on ``key``'s slot, by hand to the master that holds it.
+        """A packet of reads on ``key``'s slot, by hand to the master that holds it.
 
         On a cluster, redis-py's pipeline costs a resume's read several times
-        its own work in client time; the read is one packet to one master.
+        its own work in client time; the read is one packet to one master,
+        shared with the other reads for that master that are ready at the same
+        moment, as :meth:`read` does on one server.
         ``None`` when that master could not take it (it answered that the slot
         moved, or is not served yet; the connection failed; the map names no
-        node; its node's connections are not redis-py's own): the caller then
-        sends the same commands through redis-py, which follows redirections
-        and refreshes its map. Only for reads, which are safe to send twice.
+        node; its node's connections are not redis-py's own; the read that
+        sent the shared packet was cancelled): the caller then sends the same
+        commands through redis-py, which follows redirections and refreshes
+        its map. Only for reads, which are safe to send twice.
         """
+        try:
+            node = self.client.get_node_from_key(key)
+        except (RedisClusterException, RedisConnectionError):  # no node
+            return None
+        if node is None or node.connection_class not in OWN_CONNECTIONS:
+            return None
+        gathering = self._gathering_at.get(node.name)
+        if gathering is not None and len(gathering) < SHARED_READS:
+            future: asyncio.Future[list[Any] | None] = asyncio.get_running_loop().create_future()
+            gathering.append((packet, replies, future))
+            return await future
+        gathering = self._gathering_at[node.name] = [(packet, replies, None)]
+        out: list[Any] | None = None
+        try:
+            if self._in_flight:
+                await asyncio.sleep(0)  # the reads for this master ready in this iteration join
+            if self._gathering_at.get(node.name) is gathering:
+                del self._gathering_at[node.name]
+            out = await self._exchange_at(
+                node,
+                packet if len(gathering) == 1 else b"".join([p for p, _, _ in gathering]),
+                sum([n for _, n, _ in gathering]),
+            )
+        finally:
+            if self._gathering_at.get(node.name) is gathering:
+                del self._gathering_at[node.name]
+            at = replies
+            for _, n, waiter in gathering[1:]:
+                if not (waiter is None or waiter.done()):  # a caller that gave up: none
+                    waiter.set_result(_unmoved(out[at : at + n]) if out is not None else None)
+                at += n
+        return _unmoved(out[:replies]) if out is not None else None
+
+    async def _exchange_at(self, node: Any, packet: bytes, replies: int) -> list[Any] | None:
+        """One packet on a connection of ``node``; ``None`` if the connection failed."""
         # The client's bound on commands in flight (``_redis_client``'s
         # cluster client waits for a place): a connection taken here counts.
         hold = getattr(self.client, "in_flight", None)
-        async with hold() if hold is not None else contextlib.nullcontext():
-            try:
-                node = self.client.get_node_from_key(key)
-                if node is None or node.connection_class not in OWN_CONNECTIONS:
+        self._in_flight += 1
+        try:
+            async with hold() if hold is not None else contextlib.nullcontext():
+                try:
+                    conn = node.acquire_connection()
+                except (RedisClusterException, RedisConnectionError):  # no connection
                     return None
-                conn = node.acquire_connection()
-            except (RedisClusterException, RedisConnectionError):  # no node, no connection
-                return None
-            try:
-                out = await _exchange(conn, packet, replies, 0.0, crowded=False)
-            except (RedisConnectionError, RedisTimeoutError):
-                await _drop(conn)
+                try:
+                    out: list[Any] = await _exchange(conn, packet, replies, 0.0, crowded=False)
+                except (RedisConnectionError, RedisTimeoutError):
+                    await _drop(conn)
+                    node.release(conn)
+                    return None
+                except BaseException:
+                    await _drop(conn)
+                    node.release(conn)
+                    raise
                 node.release(conn)
-                return None
-            except BaseException:
-                await _drop(conn)
-                node.release(conn)
-                raise
-            node.release(conn)
-        if any(isinstance(reply, _REDIRECTED) for reply in out):
-            return None
-        return out
+                return out
+        finally:
+            self._in_flight -= 1
 
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
@@ -577,6 +617,11 @@ def _fail_others(
             future.set_exception(_again(exc))
         else:
             future.set_exception(RedisConnectionError("the read sharing this packet stopped"))
+
+
+def _unmoved(replies: list[Any]) -> list[Any] | None:
+    """A read's replies, or ``None`` if its master did not serve its slot (see ``_REDIRECTED``)."""
+    return None if any(isinstance(reply, _REDIRECTED) for reply in replies) else replies
 
 
 def _again(exc: Exception) -> Exception:
