@@ -132,8 +132,8 @@ class _CountingClient:
 
     The backend sends everything through four methods of its wire:
     ``roundtrip`` (one packed command: a script call), ``pipelined`` (several
-    commands in one packet), ``read`` (the same for reads, which may share
-    their packet with other reads) and ``watched`` (two packets on one
+    commands in one packet), ``shared`` (the same, for a packet that may go
+    out with other calls' packets) and ``watched`` (two packets on one
     connection: an optimistic transaction). Wrapping them sees every round
     trip, as ``["FCALL", ...]``, ``"PIPELINE"`` and two ``"WATCHED"`` entries.
     """
@@ -142,7 +142,7 @@ class _CountingClient:
         self.sent: list[str] = []
         wire = backend._wire
         roundtrip, pipelined, watched = wire.roundtrip, wire.pipelined, wire.watched
-        read = wire.read
+        shared = wire.shared
 
         async def counting_watched(reads: bytes, replies: int, then: Any) -> Any:
             self.sent += ["WATCHED", "WATCHED"]
@@ -158,13 +158,13 @@ class _CountingClient:
             self.sent.append("PIPELINE")
             return await pipelined(packet, replies)
 
-        async def counting_read(packet: bytes, replies: int) -> Any:
+        async def counting_shared(packet: bytes, replies: int) -> Any:
             self.sent.append("PIPELINE")
-            return await read(packet, replies)
+            return await shared(packet, replies)
 
         wire.roundtrip = counting_roundtrip
         wire.pipelined = counting_pipelined
-        wire.read = counting_read
+        wire.shared = counting_shared
 
     def take(self) -> list[str]:
         sent, self.sent = self.sent, []

@@ -79,7 +79,7 @@ async def test_without_the_names_every_command_goes_through_redis_py(
     """Same answers either way; only the path differs (and functions are still used)."""
     monkeypatch.setattr(wire, "BY_HAND", direct)
     by_hand: list[str] = []
-    for name in ("roundtrip", "pipelined", "read"):
+    for name in ("roundtrip", "pipelined", "shared"):
         original = getattr(wire.Wire, name)
 
         async def counted(self: Any, *args: Any, _name: str = name, _f: Any = original) -> Any:
@@ -135,9 +135,10 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
             return await take()
 
         pool.get_connection = counted
-        for burst in range(3):  # appends: each call its own packet (reads share theirs)
-            ids = await asyncio.gather(*(buf.append(s, "seq", b"c") for s, _ in cursors))
-            assert len(set(ids)) == len(cursors)
+        ping = wire.pack_one(("PING",))
+        for burst in range(3):  # pipelines: each its own packet (``shared`` calls share one)
+            pongs = await asyncio.gather(*(backend._wire.pipelined(ping, 1) for _ in cursors))
+            assert pongs == [[b"PONG"]] * len(cursors)
             assert backend._wire._in_flight == 0
             assert len(backend._wire._kept) == len(pool._in_use_connections) > 1
             if burst == 0:
@@ -158,8 +159,9 @@ async def test_a_client_passed_in_gets_its_connections_back_at_close(
     client = aioredis.Redis.from_url(redis_server.url)
     try:
         async with ReplayBuffer.from_url("redis://", client=client, prefix=prefix) as buf:
-            cursors = await _sessions(buf, 10)
-            await asyncio.gather(*(buf.append(s, "seq", b"c") for s, _ in cursors))
+            backend: Any = buf.backend
+            ping = wire.pack_one(("PING",))
+            await asyncio.gather(*(backend._wire.pipelined(ping, 1) for _ in range(10)))
             assert len(client.connection_pool._in_use_connections) > 1  # kept
         assert not client.connection_pool._in_use_connections
         assert await client.ping()
@@ -249,13 +251,16 @@ async def test_resp3_replies_and_a_push_message_between_them(
         assert failed.verdict is Verdict.UNKNOWN_SEQUENCE and failed.evidence.torn_down
 
 
-def _spy_packets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The reply count of every packet the wire sends by hand from now on."""
+def _spy_packets(monkeypatch: pytest.MonkeyPatch, sizes: list[int] | None = None) -> list[int]:
+    """The reply count of every packet the wire sends by hand from now on (and its size, in
+    ``sizes`` if given)."""
     sent: list[int] = []
     exchange = wire._exchange
 
     async def spied(conn: Any, packet: bytes, replies: int, *args: Any, **kw: Any) -> Any:
         sent.append(replies)
+        if sizes is not None:
+            sizes.append(len(packet))
         return await exchange(conn, packet, replies, *args, **kw)
 
     monkeypatch.setattr(wire, "_exchange", spied)
@@ -301,7 +306,7 @@ async def test_each_read_of_a_shared_packet_gets_its_own_replies(
                 [("LRANGE", f"{prefix}list", 1, -1), ("LLEN", f"{prefix}list"), ("PING",)],
             ]
             got = await asyncio.gather(
-                *(w.read(b"".join(wire.pack_one(c) for c in r), len(r)) for r in reads)
+                *(w.shared(b"".join(wire.pack_one(c) for c in r), len(r)) for r in reads)
             )
         finally:
             await w._give(busy)
@@ -310,18 +315,18 @@ async def test_each_read_of_a_shared_packet_gets_its_own_replies(
         assert got[2] == [[b"b", b"c"], 3, b"PONG"]
 
 
-async def test_reads_sharing_a_packet_whose_sender_is_cancelled_are_not_left_waiting(
-    redis_server: ServerHandle, prefix: str
+async def test_reads_sharing_a_packet_whose_first_caller_is_cancelled_get_their_replies(
+    redis_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first read sends the packet; cancelled while the server holds it, the reads that
-    shared it fail at once with a connection error (not a hang), and the resumes they were
-    part of succeed on their one retry."""
+    """The first read gathered the packet; cancelled while the server holds it, the reads
+    that shared it are answered all the same, from that one packet (no read sent again)."""
     admin = aioredis.Redis.from_url(redis_server.url)
     try:
         async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
             w: Any = buf.backend._wire
             cursors = await _sessions(buf, 10)
             busy = await w._take()  # another call in flight: the reads gather
+            sent = _spy_packets(monkeypatch)
             try:
                 await admin.execute_command("CLIENT", "PAUSE", 400, "ALL")
                 tasks = [
@@ -338,6 +343,7 @@ async def test_reads_sharing_a_packet_whose_sender_is_cancelled_are_not_left_wai
                 await tasks[0]
             for reply in replies:
                 assert reply.ok and [e.payload for e in reply.events] == [b"b"]
+            assert sent == [20]  # ten reads of two commands, once
             assert w._in_flight == 0
             # the cancelled packet's connection was dropped, not left to be read by another call
             again = await buf.resolve_and_replay(*cursors[0], sequence="seq")
@@ -374,3 +380,54 @@ async def test_a_read_whose_caller_gave_up_does_not_disturb_the_others(
             *(buf.resolve_and_replay(s, c, sequence="seq") for s, c in cursors)
         )
         assert all(r.ok and [e.payload for e in r.events] == [b"b"] for r in replies)
+
+
+async def test_appends_ready_together_share_a_packet_and_a_large_one_goes_alone(
+    redis_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thirty appends at once to thirty sessions go out in a few packets; one whose payload
+    is larger than ``SHARED_BYTES`` goes in a packet of its own; each is stored once, with
+    its own id, and resumes exactly."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        cursors = await _sessions(buf, 30)
+        await asyncio.gather(*(buf.append(s, "seq", b"warm") for s, _ in cursors))  # lean form
+        sizes: list[int] = []
+        sent = _spy_packets(monkeypatch, sizes)
+        big = b"x" * (wire.SHARED_BYTES + 1)
+        payloads = [big if i == 7 else f"p{i}".encode() for i in range(30)]
+        ids = await asyncio.gather(
+            *(buf.append(s, "seq", p) for (s, _), p in zip(cursors, payloads, strict=True))
+        )
+        assert len(set(ids)) == 30
+        assert sum(sent) == 30 and len(sent) <= 4, sent
+        (holding,) = [n for n, size in zip(sent, sizes, strict=True) if size > len(big)]
+        assert holding == 1  # the large one, alone
+        for (session, first), payload, new_id in zip(cursors, payloads, ids, strict=True):
+            replay = await buf.resolve_and_replay(session, first, sequence="seq")
+            assert replay.ok
+            assert [e.payload for e in replay.events] == [b"b", b"warm", payload]
+            assert replay.events[-1].event_id == new_id
+
+
+async def test_a_call_cancelled_before_its_shared_packet_went_is_not_sent(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    """The first of three calls gathers their packet and is cancelled before it goes: its
+    command never reaches Redis, the other two do, and their callers get their replies."""
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        w: Any = buf.backend._wire
+        client: Any = buf.backend.client  # type: ignore[attr-defined]
+        busy = await w._take()  # another call in flight: the calls gather
+        try:
+            tasks = [
+                asyncio.create_task(w.roundtrip(wire.pack_one(("SET", f"{prefix}{k}", k))))
+                for k in "abc"
+            ]
+            await asyncio.sleep(0)  # a gathers, b and c join it; a has not sent it yet
+            tasks[0].cancel()
+            done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        finally:
+            await w._give(busy)
+        assert isinstance(done[0], asyncio.CancelledError)
+        assert done[1:] == [b"OK", b"OK"]
+        assert await client.mget([f"{prefix}{k}" for k in "abc"]) == [None, b"b", b"c"]

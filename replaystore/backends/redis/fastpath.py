@@ -148,7 +148,7 @@ class FastPath:
                 digits = b"%d" % start
                 packet = read[1] + b"$%d\r\n%s\r\n$2\r\n-1\r\n" % (len(digits), digits)
                 if self._wire.by_hand:
-                    got = await self._wire.read(packet, 2)
+                    got = await self._wire.shared(packet, 2)
                 else:  # a cluster: by hand to the slot's master, if it takes it
                     assert read[0] is not None
                     got = await self._wire.pipelined_at(read[0][0][1], packet, 2)

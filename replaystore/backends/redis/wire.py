@@ -4,13 +4,14 @@ On a plain client over redis-py's own connections, commands and pipelines are
 sent by hand (one packet, replies read as Redis sent them: fed from the socket
 to the connection's hiredis reader and taken from it, under one timer per
 exchange, on a connection kept between calls while others are in flight),
-which costs a fraction of a redis-py ``Pipeline``; the reads of resumes that are ready
-together share one packet (:meth:`Wire.read`). That path uses names of redis-py that are
-not its public API, listed and checked in :mod:`.redispy`: if one is missing,
-every client goes through redis-py's public API instead (slower, same
+which costs a fraction of a redis-py ``Pipeline``; calls that are ready together
+share one packet (:meth:`Wire.shared`). That path uses names of redis-py that
+are not its public API, listed and checked in :mod:`.redispy`: if one is
+missing, every client goes through redis-py's public API instead (slower, same
 results), with one :class:`RuntimeWarning` naming what is missing.
 On a cluster client only a resume's read goes by hand, to the master of its
-slot; everything else, and everything of fakes, goes through redis-py.
+slot (sharing a packet with the other reads for that master); everything else,
+and everything of fakes, goes through redis-py.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ _PUSH: Any = getattr(_hiredis, "PushNotification", None)
 
 __all__ = [
     "BY_HAND",
-    "SHARED_READS",
+    "SHARED_BYTES",
+    "SHARED_CALLS",
     "Wire",
     "masters_by_hand",
     "pack_args",
@@ -84,11 +86,14 @@ _REDIRECTED = (AskError, ClusterDownError, TryAgainError)
 #: once, nearly every burst would take its connections from the pool again.
 IDLE_S = 0.001
 
-#: At most this many reads share one packet (:meth:`Wire.read`): every one of
+#: At most this many calls share one packet (:meth:`Wire.shared`): every one of
 #: them waits for the whole packet's replies, so a bound keeps a burst's first
-#: reads from waiting on hundreds of others; beyond a few dozen, sharing saves
-#: little more per read.
-SHARED_READS = 64
+#: calls from waiting on hundreds of others; beyond a few dozen, sharing saves
+#: little more per call.
+SHARED_CALLS = 64
+#: A call's packet larger than this goes alone (a large payload would make
+#: the others wait for its bytes); 64 of them make at most a megabyte.
+SHARED_BYTES = 16384
 
 
 class Wire:
@@ -123,9 +128,10 @@ class Wire:
         self._kept: list[Any] = []
         self._idle: asyncio.TimerHandle | None = None  # gives them back unless a call comes
         self._giving: set[asyncio.Task[None]] = set()
-        # The reads gathering for the next shared packet (see ``read``); the
-        # first one's own place holds no future: it sends them all.
-        self._gathering: list[tuple[bytes, int, asyncio.Future[list[Any]] | None]] | None = None
+        # The calls gathering for the next shared packet (see ``shared``); the
+        # first one's place holds no future until the packet goes.
+        self._gathering: list[tuple[bytes, int, Any]] | None = None
+        self._sending: set[asyncio.Task[None]] = set()  # shared packets under way
         self._gathering_at: dict[
             str, list[tuple[bytes, int, asyncio.Future[list[Any] | None] | None]]
         ] = {}  # on a cluster: per master, by its name
@@ -137,8 +143,9 @@ class Wire:
         return await self.roundtrip(pack_one(command))
 
     async def roundtrip(self, packet: bytes) -> Any:
-        """One packed command on a pooled connection, its reply as Redis sent it (errors raised)."""
-        (reply,) = await self._packet(packet, 1, 0.0)
+        """One packed command, its reply as Redis sent it (errors raised); it shares its packet
+        with the other calls ready at the same moment (:meth:`shared`)."""
+        (reply,) = await self._shared(packet, 1)
         if isinstance(reply, Exception):
             raise reply  # an error reply: the connection stayed in step
         return reply
@@ -169,37 +176,65 @@ class Wire:
         """
         return await self._packet(packet, replies, slack)
 
-    async def read(self, packet: bytes, replies: int) -> list[Any]:
-        """A packet of reads, sent in one packet with the other reads ready at the same moment.
+    async def shared(self, packet: bytes, replies: int) -> list[Any]:
+        """A packet of ``replies`` commands, sent with the others ready at the same moment.
 
-        As :meth:`pipelined`, for commands that are safe to send twice. While
-        other calls are in flight, the reads that become ready in the same
-        event-loop iteration (up to :data:`SHARED_READS`) go out as one packet
-        on one connection, and each caller gets its own replies from it: a
-        storm of resumes then costs Redis one read and one write of a socket
-        per packet instead of per resume, and the client one write. Measured
-        in a reconnect storm of four replica processes on two cores, against
-        a packet per resume: about a fifth less client CPU and Redis CPU per
-        resume, a quarter more resumes per second.
+        Replies in order, error replies as values, as :meth:`pipelined`. While
+        other calls are in flight, the packets of the calls that become ready in
+        the same event-loop iteration (up to :data:`SHARED_CALLS`, each at most
+        :data:`SHARED_BYTES`) go out as one packet on one connection, and each
+        caller gets its own replies from it: a storm of resumes or a burst of
+        appends then costs Redis one read and one write of a socket per packet
+        instead of per call, and the client one write. Measured in a reconnect
+        storm of four replica processes on two cores, against a packet per call:
+        about a fifth less client CPU and Redis CPU per resume, a quarter more
+        resumes per second, and a third more appends per second while the
+        sessions fill.
 
-        The first read of a packet sends it. If that fails, every read in it
-        fails the same way (a connection error, which a read is retried once
-        on); if its caller is cancelled meanwhile, the others get a
-        connection error rather than being left waiting.
+        Only for commands that leave the connection as they found it (no
+        ``WATCH``, no ``WAIT``, nothing that blocks). A shared packet is sent by
+        a task of its own, so a caller that is cancelled does not stop the
+        others; if it fails, every call in it gets the same error, as each
+        would have had on a connection of its own that failed.
         """
+        return await self._shared(packet, replies)
+
+    async def _shared(self, packet: bytes, replies: int) -> list[Any]:
         gathering = self._gathering
-        if gathering is not None and len(gathering) < SHARED_READS:
+        if gathering is not None and len(gathering) < SHARED_CALLS and len(packet) <= SHARED_BYTES:
             future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
             gathering.append((packet, replies, future))
             return await future
+        if not self._in_flight or len(packet) > SHARED_BYTES:
+            return await self._packet(packet, replies, 0.0)  # alone: nobody to wait for
         gathering = self._gathering = [(packet, replies, None)]
         try:
-            if self._in_flight:
-                await asyncio.sleep(0)  # the reads ready in this iteration join this one
+            await asyncio.sleep(0)  # the calls ready in this iteration join this one
+        except asyncio.CancelledError:
+            del gathering[0]  # cancelled before it was sent: it is not sent; the others are
+            if gathering:
+                self._start_sending(gathering)
+            raise
+        finally:
             if self._gathering is gathering:
                 self._gathering = None
-            if len(gathering) == 1:
-                return await self._packet(packet, replies, 0.0, gathered=True)
+        if len(gathering) == 1:
+            return await self._packet(packet, replies, 0.0, gathered=True)
+        own: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        gathering[0] = (packet, replies, own)
+        self._start_sending(gathering)
+        return await own
+
+    def _start_sending(self, gathering: list[tuple[bytes, int, Any]]) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_gathered(gathering))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_gathered(
+        self, gathering: list[tuple[bytes, int, asyncio.Future[list[Any]]]]
+    ) -> None:
+        """Send the gathered calls' packets as one; hand each caller its replies, or the error."""
+        try:
             out = await self._packet(
                 b"".join([p for p, _, _ in gathering]),
                 sum([n for _, n, _ in gathering]),
@@ -207,16 +242,21 @@ class Wire:
                 gathered=True,
             )
         except BaseException as exc:
-            if self._gathering is gathering:
-                self._gathering = None
-            _fail_others(gathering, exc)
-            raise
-        at = replies
-        for _, n, waiter in gathering[1:]:
-            if waiter is not None and not waiter.done():  # a caller that gave up: none
-                waiter.set_result(out[at : at + n])
+            for _, _, future in gathering:
+                if not future.done():
+                    future.set_exception(
+                        _again(exc)
+                        if isinstance(exc, Exception)
+                        else RedisConnectionError("the connection closed with the call on it")
+                    )
+            if not isinstance(exc, Exception):
+                raise
+            return
+        at = 0
+        for _, n, future in gathering:
+            if not future.done():  # a caller that gave up: none
+                future.set_result(out[at : at + n])
             at += n
-        return out[:replies]
 
     async def _packet(
         self, packet: bytes, replies: int, slack: float, *, gathered: bool = False
@@ -261,7 +301,7 @@ class Wire:
         On a cluster, redis-py's pipeline costs a resume's read several times
         its own work in client time; the read is one packet to one master,
         shared with the other reads for that master that are ready at the same
-        moment, as :meth:`read` does on one server.
+        moment, as :meth:`shared` does on one server.
         ``None`` when that master could not take it (it answered that the slot
         moved, or is not served yet; the connection failed; the map names no
         node; its node's connections are not redis-py's own; the read that
@@ -276,7 +316,7 @@ class Wire:
         if node is None or node.connection_class not in OWN_CONNECTIONS:
             return None
         gathering = self._gathering_at.get(node.name)
-        if gathering is not None and len(gathering) < SHARED_READS:
+        if gathering is not None and len(gathering) < SHARED_CALLS:
             future: asyncio.Future[list[Any] | None] = asyncio.get_running_loop().create_future()
             gathering.append((packet, replies, future))
             return await future
@@ -395,27 +435,16 @@ class Wire:
         task.add_done_callback(self._giving.discard)
 
     async def give_back(self) -> None:
-        """Every kept connection back to the pool (the backend's close calls this)."""
+        """Every kept connection back to the pool (the backend's close calls this), once the
+        shared packets under way are answered."""
+        while self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
         kept, self._kept[:] = list(self._kept), []
         for conn in kept:
             await self.client.connection_pool.release(conn)
-
-
-def _fail_others(
-    gathering: list[tuple[bytes, int, asyncio.Future[list[Any]] | None]], exc: BaseException
-) -> None:
-    """The reads that shared a failed packet fail as it did; a cancelled sender's, with a
-    connection error (each is retried once as one)."""
-    for _, _, future in gathering[1:]:
-        if future is None or future.done():
-            continue
-        if isinstance(exc, Exception):
-            future.set_exception(_again(exc))
-        else:
-            future.set_exception(RedisConnectionError("the read sharing this packet stopped"))
 
 
 def _unmoved(replies: list[Any]) -> list[Any] | None:
@@ -544,8 +573,8 @@ async def _send(conn: Any, packet: bytes, *, crowded: bool) -> None:
     * ``crowded`` (other calls of this backend in flight), the task yields
       first, so that the writes of all the calls that are ready go out
       together in the next loop iteration and Redis reads them in one wake-up
-      instead of one each. (Reads go further: :meth:`Wire.read` gathers the
-      ready ones into one packet before they get here.)
+      instead of one each. (:meth:`Wire.shared` goes further: it gathers the
+      ready calls into one packet before they get here.)
 
     Measured on loopback against writing at once in both cases: alone, the
     same; 32 callers, half the Redis CPU per resume of 10 and about 20% less
