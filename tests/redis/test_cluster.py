@@ -194,6 +194,19 @@ async def test_a_failure_the_fast_read_decides_is_one_script_and_its_lists_go_la
             await node.aclose()
 
 
+def _count_redis_py_pipelines(wire: Any) -> list[int]:
+    """The command count of every pipeline the wire sends through redis-py from now on."""
+    pipeline = wire.pipeline
+    sent: list[int] = []
+
+    async def counting(commands: Any, **kwargs: Any) -> Any:
+        sent.append(len(commands))
+        return await pipeline(commands, **kwargs)
+
+    wire.pipeline = counting
+    return sent
+
+
 async def test_resume_reads_go_by_hand_to_the_slots_master_and_follow_a_move(
     cluster_server: ServerHandle, prefix: str
 ) -> None:
@@ -207,14 +220,7 @@ async def test_resume_reads_go_by_hand_to_the_slots_master_and_follow_a_move(
         client = backend.client
         wire = backend._wire
         assert wire.to_masters and not wire.by_hand
-        pipeline = wire.pipeline
-        through_redis_py: list[int] = []
-
-        async def counting(commands: Any, **kwargs: Any) -> Any:
-            through_redis_py.append(len(commands))
-            return await pipeline(commands, **kwargs)
-
-        wire.pipeline = counting
+        through_redis_py = _count_redis_py_pipelines(wire)
         sessions = [f"h{i}" for i in range(12)]
         ids = {}
         for session in sessions:
@@ -259,14 +265,7 @@ async def test_resume_reads_for_one_master_share_a_packet_and_a_moved_one_goes_a
         for session in sessions:
             await buf.open_session(session)
             ids[session] = await buf.append_many(session, "q", [b"a", session.encode()])
-        pipeline = wire.pipeline
-        through_redis_py: list[int] = []
-
-        async def counting(commands: Any, **kwargs: Any) -> Any:
-            through_redis_py.append(len(commands))
-            return await pipeline(commands, **kwargs)
-
-        wire.pipeline = counting
+        through_redis_py = _count_redis_py_pipelines(wire)
         packets: list[int] = []
         exchange = wire_module._exchange
 
