@@ -11,6 +11,7 @@ event that was stored. On a cluster, every node sits behind its own proxy
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from replaystore import ReplayBuffer, StorageError, Verdict
+from replaystore.backends.redis.scripts import SCRIPTS
 from replaystore.testing import TcpProxy
 from tests.faults.conftest import at, behind_proxies
 from tests.plugins.servers import RealServers
@@ -47,6 +49,14 @@ def proxied(
             yield proxied
 
 
+async def _cache_scripts(buffer: ReplayBuffer) -> None:
+    """Every script in every master's cache (a cluster runs them by ``EVALSHA``): otherwise
+    the armed append's first reply could be a ``NOSCRIPT`` refusal, cut before it ever ran."""
+    client: Any = buffer.backend.client  # type: ignore[attr-defined]
+    for script in SCRIPTS.values():
+        await client.script_load(script.source)
+
+
 def _arm(proxies: list[TcpProxy], needle: bytes) -> None:
     for proxy in proxies:
         proxy.drop_reply_after(needle)
@@ -72,7 +82,8 @@ async def test_without_a_key_the_caller_gets_storage_error_and_no_duplicate(
 
 async def _without_a_key(buffer: ReplayBuffer, proxies: list[TcpProxy]) -> None:
     await buffer.open_session("s")
-    first = await buffer.append("s", "q", b"before")  # the script is cached from here on
+    first = await buffer.append("s", "q", b"before")
+    await _cache_scripts(buffer)
 
     _arm(proxies, b"lost-without-key")
     with pytest.raises(StorageError):
@@ -100,6 +111,7 @@ async def _with_a_key(buffer: ReplayBuffer, proxies: list[TcpProxy]) -> None:
     append_many: Any = buffer.append_many
     await buffer.open_session("s")
     first = await buffer.append("s", "q", b"before")
+    await _cache_scripts(buffer)
     epoch = at(first)[0]
 
     _arm(proxies, b"lost-with-key")
@@ -127,3 +139,56 @@ async def _with_a_key(buffer: ReplayBuffer, proxies: list[TcpProxy]) -> None:
     # A different key is a different request.
     other = await append("s", "q", b"lost-with-key", idempotency_key="request-3")
     assert at(other) == (epoch, 6)
+
+
+async def test_appends_sharing_a_packet_whose_replies_are_lost(
+    real_servers: RealServers, prefix: str
+) -> None:
+    """Ten appends to ten sessions share one packet, and its replies are cut after Redis ran
+    it: with keys, each is retried once and stored once; without, the callers of that
+    packet get ``StorageError`` and nothing is sent twice. Every session holds its event once.
+    """
+    handle = real_servers.shared("redis")
+    with TcpProxy([("127.0.0.1", handle.ports[0])]) as proxy:
+        async with ReplayBuffer.from_url(proxy.url(), prefix=prefix) as buffer:
+            backend: Any = buffer.backend
+            sessions = [f"p{i}" for i in range(10)]
+            firsts = {}
+            for s in sessions:
+                await buffer.open_session(s)
+                firsts[s] = await buffer.append(s, "q", b"before")
+
+            async def together(payload: str, keyed: bool) -> list[Any]:
+                busy = await backend._wire._take()  # a call in flight: the appends gather
+                try:
+                    return await asyncio.gather(
+                        *(
+                            buffer.append(
+                                s,
+                                "q",
+                                f"{payload}-{s}".encode(),
+                                idempotency_key=f"{payload}-{s}" if keyed else None,
+                            )
+                            for s in sessions
+                        ),
+                        return_exceptions=True,
+                    )
+                finally:
+                    await backend._wire._give(busy)
+
+            _arm([proxy], b"keyed-p3")
+            ids = await together("keyed", keyed=True)
+            assert proxy.drops == 1, "the fault did not fire"
+            assert all(isinstance(i, str) for i in ids), ids  # each retried once by the backend
+            for s, eid in zip(sessions, ids, strict=True):
+                assert await _replay_after(buffer, s, firsts[s]) == [(eid, f"keyed-{s}".encode())]
+
+            _arm([proxy], b"keyless-p3")
+            got = await together("keyless", keyed=False)
+            assert proxy.drops == 2, "the fault did not fire"
+            lost = [g for g in got if isinstance(g, BaseException)]
+            assert len(lost) == len(sessions), got  # one packet: every caller of it
+            assert all(isinstance(g, StorageError) for g in lost), got
+            for s, keyed_id in zip(sessions, ids, strict=True):
+                replayed = await _replay_after(buffer, s, keyed_id)
+                assert [p for _, p in replayed] == [f"keyless-{s}".encode()]  # once, not twice
