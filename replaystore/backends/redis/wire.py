@@ -21,7 +21,7 @@ import contextlib
 import copy
 import math
 from asyncio import StreamReader
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -86,6 +86,10 @@ _REDIRECTED = (AskError, ClusterDownError, TryAgainError)
 #: once, nearly every burst would take its connections from the pool again.
 IDLE_S = 0.001
 
+#: Sends one packet (see ``Wire._gather``): its replies, or ``None`` for a cluster's
+#: master that could not take it.
+_Send = Callable[[bytes, int, bool], Awaitable[list[Any] | None]]
+
 #: At most this many calls share one packet (:meth:`Wire.shared`): every one of
 #: them waits for the whole packet's replies, so a bound keeps a burst's first
 #: calls from waiting on hundreds of others; beyond a few dozen, sharing saves
@@ -128,13 +132,11 @@ class Wire:
         self._kept: list[Any] = []
         self._idle: asyncio.TimerHandle | None = None  # gives them back unless a call comes
         self._giving: set[asyncio.Task[None]] = set()
-        # The calls gathering for the next shared packet (see ``shared``); the
+        # The calls gathering for the next shared packet (see ``_gather``), per
+        # destination (None: the one server; on a cluster, a master's name); the
         # first one's place holds no future until the packet goes.
-        self._gathering: list[tuple[bytes, int, Any]] | None = None
+        self._gathering: dict[str | None, list[tuple[bytes, int, Any]]] = {}
         self._sending: set[asyncio.Task[None]] = set()  # shared packets under way
-        self._gathering_at: dict[
-            str, list[tuple[bytes, int, asyncio.Future[list[Any] | None] | None]]
-        ] = {}  # on a cluster: per master, by its name
 
     async def command(self, command: tuple[Any, ...]) -> Any:
         """One command; its reply, an error reply raised."""
@@ -200,46 +202,57 @@ class Wire:
         return await self._shared(packet, replies)
 
     async def _shared(self, packet: bytes, replies: int) -> list[Any]:
-        gathering = self._gathering
+        out: list[Any] = await self._gather(None, packet, replies, self._send_here)
+        return out
+
+    async def _send_here(self, packet: bytes, replies: int, gathered: bool) -> list[Any]:
+        return await self._packet(packet, replies, 0.0, gathered=gathered)
+
+    async def _gather(self, to: str | None, packet: bytes, replies: int, send: _Send) -> Any:
+        """``send`` this packet with the others for ``to`` ready in this event-loop iteration.
+
+        ``send(packet, replies, gathered)`` sends one packet and returns its
+        replies (or what stands for them: ``None`` for a cluster's master that
+        could not take it); ``gathered`` says that the call already yielded to
+        let others join. Each caller gets its own slice of the replies.
+        """
+        gathering = self._gathering.get(to)
         if gathering is not None and len(gathering) < SHARED_CALLS and len(packet) <= SHARED_BYTES:
-            future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             gathering.append((packet, replies, future))
             return await future
         if not self._in_flight or len(packet) > SHARED_BYTES:
-            return await self._packet(packet, replies, 0.0)  # alone: nobody to wait for
-        gathering = self._gathering = [(packet, replies, None)]
+            return await send(packet, replies, False)  # alone: nobody to wait for
+        gathering = self._gathering[to] = [(packet, replies, None)]
         try:
             await asyncio.sleep(0)  # the calls ready in this iteration join this one
         except asyncio.CancelledError:
             del gathering[0]  # cancelled before it was sent: it is not sent; the others are
             if gathering:
-                self._start_sending(gathering)
+                self._start_sending(gathering, send)
             raise
         finally:
-            if self._gathering is gathering:
-                self._gathering = None
+            if self._gathering.get(to) is gathering:
+                del self._gathering[to]
         if len(gathering) == 1:
-            return await self._packet(packet, replies, 0.0, gathered=True)
-        own: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+            return await send(packet, replies, True)
+        own: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         gathering[0] = (packet, replies, own)
-        self._start_sending(gathering)
+        self._start_sending(gathering, send)
         return await own
 
-    def _start_sending(self, gathering: list[tuple[bytes, int, Any]]) -> None:
-        task = asyncio.get_running_loop().create_task(self._send_gathered(gathering))
+    def _start_sending(self, gathering: list[tuple[bytes, int, Any]], send: _Send) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_gathered(gathering, send))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
     async def _send_gathered(
-        self, gathering: list[tuple[bytes, int, asyncio.Future[list[Any]]]]
+        self, gathering: list[tuple[bytes, int, asyncio.Future[Any]]], send: _Send
     ) -> None:
         """Send the gathered calls' packets as one; hand each caller its replies, or the error."""
         try:
-            out = await self._packet(
-                b"".join([p for p, _, _ in gathering]),
-                sum([n for _, n, _ in gathering]),
-                0.0,
-                gathered=True,
+            out = await send(
+                b"".join([p for p, _, _ in gathering]), sum([n for _, n, _ in gathering]), True
             )
         except BaseException as exc:
             for _, _, future in gathering:
@@ -255,7 +268,7 @@ class Wire:
         at = 0
         for _, n, future in gathering:
             if not future.done():  # a caller that gave up: none
-                future.set_result(out[at : at + n])
+                future.set_result(None if out is None else out[at : at + n])
             at += n
 
     async def _packet(
@@ -304,10 +317,9 @@ class Wire:
         moment, as :meth:`shared` does on one server.
         ``None`` when that master could not take it (it answered that the slot
         moved, or is not served yet; the connection failed; the map names no
-        node; its node's connections are not redis-py's own; the read that
-        sent the shared packet was cancelled): the caller then sends the same
-        commands through redis-py, which follows redirections and refreshes
-        its map. Only for reads, which are safe to send twice.
+        node; its node's connections are not redis-py's own): the caller then
+        sends the same commands through redis-py, which follows redirections
+        and refreshes its map. Only for reads, which are safe to send twice.
         """
         try:
             node = self.client.get_node_from_key(key)
@@ -315,32 +327,12 @@ class Wire:
             return None
         if node is None or node.connection_class not in OWN_CONNECTIONS:
             return None
-        gathering = self._gathering_at.get(node.name)
-        if gathering is not None and len(gathering) < SHARED_CALLS:
-            future: asyncio.Future[list[Any] | None] = asyncio.get_running_loop().create_future()
-            gathering.append((packet, replies, future))
-            return await future
-        gathering = self._gathering_at[node.name] = [(packet, replies, None)]
-        out: list[Any] | None = None
-        try:
-            if self._in_flight:
-                await asyncio.sleep(0)  # the reads for this master ready in this iteration join
-            if self._gathering_at.get(node.name) is gathering:
-                del self._gathering_at[node.name]
-            out = await self._exchange_at(
-                node,
-                packet if len(gathering) == 1 else b"".join([p for p, _, _ in gathering]),
-                sum([n for _, n, _ in gathering]),
-            )
-        finally:
-            if self._gathering_at.get(node.name) is gathering:
-                del self._gathering_at[node.name]
-            at = replies
-            for _, n, waiter in gathering[1:]:
-                if not (waiter is None or waiter.done()):  # a caller that gave up: none
-                    waiter.set_result(_unmoved(out[at : at + n]) if out is not None else None)
-                at += n
-        return _unmoved(out[:replies]) if out is not None else None
+
+        async def send(packet: bytes, replies: int, gathered: bool) -> list[Any] | None:
+            return await self._exchange_at(node, packet, replies)
+
+        out: list[Any] | None = await self._gather(node.name, packet, replies, send)
+        return None if out is None else _unmoved(out)
 
     async def _exchange_at(self, node: Any, packet: bytes, replies: int) -> list[Any] | None:
         """One packet on a connection of ``node``; ``None`` if the connection failed."""
