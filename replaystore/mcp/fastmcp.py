@@ -75,9 +75,10 @@ def fastmcp_http_app(
         lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
     )
     if tasks is not None:
-        from .fastmcp_tasks import FastMCPTasks, TaskContexts
+        from .fastmcp_tasks import FastMCPTasks, TaskContexts, tool_names
 
-        tasks.bind(store.buffer)
+        tasks.bind(store.buffer, mcp)
+        tasks.served_by(lambda: tool_names(mcp))
         mcp.add_extension(FastMCPTasks(tasks))
         mcp.add_transform(TaskContexts())
     if subscriptions is not None:

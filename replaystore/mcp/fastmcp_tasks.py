@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
+from fastmcp import FastMCP
 from fastmcp.exceptions import FastMCPError
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import bind_request_context, fastmcp_request_ctx, get_context
@@ -130,6 +131,18 @@ class FastMCPTasks(ServerExtension):
         """FastMCP's request context for the tool of ``run``: the task's session, no SSE stream."""
         with bind_request_context(self.tasks.run_context(run, request, name, arguments)):
             yield
+
+
+async def tool_names(server: FastMCP) -> set[str]:
+    """The tools ``server`` defines, its mounted servers' included, whoever asks.
+
+    The providers' listing (``FastMCP.list_tools`` filters by the caller's
+    authorization, and there is no caller here), plus the listing after
+    transforms, which may rename tools.
+    """
+    defined = {tool.name for tool in await super(FastMCP, server).list_tools()}
+    listed = await server.list_tools(run_middleware=False)
+    return defined | {tool.name for tool in listed}
 
 
 class _TaskContext(Context):

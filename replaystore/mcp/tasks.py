@@ -39,9 +39,10 @@ How each rule holds on every replica:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -192,15 +193,24 @@ class TaskSession(ServerSession):
 
 
 def _default_owner() -> str | None:
-    """The authenticated client (its ``sub`` when known), or None without auth."""
+    """The authenticated principal, or None without auth.
+
+    The SDK's own definition of a token's principal (client id, issuer,
+    subject: ``principal_components``), the one its session ownership uses:
+    a token that could not take over another principal's session cannot
+    read or cancel that principal's tasks either. A ``sub`` is unique only
+    per issuer, so a token of another issuer with the same client id and
+    subject is another owner.
+    """
     try:
         from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
     except ImportError:  # pragma: no cover - auth extras missing
         return None
     token = get_access_token()
     if token is None:
         return None
-    return f"{token.client_id}\x1f{token.subject or ''}"
+    return json.dumps(principal_components(token), separators=(",", ":"))
 
 
 class ReplayTasks(Extension):
@@ -212,8 +222,16 @@ class ReplayTasks(Extension):
     (seconds), ``lease`` how long a runner may go silent before its tasks
     fail, ``check_interval`` how often a runner renews its lease and picks up
     cancellations and input responses. ``owner(ctx)`` names the principal a
-    task belongs to (default: the authenticated client, if any); a task is
-    visible to its owner only.
+    task belongs to (default: the authenticated principal, if any, as the SDK
+    binds sessions: client, issuer, subject); a task is visible to its owner
+    only.
+
+    ``namespace``: whose tasks these are. Replicas of one app share their
+    tasks; apps sharing one store must not, or one would answer, claim or
+    fail the other's tasks. By default the server's name (given to
+    :meth:`bind`); set it when two deployments of one server share a store
+    and prefix (``namespace="billing-staging"``), or to let servers of
+    different names serve one app's tasks.
     """
 
     identifier = EXTENSION
@@ -228,6 +246,7 @@ class ReplayTasks(Extension):
         check_interval: float = 0.25,
         owner: Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
         store: TaskStore | None = None,
+        namespace: str | None = None,
     ) -> None:
         self._tools = {
             name: support if isinstance(support, TaskSupport) else TaskSupport(support)
@@ -245,6 +264,8 @@ class ReplayTasks(Extension):
         self.check_interval = check_interval
         self._owner = owner
         self._store = store
+        self._namespace = namespace
+        self._tool_names: Callable[[], Awaitable[Collection[str]]] | None = None
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, Run] = {}
@@ -256,17 +277,55 @@ class ReplayTasks(Extension):
     def bind(self, buffer: ReplayBuffer, server: Any = None) -> None:
         """Keep tasks in the store of ``buffer`` (its backend's replica coordination).
 
-        ``server``: the ``MCPServer`` whose tools these are, so that an
-        idempotent tool's task can be run again here when its runner died.
+        ``server``: the ``MCPServer`` (or FastMCP server) whose tools these
+        are, so that an idempotent tool's task can be run again here when its
+        runner died, and :meth:`running` can check that every task tool
+        exists. Its name is the tasks' namespace unless one was given.
         """
-        if isinstance(server, MCPServer) and self._rerun is None:
-            self.rerun_with(_sdk_rerun(self, server))
+        if isinstance(server, MCPServer):
+            if self._rerun is None:
+                self.rerun_with(_sdk_rerun(self, server))
+            if self._tool_names is None:
+                self.served_by(_sdk_tool_names(server))
+        if self._namespace is None:
+            name = getattr(server, "name", None)
+            self._namespace = name if isinstance(name, str) else ""
         if self._store is None:
             backend = buffer.backend
             self._store = task_store_for(
                 coordination_of(backend),
+                namespace=self._namespace,
                 wait_replicas=getattr(backend, "wait_replicas", 0),
                 wait_timeout=getattr(backend, "wait_timeout", 1.0),
+            )
+
+    def served_by(self, tool_names: Callable[[], Awaitable[Collection[str]]]) -> None:
+        """How to list the tools the server defines (set by the server wiring).
+
+        :meth:`running` refuses to start when a task tool is not among them:
+        a call of it would otherwise create a task that can only fail.
+        """
+        self._tool_names = tool_names
+
+    @property
+    def namespace(self) -> str:
+        """Whose tasks these are: replicas with the same namespace share their tasks."""
+        return self._namespace or ""
+
+    async def check_tools(self) -> None:
+        """Raise ``ValueError`` naming each task tool the server does not define.
+
+        Nothing to check before :meth:`served_by` (or :meth:`bind` with a
+        server) said how to list the server's tools.
+        """
+        if self._tool_names is None:
+            return
+        defined = set(await self._tool_names())
+        missing = sorted(name for name in self._tools if name not in defined)
+        if missing:
+            raise ValueError(
+                f"ReplayTasks names tool(s) the server does not define: {', '.join(missing)} "
+                f"(the server defines: {', '.join(sorted(defined)) or 'no tools'})"
             )
 
     def rerun_with(self, rerun: Rerun) -> None:
@@ -293,8 +352,10 @@ class ReplayTasks(Extension):
         One background job renews the leases of every task running here, in
         one store round trip per ``check_interval`` (none while no task runs),
         and beats a task at once when a client answers or cancels it on any
-        replica (the store's nudges).
+        replica (the store's nudges). Refuses to start (``ValueError``) when
+        a task tool is not defined by the server (see :meth:`check_tools`).
         """
+        await self.check_tools()
         nudged = Nudged()
         async with (
             self.store.nudges(self._runner, nudged),
@@ -632,6 +693,15 @@ class ReplayTasks(Extension):
         except StorageError as exc:
             logger.warning("task store unreachable: %s", exc)
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+
+
+def _sdk_tool_names(server: MCPServer) -> Callable[[], Awaitable[Collection[str]]]:
+    """The names of the tools ``server`` defines, when asked (tools may be added after wiring)."""
+
+    async def names() -> Collection[str]:
+        return {tool.name for tool in await server.list_tools()}
+
+    return names
 
 
 def _sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:

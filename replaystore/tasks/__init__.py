@@ -47,9 +47,17 @@ __all__ = [
 
 
 def task_store_for(
-    coordination: Coordination, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+    coordination: Coordination,
+    *,
+    namespace: str = "",
+    wait_replicas: int = 0,
+    wait_timeout: float = 1.0,
 ) -> TaskStore:
     """The task store a backend's coordination declares: beside the sessions, in its store.
+
+    ``namespace``: whose tasks these are (the app serving them). Stores of
+    different namespaces on one backend share nothing: no task of one can be
+    read, claimed or ended through the other.
 
     ``wait_replicas`` (Redis): a create, and every later change of a task's
     status, returns only once that many replicas acknowledged it, within
@@ -58,5 +66,10 @@ def task_store_for(
     if isinstance(coordination, OnRedis):
         from .redis import RedisTaskStore
 
-        return RedisTaskStore(coordination, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
-    return MemoryTaskStore(coordination.scope)
+        return RedisTaskStore(
+            coordination,
+            namespace=namespace,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
+    return MemoryTaskStore(coordination.scope, namespace=namespace)

@@ -96,7 +96,8 @@ class _Shared:
         self.nudges: dict[str, list[Callable[[str], None]]] = {}
 
 
-_STORES: weakref.WeakKeyDictionary[object, _Shared] = weakref.WeakKeyDictionary()
+# Scope -> namespace -> the tasks of that namespace in that store.
+_STORES: weakref.WeakKeyDictionary[object, dict[str, _Shared]] = weakref.WeakKeyDictionary()
 _STORES_LOCK = threading.Lock()
 
 
@@ -120,18 +121,29 @@ class MemoryTaskStore(TaskStore):
     """Tasks of one in-process store; ``scope`` is the object every replica shares.
 
     Stores made with the same ``scope`` (the backend's
-    :class:`~replaystore.backends.coordination.InProcess` scope) see the same
-    tasks; with no scope the store is private.
+    :class:`~replaystore.backends.coordination.InProcess` scope) and the same
+    ``namespace`` see the same tasks; another namespace of that scope is
+    another set of tasks (the tasks of another app); with no scope the store
+    is private.
     """
 
-    def __init__(self, scope: object | None = None, *, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(
+        self,
+        scope: object | None = None,
+        *,
+        namespace: str = "",
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
         if scope is None:
             self._shared = _Shared()
         else:
             with _STORES_LOCK:
-                shared = _STORES.get(scope)
+                spaces = _STORES.get(scope)
+                if spaces is None:
+                    spaces = _STORES[scope] = {}
+                shared = spaces.get(namespace)
                 if shared is None:
-                    shared = _STORES[scope] = _Shared()
+                    shared = spaces[namespace] = _Shared()
             self._shared = shared
         self._clock = clock
         self._lost = pack(LOST_ERROR)

@@ -11,6 +11,10 @@ the store holds nothing of the task.
 The scripts live in ``lua/`` beside this module; ``_lib.lua`` is prepended to
 each, as the session scripts do.
 
+Every key of a store made with a namespace (the app whose tasks these are)
+carries it (``<prefix>{task:<namespace>:<id>}``, ``<prefix>{tasks:<namespace>}``),
+so apps sharing one Redis and prefix never see each other's tasks.
+
 Beside the tasks, one sorted set (``<prefix>{tasks}:running``, a slot of its
 own on a cluster) lists the tasks that may be running, each with the time its
 lease may have lapsed: what :meth:`RedisTaskStore.reap` looks at. It is a hint
@@ -171,16 +175,27 @@ class RedisTaskStore(TaskStore):
     """
 
     def __init__(
-        self, redis: OnRedis, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+        self,
+        redis: OnRedis,
+        *,
+        namespace: str = "",
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         self._client = redis.client
         self._key_base = redis.key_base
+        self._space = _space(namespace)
         self._wait_replicas = wait_replicas
         self._wait_timeout = wait_timeout
 
     def keys(self, task_id: str) -> list[str]:
-        """The task's keys, hash tag included (the backend's rule, so ids with braces are safe)."""
-        base = self._key_base(f"task:{task_id}")
+        """The task's keys, hash tag included (the backend's rule, so ids with braces are safe).
+
+        Behind the namespace: a task of another namespace (another app on the
+        same Redis and prefix) has other keys, so no operation here can read,
+        claim or end it.
+        """
+        base = self._key_base(f"task:{self._space}:{task_id}" if self._space else f"task:{task_id}")
         return [f"{base}:task", f"{base}:in", f"{base}:ans"]
 
     async def _run(self, name: str, task_id: str, *args: Any) -> Any:
@@ -201,7 +216,7 @@ class RedisTaskStore(TaskStore):
 
     def _nudge_prefix(self) -> str:
         """The pub/sub channels of the runners, ``<prefix><runner>`` (see :meth:`nudges`)."""
-        return f"{self._key_base('tasks')}:nudge:"
+        return f"{self._tasks_base()}:nudge:"
 
     @asynccontextmanager
     async def nudges(self, runner: str, nudge: Callable[[str], None]) -> AsyncIterator[None]:
@@ -234,9 +249,13 @@ class RedisTaskStore(TaskStore):
                 except Exception:
                     logger.debug("closing the nudge connection failed", exc_info=True)
 
+    def _tasks_base(self) -> str:
+        """The base of the namespace's own keys beside its tasks (its own hash tag)."""
+        return self._key_base(f"tasks:{self._space}" if self._space else "tasks")
+
     def _index(self) -> str:
         """The sorted set of tasks that may be running (its own hash tag)."""
-        return f"{self._key_base('tasks')}:running"
+        return f"{self._tasks_base()}:running"
 
     async def _pipeline(self, steps: Sequence[_Step], *, whole: bool = False) -> list[Any]:
         """``steps`` in one round trip; the replies in order (a failed command's: its error)."""
@@ -492,3 +511,17 @@ class RedisTaskStore(TaskStore):
     async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
         blob = await self._change("claim", task_id, runner, int(lease * 1000))
         return None if blob is None else unpack(blob)
+
+
+def _space(namespace: str) -> str:
+    """The namespace as it appears in keys (``""`` for none).
+
+    A short name of safe characters is kept readable; any other name (spaces,
+    braces, colons, a long one) is replaced by a digest, so keys stay bounded
+    and no namespace can be spelled to look like another's keys.
+    """
+    if not namespace:
+        return ""
+    if len(namespace) <= 64 and all(c.isascii() and (c.isalnum() or c in "._-") for c in namespace):
+        return namespace
+    return "#" + hashlib.sha256(namespace.encode()).hexdigest()[:32]

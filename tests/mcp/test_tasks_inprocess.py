@@ -336,9 +336,9 @@ async def test_an_answer_or_cancel_on_another_replica_reaches_the_tool_at_once(
     """With renewals every 20 s, only the nudge can bring the answer, or the cancel, sooner."""
     stopped: list[str] = []
 
-    def replica(name: str) -> tuple[ReplayTasks, Any, ReplayBuffer]:
+    def replica() -> tuple[ReplayTasks, Any, ReplayBuffer]:
         tasks = ReplayTasks({"greet": "optional", "wait": "optional"}, lease=60, check_interval=20)
-        server = MCPServer(name, extensions=[tasks])
+        server = MCPServer("nudged", extensions=[tasks])  # replicas of one app: one name
 
         @server.tool()
         async def greet(ctx: Context) -> str:
@@ -356,8 +356,8 @@ async def test_an_answer_or_cancel_on_another_replica_reaches_the_tool_at_once(
         buffer = ReplayBuffer.from_url(shared_store_url)
         return tasks, streamable_http_app(server, buffer, tasks=tasks), buffer
 
-    _, runner_app, runner_buffer = replica("runner")
-    _, other_app, other_buffer = replica("other")
+    _, runner_app, runner_buffer = replica()
+    _, other_app, other_buffer = replica()
     async with (
         runner_buffer,
         other_buffer,
