@@ -33,7 +33,7 @@ import anyio.lowlevel
 from ..errors import StorageError
 from ..tasks import TERMINAL, Beat, TaskStore
 
-__all__ = ["Nudged", "Run", "renew", "scan"]
+__all__ = ["Nudged", "RenewalFailures", "Run", "renew", "scan"]
 
 logger = logging.getLogger("replaystore.mcp.tasks")
 
@@ -42,6 +42,9 @@ SCAN_BATCH = 100
 
 #: Added to a scan's wait, so it wakes just after a lease lapses, not just before.
 _SLACK = 0.01
+
+#: While renewals keep failing, one line per this many seconds says how many did.
+REPORT_EVERY = 30.0
 
 
 @dataclass(eq=False)
@@ -78,6 +81,62 @@ class Nudged:
         return ids
 
 
+class RenewalFailures:
+    """The log of a store outage as the renewals see it: a few lines, not one per renewal.
+
+    Renewals run every check interval (4 a second by default) on every
+    replica, so a line per failed renewal would flood the log for as long as
+    the store is down. Instead: one warning when renewals start failing, one
+    per ``every`` seconds while they keep failing (how many did, the last
+    error), and one when a renewal succeeds again (how long it lasted).
+    """
+
+    def __init__(
+        self, every: float = REPORT_EVERY, clock: Callable[[], float] = anyio.current_time
+    ) -> None:
+        self.every = every
+        self._clock = clock
+        self._since: float | None = None  # when the first failure of this outage came
+        self._reported = 0.0
+        self._failures = 0  # since the outage began
+        self._unreported = 0  # since the last line
+
+    def failed(self, tasks: int, exc: BaseException) -> None:
+        now = self._clock()
+        self._failures += 1
+        if self._since is None:
+            self._since = self._reported = now
+            self._unreported = 0
+            logger.warning(
+                "lease renewal of %d task(s) failed: %s (logged again every %g s while it fails)",
+                tasks,
+                exc,
+                self.every,
+            )
+            return
+        self._unreported += 1
+        if now - self._reported >= self.every:
+            logger.warning(
+                "lease renewal still failing: %d failure(s) in the last %.0f s, "
+                "%d task(s) running here; last error: %s",
+                self._unreported,
+                now - self._reported,
+                tasks,
+                exc,
+            )
+            self._reported, self._unreported = now, 0
+
+    def succeeded(self) -> None:
+        if self._since is None:
+            return
+        logger.warning(
+            "lease renewal works again after %.1f s and %d failed renewal(s)",
+            self._clock() - self._since,
+            self._failures,
+        )
+        self._since, self._failures, self._unreported = None, 0, 0
+
+
 async def renew(
     store: TaskStore,
     runs: Mapping[str, Run],
@@ -85,36 +144,47 @@ async def renew(
     lease: float,
     interval: float,
     nudged: Nudged | None = None,
+    failures: RenewalFailures | None = None,
 ) -> None:
     """Renew the leases of ``runs`` (held by ``runner``), all in one store call per interval.
 
-    Between intervals, the tasks ``nudged`` names are beaten as soon as they are named.
+    Between intervals, the tasks ``nudged`` names are beaten as soon as they
+    are named. Failed renewals are logged through ``failures``.
     """
     nudged = nudged or Nudged()
+    failures = failures or RenewalFailures()
     due = anyio.current_time() + interval
     while True:
         ids = await nudged.until(due)
         if anyio.current_time() >= due:
             due = anyio.current_time() + interval
-            await _beat(store, [run for run in runs.values() if not run.done], runner, lease)
+            current = [run for run in runs.values() if not run.done]
+            await _beat(store, current, runner, lease, failures)
         elif ids:
-            await _beat(
-                store, [runs[i] for i in ids if i in runs and not runs[i].done], runner, lease
-            )
+            current = [runs[i] for i in ids if i in runs and not runs[i].done]
+            await _beat(store, current, runner, lease, failures)
 
 
-async def _beat(store: TaskStore, current: list[Run], runner: str, lease: float) -> None:
+async def _beat(
+    store: TaskStore,
+    current: list[Run],
+    runner: str,
+    lease: float,
+    failures: RenewalFailures | None = None,
+) -> None:
     """One store round trip: renew the leases of ``current``, hand over what changed."""
     if not current:
         return
+    failures = failures or RenewalFailures()
     try:
         beats = await store.beat_many([run.task_id for run in current], runner, lease)
     except StorageError as exc:
-        logger.warning("lease renewal of %d task(s) failed: %s", len(current), exc)
+        failures.failed(len(current), exc)
         return
     except Exception:  # never let one bad reply stop every renewal
         logger.exception("lease renewal of %d task(s) failed", len(current))
         return
+    failures.succeeded()
     for run, beat in zip(current, beats, strict=True):
         _renewed(run, beat)
 

@@ -58,7 +58,8 @@ async def _send(
     }
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": {**params, "_meta": meta}}
+    params = {**params, "_meta": meta}
+    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params}
     response = await client.post("/mcp", json=body, headers=headers)
     reply: dict[str, Any] = response.json()
     return reply
@@ -72,8 +73,9 @@ async def _until(client: httpx.AsyncClient, task_id: str, status: str) -> dict[s
     with anyio.fail_after(10):
         while True:
             reply = await _get(client, task_id)
-            if reply["result"]["status"] == status:
-                return reply["result"]
+            result: dict[str, Any] = reply["result"]
+            if result["status"] == status:
+                return result
             await anyio.sleep(0.02)
 
 
@@ -88,7 +90,7 @@ async def _serving(app: Any, buffer: ReplayBuffer) -> AsyncIterator[httpx.AsyncC
 
 
 def _not_found(reply: dict[str, Any]) -> bool:
-    return reply.get("error", {}).get("code") == -32602
+    return bool(reply.get("error", {}).get("code") == -32602)
 
 
 async def test_apps_sharing_one_redis_never_answer_claim_or_fail_each_others_tasks(
@@ -238,9 +240,9 @@ async def test_a_task_tool_the_server_does_not_define_stops_the_app_from_startin
 
     buffer = ReplayBuffer.from_url("memory://")
     app = streamable_http_app(server, buffer, tasks=tasks)
-    with pytest.raises(ValueError, match="does not define: migrate"):
-        async with AsyncExitStack() as stack:
-            await stack.enter_async_context(buffer)
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(buffer)
+        with pytest.raises(ValueError, match="does not define: migrate"):
             await stack.enter_async_context(app.router.lifespan_context(app))
 
 
@@ -262,6 +264,6 @@ async def test_on_fastmcp_an_undefined_task_tool_is_refused_and_mounted_tools_co
     async with _serving(good, buffer):
         pass
     bad, buffer = app(["kid_sync", "migrate"])
-    with pytest.raises(ValueError, match="does not define: migrate"):
-        async with _serving(bad, buffer):
-            pass
+    async with buffer:
+        with pytest.raises(ValueError, match="does not define: migrate"):
+            await bad.router.lifespan_context(bad).__aenter__()
