@@ -14,7 +14,7 @@ owns it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -150,8 +150,8 @@ class LiveStreams:
             anchor = await self._append(GET_STREAM, None)
         except UnknownSessionError:
             return Attachment(_vanished(self.session_id))
-        await self._take_over(GET_STREAM)
-        tail = self._register(GET_STREAM, anchor)
+        tail = await self._take_over(GET_STREAM, anchor)
+        assert tail is not None
         return Attachment(
             Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
             stream=GET_STREAM,
@@ -251,29 +251,25 @@ class LiveStreams:
         stream = resumption.sequence
         assert stream is not None  # a resumed verdict always names its sequence
         replay: list[tuple[int, EventMessage]] = []
-        last = last_event_id
-        finished = False
-        for event in resumption.events:
-            last = event.event_id
-            message = _message(event)
-            if message is None:
-                continue
-            replay.append((event.position, EventMessage(message, event.event_id)))
-            if stream != GET_STREAM and is_response(message):
-                finished = True
-                break
+        last, finished = _add_replay(replay, resumption.events, stream, last_event_id)
         attachment = Attachment(resumption, stream, replay)
-        if not finished and stream != GET_STREAM:
-            finished = await self._finished(stream)
+        if not finished and stream != GET_STREAM and await self._finished(stream):
+            # Answered, but the response may have been stored after the
+            # snapshot above was read: read what follows it before ending the
+            # stream, or it would end without the call's result.
+            rest = await self.catch_up(Tail(stream, last))
+            if not rest.ok:
+                self.view.closed = True  # the store tore the session down
+                return Attachment(rest)
+            last, _ = _add_replay(replay, rest.events, stream, last)
+            finished = True
         if not again:
-            await self._take_over(stream)
+            attachment.tail = await self._take_over(stream, None if finished else last)
         if finished:
             return attachment
         if again:
             attachment.tail = Tail(stream, last)
             self._again.setdefault(stream, set()).add(attachment.tail)
-        else:
-            attachment.tail = self._register(stream, last)
         if prime and not self._dead:
             try:
                 priming = await self._append(stream, None)
@@ -302,13 +298,32 @@ class LiveStreams:
         mark = record.get("get") or self.get_mark
         return mark
 
-    async def _take_over(self, sequence: str) -> None:
-        """The newest connection takes a stream over: end whatever carried it before, everywhere."""
+    async def _take_over(self, sequence: str, last_id: str | None) -> Tail | None:
+        """The newest connection takes a stream over: end whatever carried it before, everywhere.
+
+        Returns the new connection's tail, registered after ``last_id`` (None:
+        the stream is finished, nothing to follow). Closing the connections
+        carrying the stream here and registering the new tail happen in one
+        step, with nothing awaited between them: of connections attaching at
+        the same time, the last one registered holds the stream and every
+        other one is closed. Registered after an await, one tail could replace
+        another without closing it, leaving a connection open that no message
+        reaches.
+        """
         self.close_stream(sequence)
         replica = self.view.replica
         if replica is not None:
             replica.sessions.taken_over(self.session_id, sequence)
-            await replica.announce_takeover(self.session_id, sequence)
+        tail = None if last_id is None else self._register(sequence, last_id)
+        if replica is not None:
+            try:
+                await replica.announce_takeover(self.session_id, sequence)
+            except BaseException:
+                if tail is not None and self._tails.get(sequence) is tail:
+                    del self._tails[sequence]
+                    tail.close()
+                raise
+        return tail
 
     def _register(self, sequence: str, last_id: str) -> Tail:
         tail = Tail(sequence, last_id)
@@ -326,6 +341,24 @@ class LiveStreams:
 
 def _message(event: Event) -> JSONRPCMessage | None:
     return None if event.payload is None else decode_message(event.payload)
+
+
+def _add_replay(
+    replay: list[tuple[int, EventMessage]], events: Sequence[Event], stream: str, last: str
+) -> tuple[str, bool]:
+    """Add ``events`` (priming events left out) to ``replay``, up to a request stream's response.
+
+    Returns the id of the last event taken and whether the response was among them.
+    """
+    for event in events:
+        last = event.event_id
+        message = _message(event)
+        if message is None:
+            continue
+        replay.append((event.position, EventMessage(message, event.event_id)))
+        if stream != GET_STREAM and is_response(message):
+            return last, True
+    return last, False
 
 
 def _vanished(session: str) -> Resumption:

@@ -56,7 +56,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import DEFAULT_NEGOTIATED_VERSION, INTERNAL_ERROR, INVALID_REQUEST
 from mcp_types.version import is_version_at_least
 from sse_starlette import EventSourceResponse
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Send
 
@@ -136,7 +136,16 @@ class ReplayTransport(TransportOverrides):
         replica = view.replica if view is not None else None
         if view is None or replica is None:
             return False
-        body = await request.body()  # cached: the SDK reads it again from this request
+        try:
+            body = await request.body()  # cached: the SDK reads it again from this request
+        except ClientDisconnect:
+            # Nothing was run and nobody is left to answer: one line, not the
+            # traceback the server would log for an exception left unhandled.
+            logger.info(
+                "POST of session %s: the client disconnected before sending its whole body",
+                view.session_id,
+            )
+            return True
         message = _peek(body)
         request_id = _request_id(message)
         initialize = message is not None and message.get("method") == "initialize"
