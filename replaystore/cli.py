@@ -15,7 +15,7 @@ import anyio
 
 from . import __version__
 from .buffer import ReplayBuffer
-from .errors import ReplayStoreError
+from .errors import ReplayStoreError, StorageError
 
 _DESCRIPTION = (
     "Replay buffers for server-sent events that resume exactly or say why they cannot. "
@@ -247,9 +247,21 @@ async def _probe(url: str, session: str, cursor: str, sequence: str | None) -> i
 
 
 async def _check_store(url: str) -> None:
-    """Connect once before serving, so an unreachable store is one line, not a traceback."""
-    async with ReplayBuffer.from_url(url):
-        pass
+    """Check the store once before serving: what it refuses is one line, not a traceback.
+
+    An unreachable store, or one whose ACL forbids what a replica needs,
+    stops the command (exit status 2); a store that refuses writes for now
+    (out of memory, read-only) and an eviction policy that may end sessions
+    are one warning line each.
+    """
+    from .mcp.preflight import check_store
+
+    async with ReplayBuffer.from_url(url) as buffer:
+        problems = await check_store(buffer)
+    for problem in problems:
+        if problem.fatal:
+            raise StorageError(problem.text, kind="noperm", permanent=True)
+        logging.getLogger("replaystore").warning("%s", problem.text)
 
 
 def _say_if_metrics_are_off() -> None:
@@ -315,6 +327,7 @@ def _run(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
             ping_seconds=args.ping_seconds,
             allowed_hosts=args.allowed_host,
+            check_store=False,  # checked above
         )
         return 0
     if args.command == "inspect":

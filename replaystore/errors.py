@@ -85,7 +85,21 @@ class StorageError(ReplayStoreError):
 
     Nothing is known about the verdict: callers must not treat it as a
     success (an HTTP layer answers 503, not an empty 200).
+
+    ``kind`` says what happened, in one word: ``"unreachable"`` (no answer in
+    time, a refused or lost connection) or what the server answered:
+    ``"oom"`` (out of memory, writes refused), ``"readonly"`` (a read-only
+    replica), ``"noperm"`` (forbidden by the server's ACL), ``"misconf"``
+    (writes refused: the server cannot persist), ``"loading"``, ``"busy"``
+    (a long script), ``"error"`` (any other error reply). ``permanent`` is
+    true when waiting cannot help (a command, key or channel the ACL
+    forbids): an operator has to change the server's configuration.
     """
+
+    def __init__(self, message: str, *, kind: str = "unreachable", permanent: bool = False):
+        super().__init__(message)
+        self.kind = kind
+        self.permanent = permanent
 
 
 class UnsupportedURLError(ReplayStoreError, ValueError):

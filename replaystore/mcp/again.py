@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 import anyio
@@ -74,9 +74,19 @@ async def take_lease(view: SessionView, stream: str) -> Lease:
         nonlocal info
         info = await view.buffer.session_info(view.session_id)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(look)
-        taken = await replica.acquire(view.session_id, stream)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(look)
+            taken = await replica.acquire(view.session_id, stream)
+    except BaseExceptionGroup as group:
+        # Either call's StorageError (or a session gone), as the one error
+        # the caller answers (503, 404), not a group that becomes a 500. A
+        # lease taken for a request that is not run is given back, so that
+        # the client's retry runs it.
+        if taken:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0), suppress(StorageError):
+                await replica.give_back(view.session_id, stream)
+        raise _first(group) from None
     if info is None:
         if taken:
             await replica.give_back(view.session_id, stream)
@@ -91,6 +101,24 @@ async def take_lease(view: SessionView, stream: str) -> Lease:
         # following its stream then answers it as lost.
         await replica.give_back(view.session_id, stream)
     return Lease.RECEIVED
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error a caller answers, out of a task group's: a store error before any other."""
+    errors = list(_leaves(group))
+    for kind in (StorageError, UnknownSessionError):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
+    return group
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error
 
 
 async def stream_origin(view: SessionView, stream: str) -> str | None:

@@ -274,7 +274,10 @@ class RedisBus(Bus):
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         self._pubsub = self._client.pubsub()
         try:
-            await self._pubsub.subscribe(self._all, self._mine)
+            try:
+                await self._pubsub.subscribe(self._all, self._mine)
+            except Exception as exc:
+                raise _said("subscribing to the replicas' channels", exc) from exc
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._publisher)
                 task_status.started()
@@ -332,7 +335,7 @@ class RedisBus(Bus):
         try:
             await self._pubsub.subscribe(channel)
         except Exception as exc:
-            logger.debug("subscribing to session %s failed: %s", session, exc)
+            logger.debug("%s", _said(f"subscribing to session {session}", exc))
             return
         # Subscribe first, then read the store: wait (briefly) for the
         # subscription to be active so no wake-up falls in between.
@@ -362,7 +365,7 @@ class RedisBus(Bus):
         try:
             await self._client.publish(channel, text)
         except Exception as exc:
-            logger.warning("could not notify the other replicas: %s", exc)
+            logger.warning("could not notify the other replicas: %s", _said("publishing", exc))
 
 
 def bus_for(coordination: Coordination, replica: str, handler: Handler) -> Bus:
@@ -370,3 +373,10 @@ def bus_for(coordination: Coordination, replica: str, handler: Handler) -> Bus:
     if isinstance(coordination, OnRedis):
         return RedisBus(replica, handler, coordination)
     return MemoryBus(replica, handler, coordination.scope)
+
+
+def _said(what: str, exc: BaseException) -> Exception:
+    """What Redis said about a notification, as every Redis-backed part of the package says it."""
+    from ..backends._redis_client import storage_error
+
+    return storage_error(what, exc)

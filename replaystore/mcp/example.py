@@ -232,8 +232,13 @@ def serve(
     drain_seconds: float = DRAIN_SECONDS,
     ping_seconds: float = PING_SECONDS,
     allowed_hosts: Sequence[str] = (),
+    check_store: bool = True,
 ) -> None:
     """Serve :func:`build_app` with uvicorn until ``SIGTERM`` (or Ctrl-C), then drain.
+
+    ``check_store``: check once, at start-up, what the store must give a
+    replica (:meth:`ReplaySessionManager.check_store`), logging each problem
+    in one line; ``False`` when the caller did.
 
     On the signal the replica stops taking work (its health check answers
     503 ``draining``, new requests 503 with ``Retry-After``, uvicorn stops
@@ -268,6 +273,7 @@ def serve(
         allowed_hosts=allowed_hosts,
     )
     manager: ReplaySessionManager = app.state.replay_manager
+    manager.store_checked = not check_store
 
     class DrainingServer(uvicorn.Server):
         loop: asyncio.AbstractEventLoop | None = None

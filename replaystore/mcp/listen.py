@@ -50,7 +50,6 @@ from mcp.server.subscriptions import (
 
 from ..backends.coordination import Coordination, OnRedis, coordination_of
 from ..buffer import ReplayBuffer
-from ..errors import StorageError
 
 __all__ = ["StoreSubscriptionBus", "decode_event", "encode_event"]
 
@@ -149,7 +148,9 @@ class StoreSubscriptionBus:
             try:
                 await coordination.client.eval(_PUBLISH, 2, *keys, text, self.keep)
             except Exception as exc:  # redis.RedisError and cluster errors alike
-                raise StorageError(f"publishing a listen event failed on redis: {exc}") from exc
+                from ..backends._redis_client import storage_error
+
+                raise storage_error("publishing a listen event", exc) from exc
             return
         scope = self._memory_scope(coordination.scope)
         with scope.lock:

@@ -58,6 +58,8 @@ from .listen import StoreSubscriptionBus
 from .messages import GET_STREAM
 from .metrics import ResumptionObserver
 from .overrides import ManagerOverrides, ReplicaDispatcher
+from .preflight import Problem, check_store, probe
+from .refusals import store_trouble, unavailable_error
 from .replica import Replica
 from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
@@ -145,6 +147,8 @@ class ReplaySessionManager(ManagerOverrides):
     _replica: Replica
     _adopting: dict[str, anyio.Lock]
     _replicating: bool
+    #: Whether :meth:`check_store` ran (the example server runs it before it serves).
+    store_checked: bool
 
     def __init__(
         self,
@@ -170,6 +174,7 @@ class ReplaySessionManager(ManagerOverrides):
         self._replica = Replica(store.buffer, self, settings)
         self._adopting = {}
         self._replicating = False
+        self.store_checked = False
 
     @classmethod
     def adopt(
@@ -225,6 +230,8 @@ class ReplaySessionManager(ManagerOverrides):
         self._replicating = True
         try:
             async with self._replica.run():
+                if not self.store_checked:
+                    self._replica.spawn(self._check_quietly)
                 yield
         finally:
             self._replicating = False
@@ -259,18 +266,56 @@ class ReplaySessionManager(ManagerOverrides):
                 view.live.close_stream(GET_STREAM)
 
     async def health(self) -> tuple[bool, str]:
-        """``(True, "ok: replica <id>")`` when this replica takes work (not draining, store up).
+        """``(True, "ok: replica <id>")`` when this replica takes work (not draining, store serves).
 
-        The store is asked one cheap question, bounded by ``store_timeout``.
+        The store is asked what requests need, within ``store_timeout``: a
+        write (a lease taken and dropped), a script, a publish
+        (:func:`~replaystore.mcp.preflight.probe`); after a refusal that
+        waiting cannot cure (the ACL), the commands of a whole session too,
+        until the store grants them again.
         """
-        if self._replica.draining:
+        replica = self._replica
+        if replica.draining:
             return False, "draining: this replica is shutting down"
         try:
-            with _bounded(self._replica.settings.store_timeout):
-                await self._replica.registry.get_session(_HEALTH_PROBE)
+            with _bounded(replica.settings.store_timeout):
+                await probe(
+                    self._replay_store.buffer,
+                    replica.registry,
+                    replica.id,
+                    deep=replica.refused is not None,
+                )
         except StorageError as exc:
-            return False, f"the replay store cannot be reached: {str(exc)[:256]}"
-        return True, f"ok: replica {self._replica.id}"
+            if exc.permanent:
+                replica.refused = exc
+            return False, f"{store_trouble(exc)}; this replica cannot serve"
+        replica.refused = None
+        return True, f"ok: replica {replica.id}"
+
+    async def _check_quietly(self) -> None:
+        try:
+            await self.check_store()
+        except Exception as exc:  # a check must never stop the replica
+            logger.warning("replaystore: the store could not be checked: %s", exc)
+
+    async def check_store(self) -> list[Problem]:
+        """Check once what the store must give this replica, and log each problem in one line.
+
+        Run in the background when the replica starts (unless already done:
+        :attr:`store_checked`); a refusal that waiting cannot cure (the ACL)
+        also makes the health check fail until it is fixed.
+        """
+        self.store_checked = True
+        problems = await check_store(self._replay_store.buffer)
+        for problem in problems:
+            if problem.fatal:
+                logger.error("replaystore: %s", problem.text)
+            else:
+                logger.warning("replaystore: %s", problem.text)
+        if any(problem.fatal for problem in problems):
+            # The health check asks the deep questions until they pass.
+            self._replica.refused = StorageError("refused at start-up", permanent=True)
+        return problems
 
     async def health_endpoint(self, request: Request) -> Response:
         """``GET /healthz``: 200 ``ok``, or 503 with the reason (plain text, never cached).
@@ -299,11 +344,9 @@ class ReplaySessionManager(ManagerOverrides):
                 refused = await self._adopt_session(session_id, _requestor(scope))
             except StorageError as exc:
                 logger.warning(
-                    "session %s cannot be looked up: the replay store cannot be reached (%s)",
-                    session_id[:64],
-                    str(exc)[:256],
+                    "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
                 )
-                await _unavailable()(scope, receive, send)
+                await _unavailable(exc)(scope, receive, send)
                 return True
             if refused is not None:
                 await refused(scope, receive, send)
@@ -507,20 +550,15 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
 #: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
 HEALTH_PATH = "/healthz"
 
-#: The session id the health check looks up (no session ever has it: ids are hex).
-_HEALTH_PROBE = "healthz"
-
 
 def _error_body(message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": message}}
 
 
-def _unavailable() -> Response:
-    body = _error_body(
-        "Service Unavailable: the replay store did not answer (unreachable or too slow); "
-        "retry later"
-    )
-    body["error"]["data"] = {"verdict": None, "reason": "storage_error"}
+def _unavailable(exc: StorageError) -> Response:
+    message, data = unavailable_error(exc)
+    body = _error_body(message)
+    body["error"]["data"] = data
     return Response(
         json.dumps(body),
         status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),

@@ -75,9 +75,12 @@ class TransportOverrides(StreamableHTTPServerTransport):
     async def _handle_delete_request(self, request: Request, send: Send) -> None:
         """Extends ``StreamableHTTPServerTransport._handle_delete_request``.
 
-        After the SDK's DELETE, the session ends in the store and on every
-        replica, not only here.
+        The session ends in the store first (a store that refuses is a 503
+        the client retries, not a 200 for a session that lives on), then the
+        SDK's DELETE, then the session ends on every replica, not only here.
         """
+        if await self.answer_delete(request, send):
+            return
         await super()._handle_delete_request(request, send)
         await self.deleted()
 
@@ -90,6 +93,9 @@ class TransportOverrides(StreamableHTTPServerTransport):
         raise NotImplementedError
 
     async def answer_post(self, request: Request, send: Send) -> bool:
+        raise NotImplementedError
+
+    async def answer_delete(self, request: Request, send: Send) -> bool:
         raise NotImplementedError
 
     async def deleted(self) -> None:

@@ -248,7 +248,9 @@ class RedisRegistry(Registry):
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise StorageError(f"session registry {what} failed on redis: {exc}") from exc
+            from ..backends._redis_client import storage_error
+
+            raise storage_error(f"session registry {what}", exc) from exc
 
     async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
         key = self._record(session)

@@ -97,6 +97,10 @@ class Replica:
         #: (503, ``Retry-After``) so that a balancer sends them elsewhere, while
         #: the requests already running here finish.
         self.draining = False
+        #: The last refusal of the store that waiting cannot cure (its ACL
+        #: forbids a command, key or channel): the health check says so until
+        #: the store grants what was refused.
+        self.refused: StorageError | None = None
         self._renew_now = anyio.Event()
 
     @property

@@ -69,6 +69,8 @@ from .live import Attachment, _vanished
 from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response, sequence_name
 from .overrides import TransportOverrides
+from .preflight import probe
+from .refusals import store_trouble, unavailable_error
 from .tail import Tail
 from .view import SessionView
 
@@ -168,7 +170,17 @@ class ReplayTransport(TransportOverrides):
                 if initialize:
                     # Open the session in the store before the SDK starts its
                     # 200 response: an outage is a 503 now, not a cut stream.
+                    # (Opened already: an initialize sent on a session; the
+                    # store must take a write all the same.)
+                    if view._opened:
+                        await view.buffer.open_session(view.session_id)
                     await view.open()
+                    if replica.refused is not None:
+                        # The ACL forbade a command a session needs: ask
+                        # again, with a whole throwaway session, before
+                        # answering 200 for a session that cannot be served.
+                        await probe(view.buffer, replica.registry, replica.id, deep=True)
+                        replica.refused = None
                 destination = await self._destination(view, message)
                 again = None
                 if destination is None and leased and request_id is not None:
@@ -199,11 +211,28 @@ class ReplayTransport(TransportOverrides):
                 return True
         except StorageError as exc:
             logger.warning(
-                "request of session %s refused: the replay store cannot be reached (%s)",
-                view.session_id,
-                str(exc)[:256],
+                "request of session %s answered 503: %s", view.session_id, store_trouble(exc)
             )
-            await self._unavailable(request, send)
+            await self._unavailable(request, send, error=exc)
+            return True
+        return False
+
+    async def answer_delete(self, request: Request, send: Send) -> bool:
+        """End the session in the store before the SDK answers DELETE; 503 if the store refuses."""
+        view = self.view
+        replica = view.replica if view is not None else None
+        if view is None or replica is None or not self.mcp_session_id:
+            return False
+        if not await self._validate_request_headers(request, send):
+            return True
+        try:
+            with _bounded(replica.settings.store_timeout):
+                await view.buffer.close_session(view.session_id)
+        except StorageError as exc:
+            logger.warning(
+                "DELETE of session %s answered 503: %s", view.session_id, store_trouble(exc)
+            )
+            await self._unavailable(request, send, error=exc)
             return True
         return False
 
@@ -297,8 +326,8 @@ class ReplayTransport(TransportOverrides):
         )
         try:
             origin = await stream_origin(view, stream)
-        except StorageError:
-            await self._unavailable(request, send)
+        except StorageError as exc:
+            await self._unavailable(request, send, error=exc)
             return
         except UnknownSessionError:
             await self._gone(request, send)
@@ -357,8 +386,8 @@ class ReplayTransport(TransportOverrides):
     ) -> None:
         try:
             attachment: Attachment = await attach()
-        except StorageError:
-            await self._unavailable(request, send, resumption=True)
+        except StorageError as exc:
+            await self._unavailable(request, send, resumption=True, error=exc)
             return
         except UnknownSessionError:
             assert self.mcp_session_id is not None
@@ -385,7 +414,13 @@ class ReplayTransport(TransportOverrides):
         resumption: bool = False,
         draining: bool = False,
         dropped: bool = False,
+        error: StorageError | None = None,
     ) -> None:
+        data: dict[str, Any]
+        if error is not None and error.permanent and self.view is not None:
+            replica = self.view.replica
+            if replica is not None:
+                replica.refused = error
         if draining:
             message = "Service Unavailable: this server replica is shutting down; retry"
             reason = "draining"
@@ -393,19 +428,16 @@ class ReplayTransport(TransportOverrides):
             message = "Service Unavailable: this server replica just let the session go; retry"
             reason = "session_dropped"
         else:
-            detail = "the resumption verdict is unknown, " if resumption else ""
-            message = (
-                f"Service Unavailable: the replay store did not answer (unreachable or too slow); "
-                f"{detail}retry later"
-            )
-            reason = "storage_error"
+            message, data = unavailable_error(error, resumption=resumption)
+        if draining or dropped:
+            data = {"verdict": None, "reason": reason}
         await self._json_error(
             request,
             send,
             HTTPStatus.SERVICE_UNAVAILABLE,
             INTERNAL_ERROR,
             message,
-            {"verdict": None, "reason": reason},
+            data,
             extra_headers={"Retry-After": str(RETRY_AFTER)},
         )
 
@@ -538,11 +570,11 @@ class ReplayTransport(TransportOverrides):
                 caught = await view.live.catch_up(tail)
             except StorageError as exc:
                 logger.warning(
-                    "live stream %r of session %s ended: replay store unreachable (%s); "
+                    "live stream %r of session %s ended: %s; "
                     "the client resumes from its last event id",
                     tail.sequence[:64],
                     view.session_id,
-                    str(exc)[:256],
+                    store_trouble(exc),
                 )
                 return
             if not caught.ok:

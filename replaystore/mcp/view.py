@@ -307,7 +307,7 @@ class SessionView(EventStore):
                     )
                 if self.closed:  # dropped here meanwhile: nothing to say twice
                     raise UnknownSessionError(self.session_id) from exc
-                if now < deadline:
+                if now < deadline and not exc.permanent:  # the ACL: no outage to wait out
                     await anyio.sleep(min(_RETRY_PAUSE, deadline - now))
                     continue
                 self._give_up(sequence, exc)

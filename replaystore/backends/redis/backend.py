@@ -46,7 +46,7 @@ from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
 from ...verdicts import Resumption, Verdict
 from .. import register_backend
-from .._redis_client import build_client
+from .._redis_client import build_client, storage_error
 from ..base import Backend
 from ..coordination import OnRedis
 from .fastpath import Failed, FastPath
@@ -191,7 +191,7 @@ class RedisBackend(Backend):
         except (RedisError, RedisClusterException) as exc:
             # RedisClusterException (no reachable node, slot not covered) is
             # not a RedisError.
-            raise StorageError(f"{what} failed on redis: {exc}") from exc
+            raise storage_error(what, exc) from exc
 
     async def _run(
         self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
@@ -237,7 +237,7 @@ class RedisBackend(Backend):
         except ResponseError as exc:
             # Reached, then refused: a database past the server's `databases`
             # setting is a configuration to fix, not a server to wait for.
-            raise StorageError(f"redis refused the connection: {exc}") from exc
+            raise storage_error("connecting", exc) from exc
         except (RedisError, RedisClusterException) as exc:
             raise StorageError(f"cannot reach redis: {exc}") from exc
 
