@@ -73,7 +73,9 @@ def _hash(mcp_redis: ServerHandle, replica: ServerProcess, task_id: str) -> dict
     prefix = replica.store_url.rsplit("prefix=", 1)[1]
     connection = redis.Redis.from_url(mcp_redis.url)
     try:
-        fields: dict[bytes, bytes] = connection.hgetall(f"{prefix}{{task:{task_id}}}:task")
+        # Behind the app's namespace (the example server's name).
+        key = f"{prefix}{{task:replaystore-example:{task_id}}}:task"
+        fields: dict[bytes, bytes] = connection.hgetall(key)
     finally:
         connection.close()
     return {key.decode(): value for key, value in fields.items()}

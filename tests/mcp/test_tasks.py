@@ -297,7 +297,8 @@ async def rerun_on_a_survivor(
         created = await on_doomed.call("countdown", {"n": 15, "interval_ms": 100})
         task_id = created["taskId"]
         await anyio.sleep(0.5)
-        task_key = f"{prefix}{{task:{task_id}}}:task"
+        with redis.Redis.from_url(mcp_redis.url) as lookup:  # behind the app's namespace
+            [task_key] = lookup.keys(f"{prefix}{{task:*:{task_id}}}:task")
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
         killed = time.monotonic()
@@ -346,11 +347,11 @@ async def test_after_its_ttl_nothing_of_a_task_is_left(
     await client.wait(task_id, "input_required")
     connection = redis.Redis.from_url(mcp_redis.url)
     try:
-        assert connection.keys(f"tk:{{task:{task_id}}}*")
+        assert connection.keys(f"tk:{{task:*:{task_id}}}*")
         await anyio.sleep(TASK_TTL_SECONDS + 0.5)
         reply = await client.task("tasks/get", task_id)
         assert reply["error"]["code"] == -32602
-        assert connection.keys(f"tk:{{task:{task_id}}}*") == []
+        assert connection.keys(f"tk:{{task:*:{task_id}}}*") == []
     finally:
         connection.close()
 
