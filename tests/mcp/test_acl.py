@@ -18,7 +18,8 @@ import redis
 from replaystore import ReplayBuffer
 from replaystore.mcp.preflight import Problem, check_store
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import RawSession, result_text, spawn_replica, sse_events, wait_ready
+from replaystore.testing.sse import sse_events
+from tests.mcp._support import RawSession, result_text, spawn_replica, wait_ready
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -46,7 +47,7 @@ def user(handle: ServerHandle, name: str, *changes: str) -> str:
     """A user with the documented rule, then ``changes``; its store URL."""
     rule = [">pw" if part == ">PASSWORD" else part for part in documented_rule()]
     admin = redis.Redis(host="127.0.0.1", port=handle.ports[0])
-    admin.execute_command("ACL", "SETUSER", name, "reset", *rule, *changes)
+    admin.execute_command("ACL", "SETUSER", name, "reset", *rule, *changes)  # type: ignore[no-untyped-call]
     return f"redis://{name}:pw@127.0.0.1:{handle.ports[0]}/0?prefix={PREFIX}"
 
 

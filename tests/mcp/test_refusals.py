@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import RawSession, ServerProcess, spawn_replica, sse_events, wait_ready
+from replaystore.testing.sse import sse_events
+from tests.mcp._support import RawSession, ServerProcess, spawn_replica, wait_ready
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -87,7 +88,7 @@ async def test_a_full_redis_is_503_on_every_path_and_the_sessions_go_on(
                 await http.post(a.url, json=_initialize(), headers=session.headers()),
                 out_of_memory,
             )
-            ping_id, ping = session.request("ping", {})
+            _, ping = session.request("ping", {})
             _refused(await http.post(a.url, json=ping, headers=session.headers()), out_of_memory)
             _, call = session.call("countdown", {"n": 2, "interval_ms": 0})
             _refused(await http.post(a.url, json=call, headers=session.headers()), out_of_memory)
@@ -120,7 +121,6 @@ async def test_a_full_redis_is_503_on_every_path_and_the_sessions_go_on(
         assert (await http.get(f"{server.base}/healthz")).status_code == 200
         log = server.log_tail(400)
         assert "Traceback" not in log and "without completing response" not in log, log
-    del ping_id
 
 
 def _initialize() -> dict[str, object]:
