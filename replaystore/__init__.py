@@ -14,6 +14,7 @@ from .errors import (
     ReplayStoreError,
     SequenceTagCollisionError,
     StorageError,
+    StoreRegressedError,
     UnknownSessionError,
     UnsupportedURLError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "SequenceTagCollisionError",
     "SessionInfo",
     "StorageError",
+    "StoreRegressedError",
     "Tombstone",
     "UnknownSessionError",
     "UnsupportedURLError",

@@ -26,6 +26,7 @@ __all__ = [
     "ResumptionDesyncError",
     "SequenceTagCollisionError",
     "StorageError",
+    "StoreRegressedError",
     "UnknownSessionError",
     "UnsupportedURLError",
 ]
@@ -78,6 +79,24 @@ class UnknownSessionError(ReplayStoreError, LookupError):
     def __init__(self, session: str) -> None:
         super().__init__(f"unknown session {session!r}")
         self.session = session
+
+
+class StoreRegressedError(UnknownSessionError):
+    """The store lost appends it had acknowledged, so the session was ended.
+
+    Raised by an append that finds the session's high-water below a position
+    this process was handed earlier in the same incarnation: the store (a
+    replica promoted before it received them) would issue those positions
+    again to other events. The session is torn down for every replica with
+    the verdict ``store_regressed``, and its clients must start a new one.
+    """
+
+    def __init__(self, session: str) -> None:
+        super().__init__(session)
+        self.args = (
+            f"session {session!r} ended: the store lost appends it had acknowledged "
+            "(a failover to a replica that had not received them)",
+        )
 
 
 class StorageError(ReplayStoreError):

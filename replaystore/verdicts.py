@@ -43,6 +43,7 @@ class Verdict(enum.StrEnum):
     UNKNOWN_SEQUENCE = "unknown_sequence"
     SEQUENCE_MISMATCH = "sequence_mismatch"
     NOT_RETAINED = "not_retained"
+    STORE_REGRESSED = "store_regressed"
 
     @property
     def ok(self) -> bool:
@@ -107,6 +108,11 @@ REASONS: dict[str, tuple[Verdict, str]] = {
     "chain_short": (
         Verdict.NOT_RETAINED,
         "the sequence's retained events do not reach its high-water",
+    ),
+    "store_regressed": (
+        Verdict.STORE_REGRESSED,
+        "the store no longer holds events it had acknowledged (a failover to a replica "
+        "that had not received them); the session was ended rather than resumed with a gap",
     ),
     # Reached by replaystore.mcp, outside the store's judgement:
     "attached_live": (Verdict.RESUMED, "attached live"),  # a plain GET with nothing to replay

@@ -340,6 +340,7 @@ async def test_model_fixed_scenarios(make_buffer):
         for key, value in stats.items():
             totals[key] = totals.get(key, 0) + value
     # the generated scenarios do reach every verdict the model can predict
-    for verdict in Verdict:
-        if verdict is not Verdict.NOT_RETAINED:  # needs damage: see test_verdicts.py
-            assert totals.get(verdict.value, 0) > 0, (verdict, totals)
+    # (not_retained needs damage: see test_verdicts.py; store_regressed a failover that
+    # loses appends: see tests/faults/test_failover.py)
+    for verdict in set(Verdict) - {Verdict.NOT_RETAINED, Verdict.STORE_REGRESSED}:
+        assert totals.get(verdict.value, 0) > 0, (verdict, totals)

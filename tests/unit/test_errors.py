@@ -19,6 +19,7 @@ from replaystore import (
     ResumptionDesyncError,
     SequenceTagCollisionError,
     StorageError,
+    StoreRegressedError,
     UnknownSessionError,
     UnsupportedURLError,
 )
@@ -31,6 +32,7 @@ BUILTIN_BASES: dict[type[ReplayStoreError], type[Exception]] = {
     SequenceTagCollisionError: InvalidInputError,
     IdempotencyKeyReusedError: InvalidInputError,
     UnknownSessionError: LookupError,
+    StoreRegressedError: UnknownSessionError,
     StorageError: ReplayStoreError,
     UnsupportedURLError: ValueError,
     ResumptionDesyncError: RuntimeError,

@@ -54,6 +54,7 @@ def test_every_pair_the_rules_produce_is_known() -> None:
             "torn_down",
             "invalid_session",
             "index_lost",
+            "store_regressed",
         }
     )
     assert used == set(REASONS)

@@ -51,6 +51,16 @@ local function now_text()
   return t[1] .. string.sub('00000' .. t[2], -6, -4)
 end
 
+-- Whether the session went back behind a position this client was handed:
+-- fence is '' or the epoch (12 hex digits) and that position, as one text.
+-- Within one incarnation the high-water only rises, so a high-water below a
+-- position handed out means the store lost acknowledged appends (a failover
+-- to a replica that had not received them) and issues those positions again.
+local function regressed(fence, epoch, top)
+  return fence ~= '' and string.sub(fence, 1, 12) == epoch
+    and string.sub(fence, 13) + 0 > top + 0
+end
+
 local function parse_state(raw)
   if not raw then return nil end
   local hw, hs, fl, first, nxt, base, prim, name =

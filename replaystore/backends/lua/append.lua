@@ -1,8 +1,10 @@
 -- append: store a batch of events of one sequence (its list, the one list
 -- declared: Q[tag]).
--- ARGV (after the list's count and tag): name, settings, kinds,
---       idempotency_key ('' for none), payload...; or name, settings, payload
---       for one data event without an idempotency key.
+-- ARGV (after the list's count and tag): name, settings, fence, kinds,
+--       idempotency_key ('' for none), payload...; or name, settings, fence,
+--       payload for one data event without an idempotency key. fence: '' or
+--       the epoch and the highest position this client was handed in the
+--       session (see regressed in _lib.lua).
 -- settings is "max_events,sweep_threshold,split_ms,max_age_ms,session_ttl_ms,
 -- tombstone_ttl_ms,<tombstone>" (the tombstone: JSON without its end), one
 -- argument rather than seven: every argument costs Redis time to read and to
@@ -17,7 +19,9 @@
 -- so its next append evicts: not worth trying append_lean.lua first), or
 -- {epoch, 'lost', tag...}: the run index was lost, retention can no longer be
 -- kept in order, and the session was torn down (the other tags' lists go
--- next).
+-- next), or {epoch, 'regressed'}: the session's high-water is below the
+-- fence (the store lost appends it had acknowledged), nothing stored: the
+-- client ends the session rather than have those positions issued again.
 -- The common append (one data event, nothing evicted, swept or refreshed:
 -- append_common in _lib.lua) comes as append_lean.lua where the client
 -- expects it; this is every other append, and takes the common one too.
@@ -25,14 +29,15 @@ local tag, name = AV[2], arg(1)
 -- One data event without an idempotency key (the common case) comes as
 -- name, settings, payload: every argument costs Redis time to read and to
 -- hand to Lua. Any other append has at least five arguments.
-local short = #AV == A + 3
-local kinds, key, at = '', '', A + 3 -- at: the first payload
-if not short then kinds, key, at = arg(3), arg(4), A + 5 end
+local short = #AV == A + 4
+local kinds, key, at = '', '', A + 4 -- at: the first payload
+if not short then kinds, key, at = arg(4), arg(5), A + 6 end
 local field = 's:' .. tag
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', field, 'rf', 'floor', 'nseq',
                         'lr', 'ra')
 if not meta[1] then return false end -- unknown session: never resurrect one
 local epoch = meta[1]
+if regressed(arg(3), epoch, meta[2]) then return {epoch, 'regressed'} end
 if key ~= '' then
   local done = redis.call('HGET', K, key) or redis.call('HGET', K2, key)
   if done then return {epoch, 'dup', done} end

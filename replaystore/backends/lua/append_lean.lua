@@ -7,11 +7,13 @@
 -- KEYS: the meta hash, the run index, the sequence's list (all this path
 -- touches).
 -- ARGV: the sequence's state field ('s:' .. tag), its name, max_events, the
--- sweep threshold, the payload.
--- Returns false (no session), {epoch, 'general'} or {epoch, 'ok', "pos.ordinal.stamp"}.
+-- sweep threshold, the client's fence (see regressed in _lib.lua), the payload.
+-- Returns false (no session), {epoch, 'general'}, {epoch, 'regressed'} (as append.lua)
+-- or {epoch, 'ok', "pos.ordinal.stamp"}.
 M, I = keys[1], keys[2] -- the shared helpers' keys
 local field = argv[1]
 local meta = redis.call('HMGET', M, 'epoch', 'top', 'count', 'gc', field, 'rf')
 if not meta[1] then return false end -- unknown session: never resurrect one
-return append_common(field, argv[2], argv[3], argv[4], argv[5], meta, keys[3])
+if regressed(argv[5], meta[1], meta[2]) then return {meta[1], 'regressed'} end
+return append_common(field, argv[2], argv[3], argv[4], argv[6], meta, keys[3])
   or {meta[1], 'general'}

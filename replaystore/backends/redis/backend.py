@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
@@ -39,6 +38,7 @@ from ...errors import (
     IdempotencyKeyReusedError,
     SequenceTagCollisionError,
     StorageError,
+    StoreRegressedError,
     UnknownSessionError,
     UnsupportedURLError,
 )
@@ -49,7 +49,9 @@ from .. import register_backend
 from .._redis_client import build_client, storage_error
 from ..base import Backend
 from ..coordination import OnRedis
+from .durability import append_and_wait, options_from
 from .fastpath import Failed, FastPath
+from .fences import Fences, regressed, regressed_answer
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
@@ -138,12 +140,13 @@ class RedisBackend(Backend):
         self._appends: dict[tuple[str, str], _Appends] = {}
         # append_lean.lua leaves run splits by age to the general path.
         self._lean = run_split_ms(retention) == 0
+        self._fences = Fences()  # what this process was handed (a failover may lose it)
 
     @classmethod
     def from_url(
         cls, url: str, retention: Retention, *, client: Any = None, **options: Any
     ) -> RedisBackend:
-        url, durability = _durability_options(url, options)
+        url, durability = options_from(url, options)
         client, prefix, owns = build_client(url, client=client, **options)
         return cls(
             retention, client, prefix=prefix or DEFAULT_PREFIX, owns_client=owns, **durability
@@ -203,23 +206,13 @@ class RedisBackend(Backend):
         )
 
     async def _append_and_wait(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """The append (``name``: either form) and ``WAIT`` in one round trip, on one connection."""
-        wait = ("WAIT", self.wait_replicas, round(self.wait_timeout * 1000))
-
-        async def send(call: tuple[Any, ...]) -> Any:
-            out, acked = await self._wire.pipeline([call, wait], slack=self.wait_timeout)
-            if isinstance(out, Exception):
-                raise out
-            if isinstance(acked, Exception):
-                raise acked
-            if out and out[1] == b"ok" and int(acked) < self.wait_replicas:
-                raise StorageError(
-                    f"append stored on the primary but acknowledged by {acked} of "
-                    f"{self.wait_replicas} replica(s) within {self.wait_timeout} s"
-                )
-            return out
-
-        return await self._library.call(name, lambda: (keys, args), send)
+        """The append (``name``: either form) and ``WAIT`` (:mod:`.durability`)."""
+        return await append_and_wait(
+            lambda send: self._library.call(name, lambda: (keys, args), send),
+            self._wire.pipeline,
+            self.wait_replicas,
+            self.wait_timeout,
+        )
 
     async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
         """Sweeps and TTL refreshes a script asked for, with the lists declared."""
@@ -376,11 +369,12 @@ class RedisBackend(Backend):
     ) -> list[str]:
         tag = sequence_tag(sequence)
         cache = self._appends_to(session, sequence)
+        fence = self._fences.packed(session)
         tail: list[bytes]
         out: Any = None
         if len(payloads) == 1 and payloads[0] is not None and not idempotency_key:
             # the common append: lean first, unless it is known to need more
-            tail = [payloads[0]]
+            tail = [fence, payloads[0]]
             if self._lean and not cache.full_first:
                 out = await self._send_append(
                     "append_lean", session, sequence, tag, cache, tail, retry=False
@@ -394,6 +388,7 @@ class RedisBackend(Backend):
                 b"" if None not in payloads else bytes(112 if p is None else 100 for p in payloads)
             )
             tail = [
+                fence,
                 kinds,
                 (idempotency_key or "").encode(),
                 *(b"" if p is None else p for p in payloads),
@@ -409,12 +404,14 @@ class RedisBackend(Backend):
         if status == b"lost":
             await self._sweep_lists(session, out[2:])
             raise UnknownSessionError(session)
+        if status == b"regressed":
+            await self._end_regressed(session, epoch)
+            raise StoreRegressedError(session)
         if status == b"collision":
             raise SequenceTagCollisionError(sequence)
-        ids = [
-            event_id(epoch, pos, tag, ordinal, stamp)
-            for pos, ordinal, stamp in (item.split(".") for item in out[2].decode().split(","))
-        ]
+        parts = [item.split(".") for item in out[2].decode().split(",")]
+        ids = [event_id(epoch, pos, tag, ordinal, stamp) for pos, ordinal, stamp in parts]
+        self._fences.handed(session, epoch, int(parts[-1][0]))
         if status == b"dup":
             if len(ids) != len(payloads):
                 raise IdempotencyKeyReusedError(idempotency_key or "")
@@ -424,6 +421,7 @@ class RedisBackend(Backend):
         return ids
 
     async def close_session(self, session: str) -> bool:
+        self._fences.forget(session)
         return await self._close(session, '{"code":"closed"', ("", "always", ""))
 
     async def _close(
@@ -498,6 +496,35 @@ class RedisBackend(Backend):
         raw_cursor: str,
         sequence: str | None,
         *,
+        replay: bool,
+        teardown: bool,
+    ) -> Resumption:
+        # The fence as it was before the read: any position in it was issued
+        # before the read began, so a high-water read below it is a regression.
+        fence = self._fences.get(session)
+        out = await self._resolve(session, cursor, raw_cursor, sequence, replay, teardown)
+        if not regressed(out, fence):
+            return out
+        if replay and teardown:
+            await self._end_regressed(session, out.evidence.epoch or "")
+        return regressed_answer(out, replay and teardown)
+
+    async def _end_regressed(self, session: str, epoch: str) -> None:
+        """End ``session`` (incarnation ``epoch``) for every replica: the store lost appends.
+
+        Once the lost positions are issued again the loss stays true, so the
+        teardown needs no condition beyond the incarnation.
+        """
+        self._fences.forget(session)
+        tomb = tombstone_head("store_regressed", Verdict.STORE_REGRESSED.value)
+        await self._close(session, tomb, (epoch, "always", ""), later=True)
+
+    async def _resolve(
+        self,
+        session: str,
+        cursor: Cursor | None,
+        raw_cursor: str,
+        sequence: str | None,
         replay: bool,
         teardown: bool,
     ) -> Resumption:
@@ -652,23 +679,3 @@ class RedisBackend(Backend):
             return False
         self._later(session, out[1:])
         return True
-
-
-def _durability_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Take ``wait_replicas``/``wait_timeout`` out of the URL query and the options."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    found = {k: v for k, v in query if k in ("wait_replicas", "wait_timeout")}
-    rest = [(k, v) for k, v in query if k not in found]
-    out: dict[str, Any] = {}
-    try:
-        if "wait_replicas" in found:
-            out["wait_replicas"] = int(found["wait_replicas"])
-        if "wait_timeout" in found:
-            out["wait_timeout"] = float(found["wait_timeout"])
-    except ValueError as exc:
-        raise UnsupportedURLError(f"bad durability option in {url!r}: {exc}") from exc
-    for name in ("wait_replicas", "wait_timeout"):
-        if name in options:
-            out[name] = options.pop(name)
-    return urlunsplit(parts._replace(query=urlencode(rest))), out
