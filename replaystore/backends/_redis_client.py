@@ -510,7 +510,8 @@ def storage_error(what: str, exc: BaseException) -> StorageError:
         text = f"{what} refused: {meaning}: {_strip(str(exc))}"
         return StorageError(text, kind=kind, permanent=permanent)
     if isinstance(exc, ResponseError):
-        return StorageError(f"{what} failed on redis: {exc}", kind="error")
+        # Redis answered: it refused this command; the server is reachable.
+        return StorageError(f"{what} refused by redis: {exc}", kind="error")
     return StorageError(f"{what} failed on redis: {exc}")
 
 
