@@ -39,7 +39,6 @@ How each rule holds on every replica:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
@@ -51,20 +50,17 @@ import anyio
 import anyio.abc
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.server import require_client_extension
-from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     CallToolRequestParams,
-    CallToolResult,
     RequestParams,
-    TextContent,
 )
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from .. import ReplayBuffer
 from ..backends.coordination import coordination_of
@@ -81,8 +77,16 @@ from ..tasks import (
     valid_task_id,
 )
 from .task_leases import Nudged, Run, renew, scan
+from .task_session import (
+    Rerun,
+    TaskSession,
+    default_owner,
+    result_of,
+    sdk_rerun,
+    sdk_tool_names,
+)
 
-__all__ = ["EXTENSION", "ReplayTasks", "TaskSupport"]
+__all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +104,6 @@ _SHUTDOWN_ERROR = {
 }
 
 Mode = Literal["forbidden", "optional", "required"]
-
-#: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
-#: ``ctx`` is the request context of the reader that found the task orphaned,
-#: or None when the background scan did.
-Rerun = Callable[[str, dict[str, Any], "Run", Any], Awaitable[HandlerResult]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,71 +145,6 @@ class UpdateParams(TaskIdParams):
     """``tasks/update`` params."""
 
     input_responses: dict[str, dict[str, Any]]
-
-
-class TaskSession(ServerSession):
-    """The tool's session inside a task: server-to-client requests become input requests.
-
-    Everything else is the request's own session (reached through
-    ``__getattr__``, so no SDK attribute is named here). Progress and log
-    notifications are dropped: the tasks extension does not carry them.
-    """
-
-    def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: Run) -> None:
-        # The SDK's constructor is not called: this object only redirects.
-        # ``inner`` is None for a run started by the background scan: no
-        # client request is behind it, so the client's details are unknown.
-        self._replay_inner = inner
-        self._replay_tasks = tasks
-        self._replay_run = run
-
-    def __getattr__(self, name: str) -> Any:
-        inner = self.__dict__["_replay_inner"]
-        if inner is None:
-            if name in ("client_params", "client_capabilities"):
-                return None
-            raise AttributeError(
-                f"{name!r} is not available to a task run again in the background: "
-                "no client request is behind it"
-            )
-        return getattr(inner, name)
-
-    async def send_request(
-        self, request: BaseModel, result_type: type[BaseModel], *args: Any, **kwargs: Any
-    ) -> Any:
-        wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        answer = await self._replay_tasks._input(self._replay_run, wire)
-        return result_type.model_validate(answer, by_name=False)
-
-    async def report_progress(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def send_progress_notification(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def send_log_message(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def _default_owner() -> str | None:
-    """The authenticated principal, or None without auth.
-
-    The SDK's own definition of a token's principal (client id, issuer,
-    subject: ``principal_components``), the one its session ownership uses:
-    a token that could not take over another principal's session cannot
-    read or cancel that principal's tasks either. A ``sub`` is unique only
-    per issuer, so a token of another issuer with the same client id and
-    subject is another owner.
-    """
-    try:
-        from mcp.server.auth.middleware.auth_context import get_access_token
-        from mcp.server.auth.provider import principal_components
-    except ImportError:  # pragma: no cover - auth extras missing
-        return None
-    token = get_access_token()
-    if token is None:
-        return None
-    return json.dumps(principal_components(token), separators=(",", ":"))
 
 
 class ReplayTasks(Extension):
@@ -284,9 +218,9 @@ class ReplayTasks(Extension):
         """
         if isinstance(server, MCPServer):
             if self._rerun is None:
-                self.rerun_with(_sdk_rerun(self, server))
+                self.rerun_with(sdk_rerun(self, server))
             if self._tool_names is None:
-                self.served_by(_sdk_tool_names(server))
+                self.served_by(sdk_tool_names(server))
         if self._namespace is None:
             name = getattr(server, "name", None)
             self._namespace = name if isinstance(name, str) else ""
@@ -417,7 +351,7 @@ class ReplayTasks(Extension):
 
     def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
         """The principal this request acts for (None: no owner)."""
-        return self._owner(ctx) if self._owner is not None else _default_owner()
+        return self._owner(ctx) if self._owner is not None else default_owner()
 
     async def intercept_tool_call(
         self,
@@ -559,7 +493,7 @@ class ReplayTasks(Extension):
         try:
             with run.scope:
                 try:
-                    status, payload = "completed", _result(await body(run))
+                    status, payload = "completed", result_of(await body(run))
                 except MCPError as exc:
                     status = FAILED
                     payload = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -693,40 +627,3 @@ class ReplayTasks(Extension):
         except StorageError as exc:
             logger.warning("task store unreachable: %s", exc)
             raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
-
-
-def _sdk_tool_names(server: MCPServer) -> Callable[[], Awaitable[Collection[str]]]:
-    """The names of the tools ``server`` defines, when asked (tools may be added after wiring)."""
-
-    async def names() -> Collection[str]:
-        return {tool.name for tool in await server.list_tools()}
-
-    return names
-
-
-def _sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
-    """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
-
-    async def rerun(name: str, arguments: dict[str, Any], run: Run, ctx: Any) -> HandlerResult:
-        task_ctx = tasks.run_context(run, ctx, name, arguments)
-        try:
-            result: HandlerResult = await server.call_tool(
-                name, arguments, Context(request_context=task_ctx, mcp_server=server)
-            )
-        except MCPError:
-            raise
-        except Exception as exc:  # what the SDK answers a plain call whose tool raised
-            logger.info("task %s: tool %r failed: %r", run.task_id, name, str(exc))
-            text = TextContent(type="text", text=str(exc))
-            return CallToolResult(content=[text], is_error=True)
-        return result
-
-    return rerun
-
-
-def _result(value: HandlerResult) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if isinstance(value, BaseModel):
-        return value.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return dict(value)
