@@ -3,10 +3,11 @@
 The client reaches Redis through a ``TcpProxy`` standing for the service
 address (a virtual IP, a DNS name); the failover points that address at the
 promoted replica and cuts the open connections, as a real one would. Events
-the old primary acknowledged but never replicated are gone: a cursor at one
-of them must get a failure verdict, never a resume into whatever the new
-primary writes at those positions. With the durability option, an append
-that returned is on the replica.
+the old primary acknowledged but never replicated are gone: the process
+that was handed their positions ends the session (``store_regressed``)
+rather than let the new primary issue them again, so no resume replays a
+chain with a gap in it. With the durability option, an append that returned
+is on the replica.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from replaystore import ReplayBuffer, StorageError, UnsupportedURLError, Verdict
+from replaystore import (
+    ReplayBuffer,
+    Resumption,
+    StorageError,
+    StoreRegressedError,
+    UnknownSessionError,
+    UnsupportedURLError,
+    Verdict,
+)
+from replaystore.backends.redis import RedisBackend
 from replaystore.testing import (
     ReplicatedPair,
     TcpProxy,
@@ -88,39 +98,84 @@ def test_the_pair_lags_catches_up_and_loses_what_is_held_at_promotion(
         replica.close()
 
 
-async def test_lost_events_are_never_resumed_into_new_data(
+async def _lose_two(
+    pair: ReplicatedPair, service: TcpProxy, writer: ReplayBuffer
+) -> tuple[list[str], list[str]]:
+    """e1..e3 replicated, e4 and e5 acknowledged and never replicated, then the failover."""
+    info = await writer.open_session("s")
+    kept = await writer.append_many("s", "q", [b"e1", b"e2", b"e3"])
+    await _replicated(pair)
+    pair.lag()
+    lost = await writer.append_many("s", "q", [b"e4", b"e5"])
+    assert [at(eid) for eid in lost] == [(info.epoch, 4), (info.epoch, 5)]
+    await asyncio.to_thread(_fail_over, pair, service)
+    return kept, lost
+
+
+def _ended_by_the_loss(out: Resumption) -> None:
+    assert out.verdict is Verdict.UNKNOWN_SESSION and out.events == [], out
+    assert out.evidence.tombstone is not None, out
+    assert out.evidence.tombstone.verdict is Verdict.STORE_REGRESSED, out
+
+
+async def test_the_writer_refuses_to_reuse_lost_positions_and_ends_the_session(
     pair: ReplicatedPair, service: TcpProxy, prefix: str
 ) -> None:
-    async with ReplayBuffer.from_url(service.url(), prefix=prefix) as buf:
-        info = await buf.open_session("s")
-        kept = await buf.append_many("s", "q", [b"e1", b"e2", b"e3"])
-        await _replicated(pair)
-        pair.lag()
-        lost = await buf.append_many("s", "q", [b"e4", b"e5"])  # acknowledged, never replicated
-        assert [at(eid) for eid in lost] == [(info.epoch, 4), (info.epoch, 5)]
-
-        await asyncio.to_thread(_fail_over, pair, service)
-
-        for cursor in lost:
-            probe = await buf.resolve("s", cursor)
-            assert probe.verdict is not Verdict.RESUMED, (cursor, probe)
-        # What survived resumes exactly.
-        replay = await buf.resolve_and_replay("s", kept[0])
+    async with (
+        ReplayBuffer.from_url(service.url(), prefix=prefix) as writer,
+        ReplayBuffer.from_url(service.url(), prefix=prefix) as other,
+    ):
+        kept, lost = await _lose_two(pair, service, writer)
+        # Another process, handed none of the lost positions, reads what survived:
+        # exact so far (nothing has been written at the lost positions).
+        replay = await other.resolve_and_replay("s", kept[0])
         assert replay.verdict is Verdict.RESUMED, replay
         assert [e.payload for e in replay.events] == [b"e2", b"e3"]
+        # The process that was handed 4 and 5 sees the store behind it: nothing
+        # is stored at those positions again, and the session ends for everyone.
+        with pytest.raises(StoreRegressedError):
+            await writer.append("s", "q", b"n1")
+        for cursor in [*kept, *lost]:
+            _ended_by_the_loss(await other.resolve_and_replay("s", cursor))
+            _ended_by_the_loss(await writer.resolve_and_replay("s", cursor))
+        with pytest.raises(UnknownSessionError):
+            await other.append("s", "q", b"n2")
 
-        # The new primary goes on writing: never under an id a client may hold.
-        fresh = await buf.append_many("s", "q", [b"n1", b"n2", b"n3"])
-        assert not set(fresh) & set(lost), f"ids {lost} handed out again: {fresh}"
-        for cursor in lost:
-            probe = await buf.resolve("s", cursor)
-            assert probe.verdict is not Verdict.RESUMED, (cursor, probe)
-        # A cursor from before the loss resumes exactly what is there, or fails: never a gap.
-        after = await buf.resolve_and_replay("s", kept[2])
-        if after.verdict is Verdict.RESUMED:
-            assert [e.payload for e in after.events] == [b"n1", b"n2", b"n3"]
-        else:
-            assert after.events == []
+
+async def test_a_resume_on_the_writer_is_refused_with_store_regressed(
+    pair: ReplicatedPair, service: TcpProxy, prefix: str
+) -> None:
+    async with (
+        ReplayBuffer.from_url(service.url(), prefix=prefix) as writer,
+        ReplayBuffer.from_url(service.url(), prefix=prefix) as other,
+    ):
+        kept, lost = await _lose_two(pair, service, writer)
+        for cursor in lost:  # a probe judges without ending anything
+            probe = await writer.resolve("s", cursor)
+            assert probe.verdict is Verdict.STORE_REGRESSED, (cursor, probe)
+        out = await writer.resolve_and_replay("s", kept[0])
+        assert out.verdict is Verdict.STORE_REGRESSED and out.events == [], out
+        assert out.evidence.torn_down, out
+        _ended_by_the_loss(await other.resolve_and_replay("s", kept[0]))
+
+
+async def test_after_a_lost_connection_every_session_behind_its_fence_ends(
+    pair: ReplicatedPair, service: TcpProxy, prefix: str
+) -> None:
+    """A session its writer never touches again (its last events were lost) still ends."""
+    async with (
+        ReplayBuffer.from_url(service.url(), prefix=prefix) as writer,
+        ReplayBuffer.from_url(service.url(), prefix=prefix) as other,
+    ):
+        whole = await writer.open_session("whole")
+        await writer.append("whole", "q", b"w1")
+        kept, _ = await _lose_two(pair, service, writer)
+        assert isinstance(writer.backend, RedisBackend)
+        assert await writer.backend.check_fences() == ["s"]
+        _ended_by_the_loss(await other.resolve_and_replay("s", kept[0]))
+        survivor = await other.resolve_and_replay("whole", str(whole.origin))
+        assert survivor.verdict is Verdict.RESUMED, survivor
+        assert [e.payload for e in survivor.events] == [b"w1"]
 
 
 async def test_durable_appends_survive_the_failover(

@@ -51,7 +51,7 @@ from ..base import Backend
 from ..coordination import OnRedis
 from .durability import append_and_wait, options_from
 from .fastpath import Failed, FastPath
-from .fences import Fences, regressed, regressed_answer
+from .fences import Fences, behind, regressed, regressed_answer
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
@@ -141,6 +141,7 @@ class RedisBackend(Backend):
         # append_lean.lua leaves run splits by age to the general path.
         self._lean = run_split_ms(retention) == 0
         self._fences = Fences()  # what this process was handed (a failover may lose it)
+        self._disconnected = False  # a connection failed since the fences were last checked
 
     @classmethod
     def from_url(
@@ -188,6 +189,7 @@ class RedisBackend(Backend):
             try:
                 return await call()
             except _RETRYABLE:
+                self._disconnected = True
                 if not retry:
                     raise
                 return await call()
@@ -367,6 +369,8 @@ class RedisBackend(Backend):
         *,
         idempotency_key: str | None = None,
     ) -> list[str]:
+        if self._disconnected:
+            await self.check_fences()
         tag = sequence_tag(sequence)
         cache = self._appends_to(session, sequence)
         fence = self._fences.packed(session)
@@ -499,6 +503,8 @@ class RedisBackend(Backend):
         replay: bool,
         teardown: bool,
     ) -> Resumption:
+        if self._disconnected:
+            await self.check_fences()
         # The fence as it was before the read: any position in it was issued
         # before the read began, so a high-water read below it is a regression.
         fence = self._fences.get(session)
@@ -508,6 +514,18 @@ class RedisBackend(Backend):
         if replay and teardown:
             await self._end_regressed(session, out.evidence.epoch or "")
         return regressed_answer(out, replay and teardown)
+
+    async def check_fences(self) -> list[str]:
+        """End every session whose store lost positions this process was handed (after a
+        lost connection, before the next append or resume); the sessions ended."""
+        self._disconnected = False
+        try:
+            return await behind(
+                self._fences, self.client, lambda s: f"{self.key_base(s)}:m", self._end_regressed
+            )
+        except (RedisError, RedisClusterException) as exc:
+            self._disconnected = True  # still unreachable: check again next time
+            raise storage_error("checking for lost appends", exc) from exc
 
     async def _end_regressed(self, session: str, epoch: str) -> None:
         """End ``session`` (incarnation ``epoch``) for every replica: the store lost appends.

@@ -11,16 +11,21 @@ loss. Each append sends its session's fence (the epoch and the newest
 position handed out here), and the append script refuses to store anything
 behind it; each resume compares the high-water it read with the fence taken
 before the read. Either one ends the session for every replica with the
-verdict ``store_regressed``.
+verdict ``store_regressed``. After a lost connection (how a failover looks
+from here) every fence is checked at once (:func:`behind`), so a session this
+process wrote to and does not touch again is ended too, not left for a
+replica that was handed none of the lost positions to resume into.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from ...verdicts import Resumption, Verdict
 
-__all__ = ["FENCES", "Fences", "regressed"]
+__all__ = ["FENCES", "Fences", "behind", "regressed", "regressed_answer"]
 
 #: Sessions whose fence a process remembers, the most recently appended to;
 #: an older one is forgotten and its session no longer checked by this process.
@@ -60,6 +65,39 @@ class Fences:
     def sessions(self) -> list[tuple[str, str, int]]:
         """Every remembered fence: session, epoch, position."""
         return [(s, e, p) for s, (e, p) in self._by_session.items()]
+
+
+#: Sessions read per round trip by :func:`behind`.
+_BATCH = 500
+
+
+async def behind(
+    fences: Fences,
+    client: Any,
+    meta_key: Callable[[str], str],
+    end: Callable[[str, str], Awaitable[None]],
+) -> list[str]:
+    """End, through ``end(session, epoch)``, every session whose high-water is below its fence.
+
+    ``client`` is the redis-py client (a cluster's pipeline splits by node);
+    the fences are taken before the reads, so a high-water read below one is
+    a loss, whatever this process appends meanwhile. Returns the sessions ended.
+    """
+    held = fences.sessions()
+    ended: list[str] = []
+    for start in range(0, len(held), _BATCH):
+        batch = held[start : start + _BATCH]
+        async with client.pipeline(transaction=False) as pipe:
+            for session, _, _ in batch:
+                pipe.hmget(meta_key(session), "epoch", "top")
+            replies = await pipe.execute()
+        for (session, epoch, position), (stored, top) in zip(batch, replies, strict=True):
+            if stored is None or top is None or stored.decode() != epoch:
+                continue  # gone, or another incarnation: nothing of it was handed here
+            if int(top) < position:
+                await end(session, epoch)
+                ended.append(session)
+    return ended
 
 
 def regressed(out: Resumption, fence: tuple[str, int] | None) -> bool:
