@@ -25,8 +25,9 @@ internal to the package and may change between releases.
 
 from __future__ import annotations
 
+from .app import streamable_http_app
 from .fastmcp import fastmcp_http_app
-from .manager import ReplaySessionManager, streamable_http_app
+from .manager import ReplaySessionManager
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
 from .sdk import SDKCompatibilityError
 from .view import ReplayEventStore

@@ -13,8 +13,11 @@ metrics at ``/metrics`` when ``prometheus_client`` is installed. Tools:
 - ``broadcast(n)``: ``n`` log messages on the standalone GET stream (tied to
   no request), then ``"sent {n}"``.
 - ``ask(question)``: asks the client for a name (elicitation) and answers
-  ``"hello {name}"`` (or ``"no answer ({action})"``). The client's answer
-  may reach any replica: it is forwarded to the one running the call.
+  ``"hello {name}"`` (or ``"no answer ({action})"``). On a 2025-11-25
+  session the client's answer may reach any replica: it is forwarded to the
+  one running the call. A 2026-07-28 client without the tasks extension
+  gets an ``InputRequiredResult`` and sends the call again with its answer,
+  to any replica.
 
 For a 2026-07-28 client that declares the ``io.modelcontextprotocol/tasks``
 extension, ``countdown`` and ``ask`` run as durable tasks (kept
@@ -28,13 +31,14 @@ from __future__ import annotations
 import argparse
 import logging
 import warnings
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 from mcp.server.elicitation import AcceptedElicitation
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -42,8 +46,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..buffer import ReplayBuffer
+from .app import streamable_http_app
 from .listen import StoreSubscriptionBus
-from .manager import HEALTH_PATH, ReplaySessionManager, streamable_http_app
+from .manager import HEALTH_PATH, ReplaySessionManager
 from .metrics import PrometheusObserver, ResumptionObserver
 from .settings import DEFAULT_LEASE_TTL
 from .tasks import ReplayTasks, TaskSupport
@@ -117,8 +122,16 @@ def build_server(
         return f"sent {n}"
 
     @server.tool()
-    async def ask(ctx: Context, question: str = "What is your name?") -> str:
+    async def ask(ctx: Context, question: str = "What is your name?") -> str | InputRequiredResult:
         """Ask the client for a name (elicitation), then greet it."""
+        answers = ctx.input_responses or {}
+        if ASK_KEY in answers:  # the retried request of a multi-round call, on any replica
+            return _greeting(answers[ASK_KEY])
+        in_task = tasks is not None and tasks.declared(ctx.request_context)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and not in_task:
+            # 2026-07-28 has no channel for a server's request outside a task:
+            # the client answers and sends the call again.
+            return InputRequiredResult(input_requests={ASK_KEY: _name_request(question)})
         answer = await ctx.elicit(question, _Name)
         if isinstance(answer, AcceptedElicitation):
             return f"hello {answer.data.name}"
@@ -129,6 +142,22 @@ def build_server(
 
 class _Name(BaseModel):
     name: str
+
+
+#: The key of ``ask``'s question in an ``InputRequiredResult`` (2026-07-28).
+ASK_KEY = "name"
+
+
+def _name_request(question: str) -> ElicitRequest:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    return ElicitRequest(params=ElicitRequestFormParams(message=question, requested_schema=schema))
+
+
+def _greeting(answer: object) -> str:
+    if isinstance(answer, ElicitResult) and answer.action == "accept" and answer.content:
+        return f"hello {answer.content.get('name')}"
+    action = answer.action if isinstance(answer, ElicitResult) else "invalid"
+    return f"no answer ({action})"
 
 
 def build_app(
@@ -153,8 +182,7 @@ def build_app(
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
     tasks = example_tasks(task_ttl, lease_ttl)
-    bus = StoreSubscriptionBus()
-    server = build_server(tasks, bus)  # the SDK sets up its log handlers here
+    server = build_server(tasks)  # the SDK sets up its log handlers here
     _bound_log_messages()
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     registry: Any = None
@@ -174,7 +202,7 @@ def build_app(
         host=host,
         lease_ttl=lease_ttl,
         tasks=tasks,
-        subscriptions=bus,
+        close_buffer=True,
         **_transport_security(allowed_hosts),
     )
     app.state.replay_manager = server.session_manager
@@ -185,15 +213,6 @@ def build_app(
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
         app.router.routes.append(Route("/metrics", metrics))
-
-    inner = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(starlette_app: Starlette) -> AsyncIterator[None]:
-        async with buffer, inner(starlette_app):
-            yield
-
-    app.router.lifespan_context = lifespan
     return app
 
 

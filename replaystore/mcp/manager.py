@@ -28,10 +28,10 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from functools import partial
 from http import HTTPStatus
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -44,7 +44,7 @@ from mcp.server.streamable_http import (
     StreamableHTTPServerTransport,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import INTERNAL_ERROR, InitializeRequestParams, SubscriptionsListenRequestParams
+from mcp_types import INTERNAL_ERROR, InitializeRequestParams
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -54,7 +54,6 @@ from starlette.types import Receive, Scope, Send
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
 from .again import bounded as _bounded
-from .listen import StoreSubscriptionBus
 from .messages import GET_STREAM
 from .metrics import ResumptionObserver
 from .overrides import ManagerOverrides, ReplicaDispatcher
@@ -63,8 +62,6 @@ from .refusals import store_trouble, unavailable_error
 from .replica import Replica
 from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
-from .task_listen import TaskListenHandler
-from .tasks import ReplayTasks
 from .transport import RETRY_AFTER, ReplayTransport
 from .view import ReplayEventStore, SessionView
 
@@ -73,7 +70,6 @@ __all__ = [
     "ReplaySessionManager",
     "add_health_route",
     "as_event_store",
-    "streamable_http_app",
 ]
 
 logger = logging.getLogger("replaystore.mcp")
@@ -565,86 +561,6 @@ def _unavailable(exc: StorageError) -> Response:
         media_type="application/json",
         headers={"Retry-After": str(RETRY_AFTER)},
     )
-
-
-class _ServesStreamableHTTP(Protocol):
-    """``MCPServer`` and the low-level ``Server`` both have these."""
-
-    def streamable_http_app(self, **kwargs: Any) -> Starlette: ...
-
-    @property
-    def session_manager(self) -> StreamableHTTPSessionManager: ...
-
-
-def streamable_http_app(
-    server: Any,
-    buffer: ReplayBuffer | ReplayEventStore,
-    *,
-    observer: ResumptionObserver | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-    check_interval: float = DEFAULT_CHECK_INTERVAL,
-    store_timeout: float = DEFAULT_STORE_TIMEOUT,
-    tasks: ReplayTasks | None = None,
-    subscriptions: StoreSubscriptionBus | None = None,
-    **kwargs: Any,
-) -> Starlette:
-    """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
-
-    ``server`` is an ``MCPServer`` or a low-level ``Server``; ``kwargs`` are
-    those of its ``streamable_http_app`` (``retry_interval``,
-    ``streamable_http_path``, ``transport_security``, ``host`` …), except
-    ``event_store``. Apps built on one buffer URL are replicas of each other.
-    The buffer is not closed by the app: close it in your own lifespan or at exit.
-
-    ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
-    to the server; its tasks are kept in the buffer's store and its tools run
-    while the app's lifespan is open. ``subscriptions``: the
-    :class:`~replaystore.mcp.listen.StoreSubscriptionBus` given to the server,
-    so ``subscriptions/listen`` streams get events published on any replica
-    (with both, listen streams also serve ``notifications.taskIds``).
-
-    The app also answers the health check at ``/healthz``
-    (:meth:`ReplaySessionManager.health_endpoint`).
-    """
-    if "event_store" in kwargs:
-        raise TypeError("pass the buffer instead of event_store")
-    store = as_event_store(buffer, observer)
-    settings = Settings(
-        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
-    )
-    typed = cast(_ServesStreamableHTTP, server)
-    app = typed.streamable_http_app(event_store=store, **kwargs)
-    manager = ReplaySessionManager.adopt(typed.session_manager, store, settings)
-    add_health_route(app, manager)
-    if tasks is not None or subscriptions is not None:
-        inner = app.router.lifespan_context
-        if tasks is not None:
-            tasks.bind(store.buffer, server)
-        if subscriptions is not None:
-            subscriptions.bind(store.buffer)
-        if tasks is not None and subscriptions is not None:
-            # Listen streams that also follow tasks (notifications/tasks).
-            lowlevel_server(typed).add_request_handler(
-                "subscriptions/listen",
-                SubscriptionsListenRequestParams,
-                TaskListenHandler(subscriptions, tasks),
-            )
-
-        @asynccontextmanager
-        async def lifespan(starlette_app: Starlette) -> AsyncIterator[Any]:
-            async with AsyncExitStack() as stack:
-                if subscriptions is not None:
-                    await stack.enter_async_context(subscriptions.running())
-                if tasks is not None:
-                    await stack.enter_async_context(tasks.running())
-                state = await stack.enter_async_context(inner(starlette_app))
-                if tasks is not None:
-                    # Once the server runs: a tool it runs again needs its lifespan state.
-                    await stack.enter_async_context(tasks.reaping(lambda: manager._lifespan_state))
-                yield state
-
-        app.router.lifespan_context = lifespan
-    return app
 
 
 def add_health_route(app: Starlette, manager: ReplaySessionManager) -> None:

@@ -1,0 +1,362 @@
+"""One wiring for every app: what replicas share through the store, and the lifespan running it.
+
+Giving an app a buffer makes it one replica among every app on that buffer's
+store, and a client may reach any replica with any request. So everything
+a client can see from any replica is shared by default, with nothing else to
+pass:
+
+- **sessions** (2025-11-25) and their streams: the session manager;
+- **tasks** (2026-07-28, when a :class:`~replaystore.mcp.tasks.ReplayTasks`
+  is given): their records, leases and input;
+- **``requestState``** of multi-round calls (2026-07-28): sealed under a key
+  kept in the store (:class:`~replaystore.mcp.request_state.StoreKeyRing`),
+  unless the application gave a policy of its own;
+- **``subscriptions/listen`` events** (2026-07-28): published into the store
+  and delivered by every replica
+  (:class:`~replaystore.mcp.listen.StoreSubscriptionBus`), unless the
+  application gave a bus of its own.
+
+``share=False`` keeps the server's own ``requestState`` policy and listen
+bus (per process by default). :func:`streamable_http_app` (the official
+SDK), :func:`~replaystore.mcp.fastmcp_http_app` (FastMCP) and the example
+server are all built by :func:`wire`, so they share exactly the same things.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from mcp.server.request_state import (
+    AESGCMRequestStateCodec,
+    RequestStateBoundary,
+    RequestStateSecurity,
+)
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
+from mcp_types import SubscriptionsListenRequestParams
+from starlette.applications import Starlette
+
+from ..buffer import ReplayBuffer
+from .listen import StoreSubscriptionBus
+from .manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
+from .metrics import ResumptionObserver
+from .request_state import StoreKeyRing
+from .sdk import lowlevel_server
+from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .task_listen import TaskListenHandler
+from .tasks import ReplayTasks
+from .view import ReplayEventStore
+
+__all__ = ["Shared", "session_managers", "streamable_http_app", "wire"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+
+@dataclass
+class Shared:
+    """What an app shares with the other replicas beyond sessions (``app.state.replaystore``).
+
+    ``request_state``: the policy sealing ``requestState`` (None when the
+    server has none, e.g. a low-level ``Server`` without the SDK's boundary);
+    ``key_ring`` is set when that policy seals under the store's key.
+    ``subscriptions``: the bus listen streams read (None when the server does
+    not serve ``subscriptions/listen``); ``shared_bus`` when it goes through
+    the store. ``tasks``: the tasks extension, if any.
+    """
+
+    request_state: RequestStateSecurity | None = None
+    key_ring: StoreKeyRing | None = None
+    subscriptions: SubscriptionBus | None = None
+    tasks: ReplayTasks | None = None
+    managers: list[ReplaySessionManager] = field(default_factory=list)
+
+    @property
+    def shared_bus(self) -> StoreSubscriptionBus | None:
+        bus = self.subscriptions
+        return bus if isinstance(bus, StoreSubscriptionBus) else None
+
+
+def wire(
+    server: Any,
+    store: ReplayEventStore,
+    settings: Settings,
+    build: Callable[[], Any],
+    *,
+    fastmcp: bool = False,
+    tasks: ReplayTasks | None = None,
+    subscriptions: SubscriptionBus | None = None,
+    request_state: RequestStateSecurity | None = None,
+    share: bool = True,
+    outer: AbstractAsyncContextManager[Any] | None = None,
+) -> Any:
+    """Build the app with ``build()`` and make it a replica of every app on ``store``.
+
+    ``server`` is an ``MCPServer``, a low-level ``Server`` or (``fastmcp``) a
+    ``FastMCP``. Before ``build()``: the tasks extension, the ``requestState``
+    policy and the listen bus are put on the server. After: its session
+    manager is adopted (FastMCP builds it in its lifespan: adopted there),
+    the health check is added, and the app's lifespan runs, outermost
+    first, ``outer``, the bus, the key ring, the tasks, the app's own
+    lifespan, then the background scan for orphaned tasks.
+    """
+    buffer = store.buffer
+    shared = Shared(tasks=tasks)
+    lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
+    if tasks is not None:
+        tasks.bind(buffer, server)
+        if fastmcp:
+            from .fastmcp_tasks import FastMCPTasks, TaskContexts, tool_names
+
+            tasks.served_by(lambda: tool_names(server))
+            server.add_extension(FastMCPTasks(tasks))
+            server.add_transform(TaskContexts())
+    _share_request_state(shared, server, lowlevel, buffer, request_state, share, fastmcp)
+    _share_listen(shared, server, lowlevel, buffer, subscriptions, share, fastmcp)
+    app = build()
+    if not fastmcp:
+        manager = ReplaySessionManager.adopt(
+            cast(_ServesStreamableHTTP, server).session_manager, store, settings
+        )
+        shared.managers.append(manager)
+        add_health_route(app, manager)
+    app.state.replaystore = shared
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(starlette_app: Any) -> AsyncIterator[Any]:
+        async with AsyncExitStack() as stack:
+            if outer is not None:
+                await stack.enter_async_context(outer)
+            if tasks is not None:
+                # Before the server, left after it: a task still running when
+                # the server stops fails with an error saying so. First, so
+                # that its check of the tools stops the app with its own error.
+                await stack.enter_async_context(tasks.running())
+            bus = shared.shared_bus
+            if bus is not None:
+                await stack.enter_async_context(bus.running())
+            if shared.key_ring is not None:
+                await stack.enter_async_context(shared.key_ring.running())
+            state = await stack.enter_async_context(inner(starlette_app))
+            if fastmcp:
+                await _adopt_fastmcp(stack, app, store, settings, shared)
+            if tasks is not None:
+                # Once the server runs: a tool it runs again needs its lifespan state.
+                managers = shared.managers
+                lifespan_state = (lambda: managers[0]._lifespan_state) if managers else None
+                await stack.enter_async_context(tasks.reaping(lifespan_state))
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def _share_request_state(
+    shared: Shared,
+    server: Any,
+    lowlevel: Any,
+    buffer: ReplayBuffer,
+    given: RequestStateSecurity | None,
+    share: bool,
+    fastmcp: bool,
+) -> None:
+    """Seal ``requestState`` so that every replica opens it (see the module docstring).
+
+    The policy ``given`` to the app wins. Otherwise a policy the application
+    gave the server is kept when it can be told from the SDK's per-process
+    default: FastMCP keeps it (``FastMCP(request_state_security=...)``), and
+    on ``MCPServer`` a codec of the application's own. An ``MCPServer`` policy
+    built from ``keys=`` looks exactly like the default (both are one
+    AES-GCM codec), so the store's key seals there too, and the server's own
+    keys still open: pass the policy to the app to seal under your keys.
+    """
+    index, boundary = _boundary(lowlevel)
+    current = getattr(boundary, "_security", None)
+    shared.request_state = current
+    if given is not None:
+        _install(lowlevel, index, given)
+        shared.request_state = given
+        return
+    if boundary is None or not share:
+        return
+    if fastmcp:
+        if getattr(server, "_request_state_security", None) is not None:
+            return
+    elif not isinstance(getattr(current, "codec", None), AESGCMRequestStateCodec):
+        return
+    assert isinstance(current, RequestStateSecurity)
+    ring = StoreKeyRing(fallback=current.codec)
+    ring.bind(buffer)
+    policy = RequestStateSecurity(
+        codec=ring,
+        ttl=current.ttl,
+        bind_principal=current.bind_principal,
+        audience=current.audience,
+    )
+    _install(lowlevel, index, policy)
+    shared.request_state, shared.key_ring = policy, ring
+
+
+def _boundary(lowlevel: Any) -> tuple[int, Any]:
+    for index, middleware in enumerate(lowlevel.middleware):
+        if isinstance(middleware, RequestStateBoundary):
+            return index, middleware
+    return -1, None
+
+
+def _install(lowlevel: Any, index: int, policy: RequestStateSecurity) -> None:
+    boundary = RequestStateBoundary(policy, default_audience=lowlevel.name)
+    if index < 0:
+        lowlevel.middleware.insert(0, boundary)
+    else:
+        lowlevel.middleware[index] = boundary
+
+
+def _share_listen(
+    shared: Shared,
+    server: Any,
+    lowlevel: Any,
+    buffer: ReplayBuffer,
+    given: SubscriptionBus | None,
+    share: bool,
+    fastmcp: bool,
+) -> None:
+    """Serve ``subscriptions/listen`` from a bus every replica publishes into.
+
+    The bus ``given`` to the app wins, then one given to the ``MCPServer``
+    (``MCPServer(subscriptions=...)``); the SDK's in-process default is
+    replaced by a :class:`StoreSubscriptionBus`. A server that does not serve
+    the method (``MCPServer(subscriptions=False)``, a low-level ``Server``
+    without a handler) is left so unless a bus is given.
+    """
+    tasks = shared.tasks
+    if fastmcp:
+        bus = given if given is not None else (StoreSubscriptionBus() if share else None)
+        if bus is None:
+            return
+        from .fastmcp_tasks import ListenMiddleware
+
+        handler: Any = TaskListenHandler(bus, tasks) if tasks is not None else ListenHandler(bus)
+        server.add_middleware(ListenMiddleware(handler))
+    else:
+        current = getattr(server, "_subscriptions", None)  # MCPServer's bus
+        serves = lowlevel.get_request_handler("subscriptions/listen") is not None
+        if given is not None:
+            bus = given
+        elif current is not None and serves:
+            default = isinstance(current, InMemorySubscriptionBus)
+            bus = StoreSubscriptionBus() if share and default else current
+        else:
+            return
+        if current is not None:
+            server._subscriptions = bus  # what ctx.notify_* publishes to
+        handler = TaskListenHandler(bus, tasks) if tasks is not None else ListenHandler(bus)
+        lowlevel.add_request_handler(
+            "subscriptions/listen", SubscriptionsListenRequestParams, handler
+        )
+    if isinstance(bus, StoreSubscriptionBus):
+        bus.bind(buffer)
+    shared.subscriptions = bus
+
+
+async def _adopt_fastmcp(
+    stack: AsyncExitStack, app: Any, store: ReplayEventStore, settings: Settings, shared: Shared
+) -> None:
+    """FastMCP built its session manager in its lifespan: adopt it now, before any request."""
+    managers = session_managers(app)
+    for manager in managers:
+        adopted = ReplaySessionManager.adopt(manager, store, settings)
+        shared.managers.append(adopted)
+        # FastMCP entered the manager's run() before it could be adopted.
+        await stack.enter_async_context(adopted.replicating())
+        if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
+            add_health_route(app, adopted)
+
+
+class _ServesStreamableHTTP(Protocol):
+    """``MCPServer`` and the low-level ``Server`` both have these."""
+
+    def streamable_http_app(self, **kwargs: Any) -> Starlette: ...
+
+    @property
+    def session_manager(self) -> StreamableHTTPSessionManager: ...
+
+
+def streamable_http_app(
+    server: Any,
+    buffer: ReplayBuffer | ReplayEventStore,
+    *,
+    observer: ResumptionObserver | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    check_interval: float = DEFAULT_CHECK_INTERVAL,
+    store_timeout: float = DEFAULT_STORE_TIMEOUT,
+    tasks: ReplayTasks | None = None,
+    subscriptions: SubscriptionBus | None = None,
+    request_state: RequestStateSecurity | None = None,
+    share: bool = True,
+    close_buffer: bool = False,
+    **kwargs: Any,
+) -> Starlette:
+    """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
+
+    ``server`` is an ``MCPServer`` or a low-level ``Server``; ``kwargs`` are
+    those of its ``streamable_http_app`` (``retry_interval``,
+    ``streamable_http_path``, ``transport_security``, ``host`` …), except
+    ``event_store``. Apps built on one buffer URL are replicas of each other,
+    and share what a client can see from any of them (the module docstring
+    lists it; ``share=False`` keeps the server's own ``requestState`` policy
+    and listen bus). The buffer is closed when the app stops only with
+    ``close_buffer=True``: otherwise close it in your own lifespan or at exit.
+
+    ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
+    to the server; its tasks are kept in the buffer's store and its tools run
+    while the app's lifespan is open. ``subscriptions``: a bus of your own
+    for ``subscriptions/listen`` (by default a
+    :class:`~replaystore.mcp.listen.StoreSubscriptionBus`); with ``tasks``,
+    listen streams also serve ``notifications.taskIds``. ``request_state``: a
+    ``RequestStateSecurity`` of your own (e.g. ``keys=[secret]``) sealing
+    ``requestState`` instead of the key kept in the store.
+
+    The app also answers the health check at ``/healthz``
+    (:meth:`ReplaySessionManager.health_endpoint`).
+    """
+    if "event_store" in kwargs:
+        raise TypeError("pass the buffer instead of event_store")
+    store = as_event_store(buffer, observer)
+    settings = Settings(
+        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+    )
+    typed = cast(_ServesStreamableHTTP, server)
+    app: Starlette = wire(
+        server,
+        store,
+        settings,
+        lambda: typed.streamable_http_app(event_store=store, **kwargs),
+        tasks=tasks,
+        subscriptions=subscriptions,
+        request_state=request_state,
+        share=share,
+        outer=store.buffer if close_buffer else None,
+    )
+    return app
+
+
+def session_managers(app: Any) -> list[StreamableHTTPSessionManager]:
+    """The session managers behind the app's routes (through auth wrappers' ``.app``)."""
+    found: list[StreamableHTTPSessionManager] = []
+    for route in getattr(app, "routes", []):
+        node = getattr(route, "endpoint", None)
+        for _ in range(6):
+            if node is None:
+                break
+            manager = getattr(node, "session_manager", None)
+            if isinstance(manager, StreamableHTTPSessionManager):
+                if manager not in found:
+                    found.append(manager)
+                break
+            node = getattr(node, "app", None)
+    return found
