@@ -25,14 +25,16 @@ import argparse
 import base64
 import json
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import uvicorn
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.elicitation import AcceptedElicitation
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import Prompt, UserMessage
+from mcp.server.mcpserver.tools.base import Tool
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
@@ -205,9 +207,53 @@ async def _input_first(ctx: ServerRequestContext[Any, Any], call_next: CallNext)
     return await call_next(ctx)
 
 
+#: An input schema with the JSON Schema 2020-12 keywords the suite looks for in ``tools/list``.
+SCHEMA_2020_12: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "$anchor": "addressDef",
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+    "additionalProperties": False,
+}
+
+
+def _schema_2020_12_tool() -> Tool:
+    """A tool listed with :data:`SCHEMA_2020_12` as its input schema, kept as written."""
+
+    def json_schema_2020_12_tool() -> str:
+        """Lists a JSON Schema 2020-12 input schema."""
+        return "json_schema_2020_12_tool"
+
+    tool = Tool.from_function(json_schema_2020_12_tool)
+    tool.parameters = SCHEMA_2020_12
+    return tool
+
+
 def build_server(tasks: ReplayTasks) -> MCPServer:
     """The server with every fixture the suite's server scenarios call."""
-    server = MCPServer(NAME, version="1.0.0", extensions=[tasks], middleware=[_input_first])
+    server = MCPServer(
+        NAME,
+        version="1.0.0",
+        tools=[_schema_2020_12_tool()],
+        extensions=[tasks],
+        middleware=[_input_first],
+    )
     _content_tools(server)
     _client_request_tools(server)
     _input_required_tools(server)
@@ -258,9 +304,22 @@ def _content_tools(server: MCPServer) -> None:
         ]
 
     @server.tool()
+    def test_x_mcp_header(
+        region: Annotated[
+            str,
+            Field(
+                description="Sent as the Mcp-Param-Region header too",
+                json_schema_extra={"x-mcp-header": "Region"},
+            ),
+        ] = "<none>",
+    ) -> str:
+        """Has a parameter mirrored into a header, which the server checks against the body."""
+        return f"region={region}"
+
+    @server.tool()
     def test_error_handling() -> str:
         """Fails: the client gets a result with isError."""
-        raise RuntimeError("This tool intentionally returns an error for testing")
+        raise ToolError("This tool intentionally returns an error for testing")
 
     @server.tool()
     async def test_tool_with_logging(ctx: Context) -> str:
@@ -474,7 +533,7 @@ def _task_tools(server: MCPServer) -> None:
     async def failing_job() -> str:
         """Reports a tool error after about a second (a task that completes with isError)."""
         await anyio.sleep(1.0)
-        raise RuntimeError("failing_job always fails")
+        raise ToolError("failing_job always fails")
 
     @server.tool()
     async def protocol_error_job() -> str:

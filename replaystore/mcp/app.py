@@ -30,6 +30,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.request_state import (
     AESGCMRequestStateCodec,
     RequestStateBoundary,
@@ -37,7 +38,9 @@ from mcp.server.request_state import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
-from mcp_types import SubscriptionsListenRequestParams
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp_types import HEADER_MISMATCH, SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 
 from ..buffer import ReplayBuffer
@@ -51,7 +54,7 @@ from .task_listen import TaskListenHandler
 from .tasks import ReplayTasks
 from .view import ReplayEventStore
 
-__all__ = ["Shared", "session_managers", "streamable_http_app", "wire"]
+__all__ = ["Shared", "session_managers", "streamable_http_app", "task_name_header", "wire"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -100,8 +103,10 @@ def wire(
     policy and the listen bus are put on the server. After: its session
     manager is adopted (FastMCP builds it in its lifespan: adopted there),
     the health check is added, and the app's lifespan runs, outermost
-    first, ``outer``, the bus, the key ring, the tasks, the app's own
-    lifespan, then the background scan for orphaned tasks.
+    first, ``outer``, the tasks, the bus, the key ring, the app's own
+    lifespan, then the background scan for orphaned tasks. With tasks, a
+    ``tasks/*`` request whose ``Mcp-Name`` disagrees with its body is refused
+    (:func:`task_name_header`).
     """
     buffer = store.buffer
     shared = Shared(tasks=tasks)
@@ -114,6 +119,7 @@ def wire(
             tasks.served_by(lambda: tool_names(server))
             server.add_extension(FastMCPTasks(tasks))
             server.add_transform(TaskContexts())
+        lowlevel.middleware.append(task_name_header)
     _share_request_state(shared, server, lowlevel, buffer, request_state, share, fastmcp)
     _share_listen(shared, server, lowlevel, buffer, subscriptions, share, fastmcp)
     app = build()
@@ -199,6 +205,29 @@ def _share_request_state(
     )
     _install(lowlevel, index, policy)
     shared.request_state, shared.key_ring = policy, ring
+
+
+#: The methods of the tasks extension that name a task (``Mcp-Name: <taskId>``).
+_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+
+
+async def task_name_header(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    """Refuse a ``tasks/*`` request whose ``Mcp-Name`` header names another task than its body.
+
+    The tasks extension has clients mirror ``params.taskId`` into
+    ``Mcp-Name`` so that a balancer may route on it; a server that reads the
+    body must refuse a request whose header and body disagree (-32020,
+    HTTP 400), as the SDK does for ``tools/call``. A request without the
+    header is served (clients of earlier drafts do not send it).
+    """
+    # The HTTP request the message came in (None on other transports).
+    headers = getattr(ctx.request, "headers", None) if ctx.method in _TASK_METHODS else None
+    header = headers.get(MCP_NAME_HEADER) if headers is not None else None
+    if header is not None:
+        task_id = (ctx.params or {}).get("taskId")
+        if isinstance(task_id, str) and decode_header_value(header) != task_id:
+            raise MCPError(HEADER_MISMATCH, f"{MCP_NAME_HEADER} header does not match taskId")
+    return await call_next(ctx)
 
 
 def _boundary(lowlevel: Any) -> tuple[int, Any]:
