@@ -160,4 +160,3 @@ class StoreKeyRing:
                 failed = True
             else:
                 failed = False
-
