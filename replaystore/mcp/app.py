@@ -48,7 +48,7 @@ from .listen import StoreSubscriptionBus
 from .manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
 from .metrics import ResumptionObserver
 from .request_state import StoreKeyRing
-from .sdk import lowlevel_server
+from .sdk import check_server, lowlevel_server
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .task_listen import TaskListenHandler
 from .tasks import ReplayTasks
@@ -272,7 +272,10 @@ def _share_listen(
         handler: Any = TaskListenHandler(bus, tasks) if tasks is not None else ListenHandler(bus)
         server.add_middleware(ListenMiddleware(handler))
     else:
-        current = getattr(server, "_subscriptions", None)  # MCPServer's bus
+        current = None
+        if server is not lowlevel:  # an MCPServer: its bus
+            check_server(server, "_subscriptions")
+            current = server._subscriptions
         serves = lowlevel.get_request_handler("subscriptions/listen") is not None
         if given is not None:
             bus = given

@@ -44,6 +44,7 @@ __all__ = [
     "SDKCompatibilityError",
     "changed_sources",
     "check",
+    "check_server",
     "lowlevel_server",
     "requirements",
     "source_digest",
@@ -93,7 +94,21 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "FastMCPStreamableHTTPSessionManager()": lambda: _fastmcp_manager(),
     "FastMCPRequestContext": lambda: _fastmcp_request_context(),
     "FastMCPContext": lambda: _fastmcp_context(),
+    "RequestStateBoundary()": lambda: _boundary(),
+    "FastMCP()": lambda: _fastmcp_server(),
 }
+
+
+def _boundary() -> Any:
+    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+
+    return RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=None)
+
+
+def _fastmcp_server() -> Any:
+    from fastmcp import FastMCP
+
+    return FastMCP("replaystore-sdk-check")
 
 
 def _fastmcp_context() -> Any:
@@ -272,7 +287,32 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "attribute",
         "the low-level Server an MCPServer wraps, which the session manager drives",
     ),
+    # What replicas share (mcp/app.py): the request-state policy and the listen bus.
+    Requirement(
+        "RequestStateBoundary()",
+        "_security",
+        "attribute",
+        "the policy a server seals requestState with, replaced by one every replica shares",
+    ),
+    Requirement(
+        "MCPServer()",
+        "_subscriptions",
+        "attribute",
+        "the bus ctx.notify_* publishes to, replaced by one every replica shares",
+    ),
     # FastMCP (checked only when it is installed).
+    Requirement(
+        "FastMCP()",
+        "_mcp_server",
+        "attribute",
+        "the low-level server whose request-state boundary is replaced",
+    ),
+    Requirement(
+        "FastMCP()",
+        "_request_state_security",
+        "attribute",
+        "tells a policy the application gave from FastMCP's per-process default",
+    ),
     Requirement(
         "FastMCPStreamableHTTPSessionManager()",
         "_shared_event_store",
@@ -388,6 +428,12 @@ def check(
         f"fastmcp {_version('fastmcp')}; tested: mcp {TESTED_MCP}, fastmcp {TESTED_FASTMCP}): "
         f"missing {listing}"
     )
+
+
+def check_server(server: Any, name: str) -> None:
+    """Check the private attribute ``name`` that an ``MCPServer`` (``server``) must have."""
+    requirement = next(r for r in _REQUIREMENTS if r.owner == "MCPServer()" and r.name == name)
+    check([requirement], owners={"MCPServer()": lambda: server})
 
 
 def lowlevel_server(app: Any) -> Any:
