@@ -681,13 +681,17 @@ def _resources_and_prompts(server: MCPServer) -> None:
     lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
 
 
-def build_app(url: str, *, host: str = "127.0.0.1") -> Any:
-    """The ASGI app of one replica on the store at ``url`` (its buffer closed with the app)."""
+def build_app(url: str, *, host: str = "127.0.0.1", share: bool = True) -> Any:
+    """The ASGI app of one replica on the store at ``url`` (its buffer closed with the app).
+
+    ``share=False`` keeps the SDK's per-process ``requestState`` key and listen
+    bus, to see what the default wiring changes.
+    """
     tasks = ReplayTasks(TASK_TOOLS, poll_interval=0.2, check_interval=0.1)
     server = build_server(tasks)
     buffer = ReplayBuffer.from_url(url)
     return streamable_http_app(
-        server, buffer, tasks=tasks, retry_interval=100, host=host, close_buffer=True
+        server, buffer, tasks=tasks, retry_interval=100, host=host, close_buffer=True, share=share
     )
 
 
@@ -697,9 +701,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=3001)
     parser.add_argument("--url", default="memory://", help="the store: memory://, redis://…")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--no-share",
+        action="store_true",
+        help="keep the per-process requestState key and listen bus (share=False)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
-    app = build_app(args.url, host=args.host)
+    app = build_app(args.url, host=args.host, share=not args.no_share)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 

@@ -42,7 +42,6 @@ from mcp_types import (
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import BaseModel, ValidationError
 
-from .task_listen import TaskListenHandler
 from .tasks import EXTENSION, ReplayTasks, TaskSession
 
 __all__ = ["FastMCPTasks", "ListenMiddleware", "TaskContexts"]
@@ -206,8 +205,9 @@ class ListenMiddleware(Middleware):
     request before the method is routed. So this middleware answers listen
     requests itself (the same handler, hence the same stream, as on an
     ``MCPServer``) and passes every other request on.
-    :func:`~replaystore.mcp.fastmcp_http_app` adds it when given both
-    ``tasks=`` and ``subscriptions=``.
+    :func:`~replaystore.mcp.fastmcp_http_app` adds it (the SDK's
+    ``ListenHandler`` over the shared bus, or a :class:`TaskListenHandler`
+    with ``tasks=``) unless ``share=False`` and no bus is given.
 
     It also corrects ``server/discover``: at 2026-07-28, change
     notifications travel on listen streams only, so (as the SDK derives it)
@@ -217,7 +217,12 @@ class ListenMiddleware(Middleware):
     they are true, as on an ``MCPServer`` replica of the same deployment.
     """
 
-    def __init__(self, handler: TaskListenHandler) -> None:
+    def __init__(
+        self,
+        handler: Callable[
+            [ServerRequestContext[Any, Any], SubscriptionsListenRequestParams], Awaitable[Any]
+        ],
+    ) -> None:
         self.handler = handler
 
     async def on_request(
