@@ -52,6 +52,7 @@ from .sdk import check_server, lowlevel_server
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .task_listen import TaskListenHandler
 from .tasks import ReplayTasks
+from .unavailable import UnavailableStatus
 from .view import ReplayEventStore
 
 __all__ = ["Shared", "session_managers", "streamable_http_app", "task_name_header", "wire"]
@@ -113,6 +114,7 @@ def wire(
     lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
     if tasks is not None:
         tasks.bind(buffer, server)
+        tasks.store_timeout = settings.store_timeout
         if fastmcp:
             from .fastmcp_tasks import FastMCPTasks, TaskContexts, tool_names
 
@@ -123,6 +125,9 @@ def wire(
     _share_request_state(shared, server, lowlevel, buffer, request_state, share, fastmcp)
     _share_listen(shared, server, lowlevel, buffer, subscriptions, share, fastmcp)
     app = build()
+    if tasks is not None:
+        # A task request the store did not serve: 503 with Retry-After, as on a session.
+        app.add_middleware(UnavailableStatus)
     if not fastmcp:
         manager = ReplaySessionManager.adopt(
             cast(_ServesStreamableHTTP, server).session_manager, store, settings

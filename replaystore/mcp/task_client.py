@@ -17,13 +17,26 @@ polling where it was, on any replica behind any balancer::
 
 Plain JSON-RPC over HTTP (``httpx2``, which the SDK uses): the SDK's own
 client does not know the tasks extension's result shape.
+
+Every request rides transient failures: a ``502``, ``503`` or ``504`` (a
+replica whose store stalls, a balancer with no replica to try), a refused
+or broken connection, a balancer's own error page (HTML, or a JSON-RPC error
+with no id) and a -32603 saying the store did not serve it are sent again,
+with the same JSON-RPC id, after a pause doubling from ``backoff`` up to
+``max_backoff`` (longer when the answer's ``Retry-After`` asks), for at most
+``retry_for`` seconds per request; then :class:`TaskUnavailableError`. Each
+request id is a fresh random string, so a server of this package gives a
+``tools/call`` sent again the task the first copy created, never a second.
+Only a task's end (:class:`TaskFailedError`, :class:`TaskCancelledError`) or
+a protocol error (:class:`TaskRequestError`: the server refused the request
+itself) ends a call sooner.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -39,6 +52,7 @@ __all__ = [
     "TaskError",
     "TaskFailedError",
     "TaskRequestError",
+    "TaskUnavailableError",
 ]
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -60,6 +74,20 @@ class TaskRequestError(TaskError):
         self.code = error.get("code")
         self.error = dict(error)
         super().__init__(f"{method}: {error.get('message')} ({self.code})")
+
+
+class TaskUnavailableError(TaskRequestError):
+    """The server (or the way to it) kept failing the request for ``retry_for`` seconds.
+
+    ``error`` is the last failure: the JSON-RPC error, or the HTTP status
+    (``code``) or the connection error (``code`` None) as a message.
+    """
+
+
+#: HTTP statuses of a "not now": a replica or a balancer that may serve the request later.
+RETRY_STATUSES = frozenset({408, 413, 429, 500, 502, 503, 504})
+#: The -32603 message of servers that answer a store outage with HTTP 200.
+_STORE_UNREACHABLE = "the task store is unreachable"
 
 
 class TaskFailedError(TaskError):
@@ -85,6 +113,9 @@ class TaskClient:
     ``http``: an ``httpx2.AsyncClient`` to use (not closed here); ``headers``
     go with every request (authorization); polling waits at least
     ``min_poll`` and at most ``max_poll`` seconds whatever the server suggests.
+    A request that fails transiently is sent again after ``backoff``
+    seconds, doubling up to ``max_backoff``, for at most ``retry_for``
+    seconds (see the module docstring).
     """
 
     def __init__(
@@ -95,14 +126,21 @@ class TaskClient:
         headers: Mapping[str, str] | None = None,
         min_poll: float = 0.05,
         max_poll: float = 30.0,
+        retry_for: float = 60.0,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
     ) -> None:
+        if not 0 < backoff <= max_backoff or retry_for < 0:
+            raise ValueError("0 < backoff <= max_backoff and retry_for >= 0")
         self.url = url
         self._own = http is None
         self._http = http if http is not None else httpx2.AsyncClient(timeout=30.0)
         self._headers = dict(headers or {})
         self._min_poll = min_poll
         self._max_poll = max_poll
-        self._ids = itertools.count(1)
+        self.retry_for = retry_for
+        self.backoff = backoff
+        self.max_backoff = max_backoff
 
     async def __aenter__(self) -> TaskClient:
         return self
@@ -120,8 +158,13 @@ class TaskClient:
             await self._http.aclose()
 
     async def request(self, method: str, params: Mapping[str, Any], name: str) -> dict[str, Any]:
-        """One JSON-RPC request; its ``result``, or :class:`TaskRequestError`."""
-        request_id = next(self._ids)
+        """One JSON-RPC request, sent again while it fails transiently; its ``result``.
+
+        Raises :class:`TaskRequestError` for an error the server means (a
+        protocol error), :class:`TaskUnavailableError` once transient failures
+        lasted ``retry_for`` seconds.
+        """
+        request_id = uuid.uuid4().hex  # one id for every copy: the server knows a copy
         meta = {
             "io.modelcontextprotocol/protocolVersion": VERSION,
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
@@ -139,16 +182,36 @@ class TaskClient:
             "Mcp-Method": method,
             "Mcp-Name": name,
         }
-        response = await self._http.post(self.url, json=body, headers=headers)
-        message = _message(response.text, response.headers.get("content-type", ""), request_id)
-        if message is None:
-            raise TaskRequestError(
-                method, {"code": response.status_code, "message": "no JSON-RPC response"}
-            )
-        if "error" in message:
-            raise TaskRequestError(method, message["error"])
-        result: dict[str, Any] = message.get("result") or {}
-        return result
+        deadline = anyio.current_time() + self.retry_for
+        pause = self.backoff
+        while True:
+            wait: float | None = None
+            try:
+                response = await self._http.post(self.url, json=body, headers=headers)
+            except httpx2.TransportError as exc:  # refused, reset, timed out: not answered
+                failure: dict[str, Any] = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
+            else:
+                status = response.status_code
+                message = _message(
+                    response.text, response.headers.get("content-type", ""), request_id
+                )
+                if message is not None and "error" not in message:
+                    result: dict[str, Any] = message.get("result") or {}
+                    return result
+                if message is not None:
+                    failure = dict(message["error"])
+                    if not _transient(failure, status):
+                        raise TaskRequestError(method, failure)
+                else:
+                    failure = {"code": status, "message": f"HTTP {status}: no JSON-RPC response"}
+                    if status not in RETRY_STATUSES:
+                        raise TaskRequestError(method, failure)
+                wait = _retry_after(response.headers.get("retry-after"))
+            delay = min(max(pause, wait or 0.0), self.max_backoff)
+            if anyio.current_time() + delay > deadline:
+                raise TaskUnavailableError(method, failure)
+            await anyio.sleep(delay)
+            pause = min(pause * 2, self.max_backoff)
 
     async def call(
         self,
@@ -229,7 +292,30 @@ class TaskClient:
         return min(max(seconds, self._min_poll), self._max_poll)
 
 
-def _message(text: str, content_type: str, request_id: int) -> dict[str, Any] | None:
+def _transient(error: Mapping[str, Any], status: int) -> bool:
+    """Whether a JSON-RPC error says "not now" rather than "no".
+
+    A 503 (the store did not serve it, or the replica is draining) and the
+    -32603 of a store outage answered 200 by servers that do not say 503.
+    """
+    if status in (502, 503, 504):
+        return True
+    data = error.get("data")
+    if isinstance(data, Mapping) and data.get("reason") == "storage_error":
+        return True
+    return error.get("code") == -32603 and _STORE_UNREACHABLE in str(error.get("message"))
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (a number; a date is ignored)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _message(text: str, content_type: str, request_id: str) -> dict[str, Any] | None:
     """The JSON-RPC response to ``request_id`` in a JSON or SSE body."""
     candidates: list[str] = []
     if "text/event-stream" in content_type:

@@ -76,6 +76,9 @@ from ..tasks import (
     task_store_for,
     valid_task_id,
 )
+from .again import bounded
+from .settings import DEFAULT_STORE_TIMEOUT
+from .task_creation import UNANSWERED_ERROR, Creations, Job, request_task_id
 from .task_leases import Nudged, Run, renew, scan
 from .task_session import (
     Rerun,
@@ -85,6 +88,7 @@ from .task_session import (
     sdk_rerun,
     sdk_tool_names,
 )
+from .unavailable import store_unavailable
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
 
@@ -205,6 +209,10 @@ class ReplayTasks(Extension):
         self._runs: dict[str, Run] = {}
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
+        #: How long a client's request waits for the store before it is answered
+        #: 503 (the app's ``store_timeout``, set by the app wiring).
+        self.store_timeout = DEFAULT_STORE_TIMEOUT
+        self._creations = Creations(lambda: self.store, self._runner, lease)
 
     # -- wiring ------------------------------------------------------------------
 
@@ -397,35 +405,54 @@ class ReplayTasks(Extension):
 
         The record is written before this returns, so the task resolves on any
         replica as soon as the client has its id. An idempotent tool's call
-        (``params``) is stored with it, for a survivor to run again.
+        (``params``) is stored with it, for a survivor to run again. A store
+        that gives no answer within ``store_timeout`` is a 503; the request
+        sent again gets the same task when its id names it
+        (:mod:`~replaystore.mcp.task_creation`).
         """
         group = self._group
         if group is None:
             raise MCPError(INTERNAL_ERROR, "the task runner is not running")
         ttl = support.ttl if support.ttl is not None else self.ttl
-        task_id = new_task_id()
-        call = None
-        if support.idempotent:
-            call = {"name": params.name, "arguments": params.arguments or {}}
-        try:
-            record = await self.store.create(
+        owner = self.owner_of(ctx)
+        arguments = params.arguments or {}
+        request_id = getattr(ctx, "request_id", None)
+        keyed = request_task_id(self.namespace, owner, request_id, params.name, arguments)
+        task_id = keyed or new_task_id()
+        call = {"name": params.name, "arguments": arguments} if support.idempotent else None
+
+        def launch() -> None:
+            run = self._runs[task_id] = Run(task_id)
+            group.start_soon(self._run, run, body)
+
+        async def refuse() -> None:
+            await self._finish(task_id, FAILED, dict(UNANSWERED_ERROR), None)
+
+        job = Job(
+            task_id,
+            keyed is not None,
+            owner,
+            lambda: self.store.create(
                 task_id,
                 runner=self._runner,
                 lease=self.lease,
                 ttl_ms=math.ceil(ttl * 1000),
                 poll_ms=math.ceil(self.poll_interval * 1000),
-                owner=self.owner_of(ctx),
+                owner=owner,
                 attempts=support.attempts if call is not None else 1,
                 call=call,
-            )
-        except StorageError as exc:
-            logger.warning("task store unreachable, tools/call refused: %s", exc)
-            raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+            ),
+            lambda: task_id in self._runs,
+            launch,
+            refuse,
+        )
+        try:
+            record = await self._creations.create(job, group, self.store_timeout)
         except TaskInputError as exc:
             raise MCPError(INVALID_PARAMS, f"the arguments cannot be kept: {exc}") from None
-        run = Run(task_id)
-        self._runs[task_id] = run
-        group.start_soon(self._run, run, body)
+        except StorageError as exc:
+            logger.warning("task store did not serve a tools/call (answered 503): %s", exc)
+            raise store_unavailable(exc) from None
         return {"resultType": "task", **record.detailed()}
 
     def run_context(
@@ -614,16 +641,19 @@ class ReplayTasks(Extension):
             run.scope.cancel()
         return {}
 
-    @staticmethod
-    async def _stored(call: Any) -> Any:
+    async def _stored(self, call: Any) -> Any:
+        """Await a client's store call for at most ``store_timeout``; a store error is a 503.
+
+        A change (``tasks/update``, ``tasks/cancel``) answered so may still
+        have been made: the store may have run it before its reply was lost
+        or late. Both are safe to repeat.
+        """
         try:
-            return await call
+            with bounded(self.store_timeout):
+                return await call
         except NotReplicatedError as exc:
             logger.warning("task change not replicated: %s", exc)
-            raise MCPError(
-                INTERNAL_ERROR,
-                "the change is stored but too few store replicas acknowledged it: repeat it",
-            ) from None
+            raise store_unavailable(StorageError(str(exc), kind="unreplicated")) from None
         except StorageError as exc:
-            logger.warning("task store unreachable: %s", exc)
-            raise MCPError(INTERNAL_ERROR, "the task store is unreachable") from None
+            logger.warning("task store did not serve a request (answered 503): %s", exc)
+            raise store_unavailable(exc) from None
