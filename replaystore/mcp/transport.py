@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from http import HTTPStatus
 from typing import Any, cast
@@ -384,8 +385,15 @@ class ReplayTransport(TransportOverrides):
         send: Send,
         prime: bool,
     ) -> None:
+        view = self.view
+        replica = view.replica if view is not None else None
+        # A resume waits for the store no longer than a POST does: a store
+        # that hangs is a 503 after store_timeout (not the Redis client's
+        # socket timeout, once per command), which a balancer can pass on.
+        timeout = replica.settings.store_timeout if replica is not None else math.inf
         try:
-            attachment: Attachment = await attach()
+            with _bounded(timeout):
+                attachment: Attachment = await attach()
         except StorageError as exc:
             await self._unavailable(request, send, resumption=True, error=exc)
             return

@@ -37,6 +37,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from replaystore import ReplayBuffer
+from replaystore.mcp.settings import DEFAULT_STORE_TIMEOUT
+from replaystore.mcp.task_client import TaskClient
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
 from replaystore.testing.servers import start_standalone as start_redis
@@ -209,6 +211,9 @@ def _start_balancers(
     The processes are appended to ``procs`` (the caller stops them).
     """
     work.mkdir(parents=True, exist_ok=True)
+    # nginx started as root runs its workers as nobody: they write request
+    # bodies larger than a buffer to files under here.
+    work.chmod(0o755)
     nginx_port, haproxy_port = find_free_port(), find_free_port()
     (work / "replaystore.conf").write_text(
         render((DEPLOY / "nginx.conf").read_text(), ports, nginx_port)
@@ -666,3 +671,183 @@ def test_store_outage_initialize_is_503_and_new_sessions_work_after(
     for replica in deployment.replicas:
         answer = httpx.post(f"{replica.base}/mcp", json=call, headers=headers, timeout=10)
         assert answer.status_code == 404, (answer.status_code, answer.text)
+
+
+# ---------------------------------------------------------------- store outages, drains, bodies
+
+#: The replicas' ``store_timeout``: how long a request waits for a store that does not answer.
+STORE_TIMEOUT = DEFAULT_STORE_TIMEOUT
+#: What a balancer may add to the replicas' own bound: one more replica tried, and slack.
+OUTAGE_BOUND = 2 * STORE_TIMEOUT + 1.0
+
+
+def _balancer_url(deployment: Deployment, balancer: str) -> str:
+    return deployment.nginx_url if balancer == "nginx" else deployment.haproxy_url
+
+
+def _assert_json_503(answer: httpx.Response, took: float, what: str) -> None:
+    """A replica's (or a balancer's) outage answer: 503, a JSON-RPC error, Retry-After, in time."""
+    assert answer.status_code == 503, (what, answer.status_code, answer.text[:300])
+    assert answer.headers.get("retry-after") == "1", (what, dict(answer.headers))
+    assert answer.headers.get("content-type", "").startswith("application/json"), (
+        what,
+        answer.text[:300],
+    )
+    body = answer.json()
+    assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32603, (what, body)
+    assert body["error"]["message"].startswith("Service Unavailable"), (what, body)
+    assert took <= OUTAGE_BOUND, (what, took)
+
+
+def _wait_all_serving(deployment: Deployment) -> None:
+    """Every replica healthy, HAProxy sees them UP, nginx has taken back any it left out."""
+    for replica in deployment.replicas:
+        replica.wait_healthy()
+    deployment.wait_haproxy("UP", ["replica1", "replica2", "replica3"])
+    time.sleep(NGINX_FAIL_TIMEOUT)
+    for url in (deployment.nginx_url, deployment.haproxy_url):
+        deadline = time.monotonic() + 15
+        while True:
+            answer = httpx.post(url, json=_initialize_body(), headers=_HEADERS, timeout=10)
+            if answer.status_code == 200:
+                break
+            assert time.monotonic() < deadline, (url, answer.status_code, answer.text)
+            time.sleep(0.3)
+
+
+def _stream_cursor(url: str) -> tuple[str, str]:
+    """A session opened through ``url`` and the id of an event of one of its streams."""
+    init = httpx.post(url, json=_initialize_body(), headers=_HEADERS, timeout=10)
+    assert init.status_code == 200, init.text
+    session = init.headers["mcp-session-id"]
+    headers = {**_HEADERS, "Mcp-Session-Id": session, "Mcp-Protocol-Version": PV}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx.post(url, json=note, headers=headers, timeout=10).status_code == 202
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"n": 2, "interval_ms": 0}},
+    }
+    answer = httpx.post(url, json=call, headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    ids = re.findall(r"(?m)^id: *(\S+)", answer.text)
+    assert ids, answer.text
+    return session, ids[-1]
+
+
+@pytest.mark.parametrize("outage", ["hung", "down"])
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+def test_store_outage_is_a_json_503_within_two_store_timeouts(
+    deployment: Deployment, balancer: str, outage: str
+) -> None:
+    """Through either balancer, every request during a store outage gets what a replica says.
+
+    ``hung``: Redis stopped (SIGSTOP), connections open and nothing answers,
+    so each replica answers after its ``store_timeout``. ``down``: Redis
+    killed, connections refused, so each replica answers at once; it comes
+    back empty. Each ``initialize`` and each resume (GET + ``Last-Event-ID``)
+    is ``503`` with a JSON-RPC error and ``Retry-After: 1`` within two
+    ``store_timeout`` and a margin, however many arrive: never an HTML
+    ``502`` from a balancer that left every replica out, never a request
+    tried on each replica in turn.
+    """
+    _wait_all_serving(deployment)
+    url = _balancer_url(deployment, balancer)
+    session, cursor = _stream_cursor(url)
+    resume = {
+        "Accept": "text/event-stream",
+        "Mcp-Session-Id": session,
+        "Mcp-Protocol-Version": PV,
+        "Last-Event-ID": cursor,
+    }
+    pid = deployment.redis.pids()[0]
+    os.kill(pid, signal.SIGSTOP if outage == "hung" else signal.SIGKILL)
+    try:
+        for attempt in range(6):
+            started = time.monotonic()
+            answer = httpx.post(url, json=_initialize_body(), headers=_HEADERS, timeout=20)
+            _assert_json_503(answer, time.monotonic() - started, f"initialize {attempt}")
+            started = time.monotonic()
+            answer = httpx.get(url, headers=resume, timeout=20)
+            _assert_json_503(answer, time.monotonic() - started, f"resume {attempt}")
+    finally:
+        if outage == "hung":
+            os.kill(pid, signal.SIGCONT)
+        else:
+            deployment.redis.restart()
+    _wait_all_serving(deployment)
+
+
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+async def test_a_draining_replica_is_retried_on_another_replica(
+    deployment: Deployment, balancer: str
+) -> None:
+    """A replica told to stop answers new requests 503; through a balancer they succeed elsewhere.
+
+    The replica is kept draining by a call it runs (on a session opened on it
+    directly): its health check says ``draining``, it answers 503 what
+    reaches it and soon refuses connections. Requests sent through the
+    balancer meanwhile, round robin over all three, are each answered by a
+    replica that stays: retrying once is enough for a drain.
+    """
+    await anyio.to_thread.run_sync(_wait_all_serving, deployment)
+    victim = deployment.replicas[1]
+    url = _balancer_url(deployment, balancer)
+    assert victim.proc is not None
+    statuses: list[tuple[int, str]] = []
+    events: list[SSE] = []
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
+            session = await RawSession(http, f"{victim.base}/mcp").initialize()
+            request_id, body = session.call("countdown", {"n": 30, "interval_ms": 100}, "drain")
+            with anyio.fail_after(30):
+                async with session.post(body) as response:
+                    assert response.status_code == 200, await response.aread()
+                    async for event in sse_events(response):
+                        events.append(event)
+                        if progress_of(event) == 2.0:
+                            victim.proc.send_signal(signal.SIGTERM)
+                            for _ in range(9):
+                                answer = await http.post(
+                                    url, json=_initialize_body(), headers=_HEADERS
+                                )
+                                statuses.append((answer.status_code, answer.text[:200]))
+                        if event.message and event.message.get("id") == request_id:
+                            break
+        assert [s for s in statuses if s[0] != 200] == [], statuses
+        assert len(statuses) == 9
+        # The replica was draining all along and ran its call to the end.
+        assert result_text(events[-1], request_id) == "done 30"
+    finally:
+        await anyio.to_thread.run_sync(victim.stop)
+        victim.start()
+        await anyio.to_thread.run_sync(_wait_all_serving, deployment)
+
+
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+async def test_a_task_answer_within_the_documented_limit_passes(
+    deployment: Deployment, balancer: str
+) -> None:
+    """A ``tasks/update`` carrying a large answer (stored within 1 MiB, 1.5 MB as JSON) passes.
+
+    The body the replicas refuse (above the SDK's 4 MiB) is refused with
+    ``413`` by either the balancer or the replica.
+    """
+    await anyio.to_thread.run_sync(_wait_all_serving, deployment)
+    url = _balancer_url(deployment, balancer)
+    # 250 kB stored (twice in the result: its text and structured content),
+    # each character escaped as \u0001 in JSON: a 1.5 MB body.
+    name = "\x01" * 250_000
+
+    async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "accept", "content": {"name": name}}
+
+    async with TaskClient(url) as client:
+        with anyio.fail_after(60):
+            result = await client.call("ask", {}, on_input=answer)
+    assert result["content"][0]["text"] == f"hello {name}"
+    too_large = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "y" * (5 << 20)}}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
+        refused = await http.post(url, json=too_large, headers=_HEADERS)
+    assert refused.status_code == 413, refused.text[:300]
