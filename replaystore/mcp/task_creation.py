@@ -147,8 +147,8 @@ class Creations:
             if outcome is None:
                 return
             record, mine, error = outcome
-            if mine and creation.answered and not job.keyed:
-                await job.refuse()
+            if mine and not job.keyed and (creation.answered or error is not None):
+                await job.refuse()  # its request is (or was) answered with an error
             elif mine:
                 job.launch()
             if record is None and error is None:

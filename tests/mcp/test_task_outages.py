@@ -216,6 +216,50 @@ async def test_task_requests_the_store_does_not_serve_are_503_with_retry_after(
         assert again.status_code == 200 and again.json()["result"]["status"] == "completed"
 
 
+async def test_a_full_redis_is_503_on_the_task_path_and_tasks_go_on(
+    store: ServerHandle, replica: Replica
+) -> None:
+    """Writes refused (out of memory): a create is 503 naming it; reads are served; then all is."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        created = await _post(
+            http, replica.url, uuid.uuid4().hex, "tools/call",
+            {"name": "countdown", "arguments": {"n": 100_000, "interval_ms": 100}},
+        )  # fmt: skip
+        task_id = created.json()["result"]["taskId"]
+        with redis.Redis(port=store.ports[0]) as admin:
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", 1)  # every write Redis checks is refused from now on
+            try:
+                request_id = uuid.uuid4().hex
+                started = time.monotonic()
+                answer = await _post(
+                    http, replica.url, request_id, "tools/call",
+                    {"name": "countdown", "arguments": {"n": 3}},
+                )  # fmt: skip
+                _unavailable(answer, started, request_id)
+                assert answer.json()["error"]["data"]["store"] == "oom", answer.text
+                assert "refused" in answer.json()["error"]["message"], answer.text
+                read = await _post(
+                    http, replica.url, uuid.uuid4().hex, "tasks/get", {"taskId": task_id}
+                )
+                assert read.status_code == 200, read.text
+                assert read.json()["result"]["status"] == "working", read.text
+            finally:
+                admin.config_set("maxmemory", 0)
+        cancel = await _post(
+            http, replica.url, uuid.uuid4().hex, "tasks/cancel", {"taskId": task_id}
+        )
+        assert cancel.status_code == 200, cancel.text
+        await _until(http, replica.url, task_id, {"cancelled"})
+        retry = await _post(
+            http, replica.url, uuid.uuid4().hex, "tools/call",
+            {"name": "countdown", "arguments": {"n": 2}},
+        )  # fmt: skip
+        assert retry.status_code == 200, retry.text
+        done = await _until(http, replica.url, retry.json()["result"]["taskId"], {"completed"})
+        assert done["result"]["content"][0]["text"] == "done 2"
+
+
 @pytest.mark.parametrize("stall", [3.0, 7.0], ids=["shorter-than-redis-timeout", "longer"])
 async def test_a_tools_call_sent_again_after_a_503_gets_the_one_task_it_created(
     store: ServerHandle, replica: Replica, stall: float
@@ -265,7 +309,7 @@ async def test_task_client_call_of_a_countdown_rides_an_8s_redis_stall(
     results: dict[str, Any] = {}
 
     async def call(name: str, n: int) -> None:
-        async with TaskClient(replica.url, retry_for=120.0) as client:
+        async with TaskClient(replica.url) as client:
             results[name] = await client.call("countdown", {"n": n, "interval_ms": 100})
 
     with anyio.fail_after(180):
@@ -327,7 +371,7 @@ async def test_task_client_rides_a_balancers_html_502_until_a_replica_answers(
         results: dict[str, Any] = {}
 
         async def call() -> None:
-            async with TaskClient(url, retry_for=120.0) as client:
+            async with TaskClient(url) as client:
                 results["call"] = await client.call("countdown", {"n": 3})
 
         with anyio.fail_after(180):
