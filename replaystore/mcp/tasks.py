@@ -101,6 +101,10 @@ EXTENSION = "io.modelcontextprotocol/tasks"
 MAX_RESPONSES = 64
 MAX_KEY = 64
 
+#: Leases a re-runnable task waits, lapsed, for a replica that serves its tool
+#: to claim it; then any replica claims it, to fail it as lost.
+UNSERVED_LEASES = 2
+
 _NOT_FOUND = "Failed to retrieve task: Task not found"
 _SHUTDOWN_ERROR = {
     "code": INTERNAL_ERROR,
@@ -488,14 +492,21 @@ class ReplayTasks(Extension):
         (``tasks/get``, listen streams), with that request's context, or the
         background scan, with None. The new run's input requests and
         cancellation work as for the first run. True if the run started here.
-        A claimed task this replica cannot run (the tool is not idempotent
-        here, or no server to run it) fails as lost at once rather than
-        waiting for another lapse.
+        A task of a tool this replica does not run again (not served here, or
+        not idempotent here) is not claimed: a replica of the same namespace
+        that serves it does. Only once its lease has been lapsed for
+        :data:`UNSERVED_LEASES` leases (every replica scans once a lease, so
+        none serving it is alive) does this replica claim it, to fail it as
+        lost rather than leave it active until its TTL.
         """
         if self._group is None:
             return False
+        served = [n for n, s in self._tools.items() if s.idempotent] if self._rerun else []
+        grace = UNSERVED_LEASES * self.lease
         try:
-            call = await self.store.claim(task_id, self._runner, self.lease)
+            call = await self.store.claim(
+                task_id, self._runner, self.lease, tools=served, grace=grace
+            )
         except StorageError as exc:
             logger.warning("task %s: claim failed: %s", task_id, exc)
             return False

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -377,11 +377,25 @@ class MemoryTaskStore(TaskStore):
             reaped = Reaped(reaped.failed, reaped.orphaned, hide)
         return reaped
 
-    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
+    async def claim(
+        self,
+        task_id: str,
+        runner: str,
+        lease: float,
+        *,
+        tools: Collection[str] | None = None,
+        grace: float = 0.0,
+    ) -> dict[str, Any] | None:
         with self._shared.lock:
             now = self._clock()
             task = self._live(task_id, now)
             if task is None or task.call is None or not task.orphaned(now):
+                return None
+            if (
+                tools is not None
+                and unpack(task.call).get("name") not in tools
+                and now < task.lease_until + int(grace * 1000)
+            ):
                 return None
             task.runner = runner
             task.lease_until = now + int(lease * 1000)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -360,7 +360,17 @@ class RedisTaskStore(TaskStore):
     ) -> TaskRecord:
         poll = "" if poll_ms is None else str(poll_ms)
         call_blob = pack(call) if call is not None else b""
-        args = (runner, int(lease * 1000), ttl_ms, poll, owner or "", max(1, attempts), call_blob)
+        tool = call.get("name") if call is not None else None
+        args = (
+            runner,
+            int(lease * 1000),
+            ttl_ms,
+            poll,
+            owner or "",
+            max(1, attempts),
+            call_blob,
+            tool if isinstance(tool, str) else "",  # plain, for claim to compare
+        )
         # The index entry first: a task is never running without one. Its time,
         # 0, makes the next scan look at it and file it under its real lease.
         index = ("ZADD", self._index(), 0, task_id)
@@ -508,8 +518,17 @@ class RedisTaskStore(TaskStore):
             next_in = None if first is None else max(0.0, (float(first) - now) / 1000)
         return Reaped(failed, orphaned, next_in)
 
-    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
-        blob = await self._change("claim", task_id, runner, int(lease * 1000))
+    async def claim(
+        self,
+        task_id: str,
+        runner: str,
+        lease: float,
+        *,
+        tools: Collection[str] | None = None,
+        grace: float = 0.0,
+    ) -> dict[str, Any] | None:
+        served = () if tools is None else (int(grace * 1000), *sorted(tools))
+        blob = await self._change("claim", task_id, runner, int(lease * 1000), *served)
         return None if blob is None else unpack(blob)
 
 

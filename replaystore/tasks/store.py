@@ -33,7 +33,7 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -149,7 +149,15 @@ class TaskStore(ABC):
         """
 
     @abstractmethod
-    async def claim(self, task_id: str, runner: str, lease: float) -> dict[str, Any] | None:
+    async def claim(
+        self,
+        task_id: str,
+        runner: str,
+        lease: float,
+        *,
+        tools: Collection[str] | None = None,
+        grace: float = 0.0,
+    ) -> dict[str, Any] | None:
         """Take over a re-runnable task whose runner's lease lapsed; return its stored ``call``.
 
         In one atomic step: the task must be active, its lease lapsed, and
@@ -157,6 +165,14 @@ class TaskStore(ABC):
         lease, the run count grows, the task is ``working`` with nothing
         outstanding (the new run asks again). None otherwise, so of replicas
         racing for one task exactly one gets the call.
+
+        ``tools``: the tools the claimant can run again. A task whose call
+        names another tool is left (None) to a replica that serves it, until
+        its lease has been lapsed for ``grace`` seconds: replicas of one app
+        need not serve the same tools (during an upgrade, or by mistake), and
+        the one that claims must be one that can run it. After the grace,
+        any replica claims it, so that a task no replica serves any more
+        still ends (failed as lost) instead of staying active.
         """
 
     @asynccontextmanager

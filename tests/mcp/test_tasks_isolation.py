@@ -161,6 +161,75 @@ async def test_apps_sharing_one_redis_never_answer_claim_or_fail_each_others_tas
         )
 
 
+async def test_a_replica_never_claims_a_task_of_a_tool_it_does_not_serve(
+    mcp_redis: ServerHandle,
+) -> None:
+    """Two apps of one name (one namespace) on one Redis, serving different tools.
+
+    A task of ``countdown`` (idempotent) whose runner died is left alone by
+    the replica that serves only ``lookup``: it reads the task (same
+    namespace) but neither claims nor fails it while a replica serving
+    ``countdown`` may still come, and that one runs it again to its end. A
+    task of a tool no replica serves any more ends failed as lost once its
+    lease has been lapsed for a few leases, not at its TTL.
+    """
+    name = f"shop-{new_task_id()[:8]}"
+    lease = 1.0
+
+    def shop(tools: str) -> tuple[ReplayTasks, Any, ReplayBuffer]:
+        tasks = ReplayTasks(
+            {tools: TaskSupport("optional", idempotent=True)}, lease=lease, check_interval=0.05
+        )
+        server = MCPServer(name, extensions=[tasks])
+        if tools == "countdown":
+
+            @server.tool()
+            async def countdown(n: int) -> str:
+                return f"done {n}"
+        else:
+
+            @server.tool()
+            async def lookup(q: str) -> str:
+                return f"found {q}"
+
+        buffer = ReplayBuffer.from_url(mcp_redis.url)
+        return tasks, streamable_http_app(server, buffer, tasks=tasks), buffer
+
+    lookup_tasks, lookup_app, lookup_buffer = shop("lookup")
+    counting_tasks, counting_app, counting_buffer = shop("countdown")
+    assert lookup_tasks.namespace == counting_tasks.namespace == name
+    orphan, retired = new_task_id(), new_task_id()
+    async with _serving(lookup_app, lookup_buffer) as other:
+        for task_id, tool in ((orphan, "countdown"), (retired, "retired")):
+            await lookup_tasks.store.create(
+                task_id,
+                runner="gone",
+                lease=0.2,
+                ttl_ms=60_000,
+                attempts=3,
+                call={"name": tool, "arguments": {"n": 2}},
+            )
+        await anyio.sleep(0.3)  # both leases lapsed
+        seen = (await _get(other, orphan))["result"]
+        assert seen["status"] == "working", seen
+        await anyio.sleep(lease)  # a scan of the lookup replica, which must leave it
+        stored = await lookup_tasks.store.get(orphan)
+        assert stored is not None and stored.status == "working" and stored.rerun
+        async with _serving(counting_app, counting_buffer) as owner:
+            done = await _until(owner, orphan, "completed")
+            assert done["result"]["content"][0]["text"] == "done 2"
+        # Nobody serves "retired": the lookup replica ends it, as lost, after the grace.
+        with anyio.fail_after(10 * lease):
+            while True:
+                ended = await lookup_tasks.store.get(retired)
+                assert ended is not None
+                if ended.terminal:
+                    break
+                await anyio.sleep(0.1)
+        assert ended.status == "failed"
+        assert ended.error is not None and "stopped" in ended.error["message"]
+
+
 async def test_replicas_of_one_app_share_tasks_by_name_or_by_namespace() -> None:
     """The namespace is the server's name unless given: what decides which replicas share."""
     url = f"memory://isolation-{new_task_id()[:8]}"

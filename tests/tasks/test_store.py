@@ -284,6 +284,25 @@ async def test_a_rerunnable_task_is_claimed_by_one_survivor_then_fails_as_lost(
     assert await b.claim(task_id, "s9", 5) is None
 
 
+async def test_a_task_is_claimed_only_where_its_tool_is_served_until_the_grace_ends(
+    make_store: MakeStore,
+) -> None:
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    call = {"name": "countdown", "arguments": {"n": 3}}
+    await a.create(task_id, runner="r1", lease=0.2, ttl_ms=60_000, attempts=3, call=call)
+    await anyio.sleep(0.4)
+    # Lapsed, but the claimant does not serve countdown: left for one that does.
+    assert await b.claim(task_id, "r2", 5, tools=["lookup"], grace=30) is None
+    assert await b.claim(task_id, "r2", 5, tools=[], grace=30) is None
+    left = await b.get(task_id)
+    assert left is not None and left.status == "working" and left.rerun
+    assert await a.claim(task_id, "r3", 0.2, tools=["lookup", "countdown"], grace=30) == call
+    # Lapsed again, past the grace: any replica takes it (to fail it as lost).
+    await anyio.sleep(0.4)
+    assert await b.claim(task_id, "r2", 5, tools=["lookup"], grace=0.1) == call
+
+
 async def test_a_task_without_a_stored_call_is_never_claimed(make_store: MakeStore) -> None:
     a, b = await _two(make_store)
     task_id = new_task_id()
