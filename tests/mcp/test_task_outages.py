@@ -45,6 +45,7 @@ from replaystore.testing.servers import start_standalone as start_redis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
+ROOT = Path(__file__).resolve().parents[2]
 EXTENSION = "io.modelcontextprotocol/tasks"
 VERSION = "2026-07-28"
 #: A correctness bound, not a speed target: the old answer came after the Redis client's 5 s.
@@ -67,8 +68,8 @@ def stalled(store: ServerHandle) -> Iterator[None]:
 class Replica:
     """One ``replaystore example-server`` on ``port``, started when asked, always stopped."""
 
-    def __init__(self, port: int, store: str, logs: Path) -> None:
-        self.port, self.store, self.logs = port, store, logs
+    def __init__(self, port: int, store: str, logs: Path, kind: str = "sdk") -> None:
+        self.port, self.store, self.logs, self.kind = port, store, logs, kind
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -76,13 +77,15 @@ class Replica:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def start(self) -> None:
-        args = [
-            sys.executable, "-m", "replaystore", "example-server", "--host", "127.0.0.1",
-            "--port", str(self.port), "--url", self.store, "--log-level", "warning",
-        ]  # fmt: skip
+        if self.kind == "fastmcp":  # the same tools as tasks, on a FastMCP server
+            module = ["tests.mcp.fastmcp_app", "--lease-seconds", "5"]
+        else:
+            module = ["replaystore", "example-server", "--host", "127.0.0.1"]
+        args = [sys.executable, "-m", *module, "--port", str(self.port), "--url", self.store,
+                "--log-level", "warning"]  # fmt: skip
         with (self.logs / f"replica-{self.port}.log").open("ab") as out:
             self.proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
             )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -124,8 +127,10 @@ def store() -> Iterator[ServerHandle]:
 
 
 @pytest.fixture
-def replica(store: ServerHandle, work: Path) -> Iterator[Replica]:
-    server = Replica(find_free_port(), f"{store.url}?prefix=out:", work)
+def replica(store: ServerHandle, work: Path, request: pytest.FixtureRequest) -> Iterator[Replica]:
+    """An example-server; a FastMCP server with the same task tools for tests asking so."""
+    kind = getattr(request, "param", "sdk")
+    server = Replica(find_free_port(), f"{store.url}?prefix=out:", work, kind)
     try:
         server.start()
         server.wait_ready()
@@ -190,6 +195,7 @@ def _unavailable(answer: httpx.Response, started: float, request_id: str) -> Non
     assert took < ANSWER_BOUND, f"answered after {took:.1f} s"
 
 
+@pytest.mark.parametrize("replica", ["sdk", "fastmcp"], indirect=True)
 async def test_task_requests_the_store_does_not_serve_are_503_with_retry_after(
     store: ServerHandle, replica: Replica
 ) -> None:
@@ -260,6 +266,7 @@ async def test_a_full_redis_is_503_on_the_task_path_and_tasks_go_on(
         assert done["result"]["content"][0]["text"] == "done 2"
 
 
+@pytest.mark.parametrize("replica", ["sdk", "fastmcp"], indirect=True)
 @pytest.mark.parametrize("stall", [3.0, 7.0], ids=["shorter-than-redis-timeout", "longer"])
 async def test_a_tools_call_sent_again_after_a_503_gets_the_one_task_it_created(
     store: ServerHandle, replica: Replica, stall: float
