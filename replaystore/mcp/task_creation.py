@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 KEYED_ID = 16
 #: How long a create whose outcome is unknown is sent again before it is left to the lease.
 RESOLVE_FOR = 60.0
+#: How long a replica remembers that it started a task, so no copy of its request starts it again.
+REMEMBER = 600.0
 #: The error of a task stored after its request was answered with an error.
 UNANSWERED_ERROR: dict[str, Any] = {
     "code": -32603,
@@ -116,6 +118,7 @@ class Creations:
         self._runner = runner
         self._lease = lease
         self._pending: dict[str, _Creation] = {}
+        self._started: dict[str, float] = {}  # task id -> until when it is remembered
 
     async def create(self, job: Job, group: anyio.abc.TaskGroup, patience: float) -> TaskRecord:
         """The task of ``job``, stored (by this request, or by an earlier copy of it).
@@ -150,7 +153,7 @@ class Creations:
             if mine and not job.keyed and (creation.answered or error is not None):
                 await job.refuse()  # its request is (or was) answered with an error
             elif mine:
-                job.launch()
+                self._launch(job)
             if record is None and error is None:
                 error = _gone(job)
             creation.settle(record, error)
@@ -195,6 +198,14 @@ class Creations:
             mine = await self._unrun(job, store)
             return await store.get(job.task_id, owner=job.owner), mine, None
 
+    def _launch(self, job: Job) -> None:
+        """Start the run; remember it (its end may not be stored yet when a copy comes)."""
+        now = anyio.current_time()
+        while self._started and next(iter(self._started.values())) < now:
+            del self._started[next(iter(self._started))]
+        self._started[job.task_id] = now + REMEMBER
+        job.launch()
+
     async def _unrun(self, job: Job, store: TaskStore) -> bool:
         """Whether this replica stored the task (an earlier attempt) and nobody runs it yet.
 
@@ -202,6 +213,8 @@ class Creations:
         lapse meanwhile) and it has not ended; the runs of this process say
         whether it already runs here.
         """
+        if job.running() or job.task_id in self._started:
+            return False  # and no beat here: the renewals of its run take its answers
         beat = await store.beat(job.task_id, self._runner, self._lease)
         return beat is not None and beat.status not in TERMINAL and not job.running()
 
