@@ -285,6 +285,7 @@ from .task_client import (  # noqa: E402
     TaskError,
     TaskFailedError,
     TaskRequestError,
+    TaskUnavailableError,
 )
 
 __all__ += [
@@ -293,4 +294,5 @@ __all__ += [
     "TaskError",
     "TaskFailedError",
     "TaskRequestError",
+    "TaskUnavailableError",
 ]
