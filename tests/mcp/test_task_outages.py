@@ -396,3 +396,24 @@ async def test_task_client_rides_a_balancers_html_502_until_a_replica_answers(
             except subprocess.TimeoutExpired:
                 nginx.kill()
                 nginx.wait(5)
+
+
+async def test_task_client_rides_refused_connections_until_its_server_starts(
+    store: ServerHandle, work: Path
+) -> None:
+    server = Replica(find_free_port(), f"{store.url}?prefix=out:", work)
+    results: dict[str, Any] = {}
+
+    async def call() -> None:
+        async with TaskClient(server.url) as client:
+            results["call"] = await client.call("countdown", {"n": 3})
+
+    try:
+        with anyio.fail_after(180):
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                await anyio.sleep(1.0)  # nothing listens yet: each connection is refused
+                server.start()
+        assert results["call"]["content"][0]["text"] == "done 3", results
+    finally:
+        server.stop()
