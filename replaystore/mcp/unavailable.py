@@ -98,6 +98,8 @@ def _worth_reading(start: Message) -> bool:
 
 
 def _with_status(start: Message, body: bytes) -> Message:
+    if _REASON.encode() not in body:  # most answers: not parsed at all
+        return start
     try:
         decoded = json.loads(body)
     except ValueError:

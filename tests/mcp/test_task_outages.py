@@ -12,8 +12,8 @@ happens. What is checked:
 - a ``tools/call`` sent again after that ``503`` (same JSON-RPC id) gets the one
   task its first copy created, which runs (a non-idempotent ``ask`` reaches
   ``input_required`` and completes), and the store holds exactly one task;
-- ``TaskClient.call`` rides an 8 s Redis stall and a balancer's HTML ``502``
-  and returns the tool's result.
+- ``TaskClient.call`` rides an 8 s Redis stall, a balancer's HTML ``502`` and
+  refused connections, and returns the tool's result.
 """
 
 from __future__ import annotations
