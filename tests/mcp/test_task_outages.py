@@ -222,6 +222,30 @@ async def test_task_requests_the_store_does_not_serve_are_503_with_retry_after(
         assert again.status_code == 200 and again.json()["result"]["status"] == "completed"
 
 
+async def test_a_cancel_answered_503_may_have_been_made_and_repeating_it_is_safe(
+    store: ServerHandle, replica: Replica
+) -> None:
+    """As docs/tasks.md says: after a 503 the task is cancelled or still runs; a repeat ends it."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        created = await _post(
+            http, replica.url, uuid.uuid4().hex, "tools/call",
+            {"name": "countdown", "arguments": {"n": 100_000, "interval_ms": 100}},
+        )  # fmt: skip
+        task_id = created.json()["result"]["taskId"]
+        with stalled(store):
+            request_id = uuid.uuid4().hex
+            started = time.monotonic()
+            answer = await _post(http, replica.url, request_id, "tasks/cancel", {"taskId": task_id})
+            _unavailable(answer, started, request_id)
+        read = await _post(http, replica.url, uuid.uuid4().hex, "tasks/get", {"taskId": task_id})
+        assert read.json()["result"]["status"] in {"working", "cancelled"}, read.text
+        again = await _post(
+            http, replica.url, uuid.uuid4().hex, "tasks/cancel", {"taskId": task_id}
+        )
+        assert again.status_code == 200 and "error" not in again.json(), again.text
+        await _until(http, replica.url, task_id, {"cancelled"})
+
+
 async def test_a_full_redis_is_503_on_the_task_path_and_tasks_go_on(
     store: ServerHandle, replica: Replica
 ) -> None:
