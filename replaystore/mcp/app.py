@@ -43,6 +43,7 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import HEADER_MISMATCH, SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 
+from ..backends.coordination import OnRedis, coordination_of
 from ..buffer import ReplayBuffer
 from .listen import StoreSubscriptionBus
 from .manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
@@ -192,7 +193,7 @@ def _share_request_state(
         _install(lowlevel, index, given)
         shared.request_state = given
         return
-    if boundary is None or not share:
+    if boundary is None:
         return
     if fastmcp:
         if getattr(server, "_request_state_security", None) is not None:
@@ -200,6 +201,15 @@ def _share_request_state(
     elif not isinstance(getattr(current, "codec", None), AESGCMRequestStateCodec):
         return
     assert isinstance(current, RequestStateSecurity)
+    if not share:
+        if isinstance(coordination_of(buffer.backend), OnRedis):
+            # Said once, when the app is built: never accepted silently.
+            logger.warning(
+                "share=False: requestState is sealed under the server's own key; unless "
+                "every replica was given that key, a multi-round call continued on "
+                "another replica fails with 'Invalid or expired requestState'"
+            )
+        return
     ring = StoreKeyRing(fallback=current.codec)
     ring.bind(buffer)
     policy = RequestStateSecurity(

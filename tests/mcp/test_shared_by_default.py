@@ -247,6 +247,16 @@ def test_share_false_keeps_the_servers_own_policy_and_bus() -> None:
     assert isinstance(shared.subscriptions, InMemorySubscriptionBus)
 
 
+def test_share_false_on_a_shared_store_says_what_it_costs(
+    mcp_redis: ServerHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A per-process key with a store other processes share is never accepted silently."""
+    server = MCPServer("private-redis-demo")
+    with caplog.at_level("WARNING", logger="replaystore.mcp"):
+        streamable_http_app(server, ReplayBuffer.from_url(mcp_redis.url), share=False)
+    assert "Invalid or expired requestState" in caplog.text
+
+
 def test_a_policy_given_to_the_app_wins() -> None:
     mine = RequestStateSecurity(keys=[b"k" * 32])
     server = MCPServer("own-key-demo")
