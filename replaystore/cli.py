@@ -76,7 +76,8 @@ def _add_operations_options(parser: argparse.ArgumentParser) -> None:
         "--drain-seconds",
         type=_seconds,
         default=10.0,
-        help="on SIGTERM, how long running requests may finish while no new work is taken; "
+        help="on SIGTERM, how long running requests and tasks may finish while no new work "
+        "is taken; "
         "what still runs then is handed over (default: %(default)s)",
     )
     parser.add_argument(

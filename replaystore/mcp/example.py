@@ -264,6 +264,9 @@ def serve(
     accepting connections), lets running requests finish for up to
     ``drain_seconds``, then stops: requests still running are handed over
     (their leases dropped, so another replica answers them as lost at once).
+    Tasks likewise: no new ones (503), running ones go on for up to
+    ``drain_seconds``, then an idempotent tool's task is released for another
+    replica to run again at once, and any other ends ``failed`` saying so.
     """
     import asyncio
     from types import FrameType
@@ -293,6 +296,9 @@ def serve(
     )
     manager: ReplaySessionManager = app.state.replay_manager
     manager.store_checked = not check_store
+    tasks: ReplayTasks | None = app.state.replaystore.tasks
+    if tasks is not None:
+        tasks.drain_seconds = drain_seconds
 
     class DrainingServer(uvicorn.Server):
         loop: asyncio.AbstractEventLoop | None = None
@@ -309,6 +315,8 @@ def serve(
 
     async def _drain() -> None:
         manager.drain()
+        if tasks is not None:
+            tasks.drain()
 
     config = uvicorn.Config(
         app,

@@ -57,6 +57,7 @@ class Run:
     waiting: dict[str, anyio.Event] = field(default_factory=dict)
     ended: bool = False  # the store says the task is over (cancelled, lost, expired)
     done: bool = False  # the tool returned: its end is being stored, renewals no longer apply
+    rerunnable: bool = False  # an idempotent tool's: another replica may run it again
 
 
 class Nudged:

@@ -79,6 +79,7 @@ from ..tasks import (
 from .again import bounded
 from .settings import DEFAULT_STORE_TIMEOUT
 from .task_creation import UNANSWERED_ERROR, Creations, Job, request_task_id
+from .task_drain import SHUTDOWN_ERROR, drain_runs, draining, hand_over
 from .task_leases import Nudged, Run, renew, scan
 from .task_session import (
     Rerun,
@@ -106,10 +107,6 @@ MAX_KEY = 64
 UNSERVED_LEASES = 2
 
 _NOT_FOUND = "Failed to retrieve task: Task not found"
-_SHUTDOWN_ERROR = {
-    "code": INTERNAL_ERROR,
-    "message": "the server running this task shut down before it finished",
-}
 
 Mode = Literal["forbidden", "optional", "required"]
 
@@ -211,6 +208,9 @@ class ReplayTasks(Extension):
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, Run] = {}
+        #: Seconds running tasks may go on once :meth:`drain` was called (set by the server).
+        self.drain_seconds = 0.0
+        self._draining = False
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
         #: How long a client's request waits for the store before it is answered
@@ -293,7 +293,7 @@ class ReplayTasks(Extension):
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Run task tools while this context is open; on exit, fail those still running.
+        """Run task tools while this context is open; on exit, hand over those still running.
 
         One background job renews the leases of every task running here, in
         one store round trip per ``check_interval`` (none while no task runs),
@@ -315,7 +315,22 @@ class ReplayTasks(Extension):
                 yield
             finally:
                 self._group = None
+                with anyio.CancelScope(shield=True):
+                    if self._draining:
+                        await drain_runs(self._runs, self.drain_seconds)
+                    await hand_over(self.store, self._runs, self._runner)
                 group.cancel_scope.cancel()
+
+    def drain(self) -> None:
+        """Stop taking new tasks: the process is about to stop (call it on ``SIGTERM``).
+
+        A new task call is answered 503 (a balancer or client sends it to
+        another replica); running tasks go on until the runner's context
+        closes, for at most :attr:`drain_seconds`; then an idempotent tool's
+        task is released for another replica to run again at once, and any
+        other ends ``failed`` saying the server shut down.
+        """
+        self._draining = True
 
     @asynccontextmanager
     async def reaping(self, lifespan: Callable[[], Any] | None = None) -> AsyncIterator[None]:
@@ -417,6 +432,8 @@ class ReplayTasks(Extension):
         group = self._group
         if group is None:
             raise MCPError(INTERNAL_ERROR, "the task runner is not running")
+        if self._draining:
+            raise draining()
         ttl = support.ttl if support.ttl is not None else self.ttl
         owner = self.owner_of(ctx)
         arguments = params.arguments or {}
@@ -426,7 +443,7 @@ class ReplayTasks(Extension):
         call = {"name": params.name, "arguments": arguments} if support.idempotent else None
 
         def launch() -> None:
-            run = self._runs[task_id] = Run(task_id)
+            run = self._runs[task_id] = Run(task_id, rerunnable=call is not None)
             group.start_soon(self._run, run, body)
 
         async def refuse() -> None:
@@ -519,14 +536,14 @@ class ReplayTasks(Extension):
             await self._finish(task_id, FAILED, dict(LOST_ERROR), str(LOST_ERROR["message"]))
             return False
         logger.info("task %s: its runner stopped; running %s again here", task_id, name)
-        run = Run(task_id)
+        run = Run(task_id, rerunnable=True)
         self._runs[task_id] = run
         args = arguments if isinstance(arguments, dict) else {}
         self._group.start_soon(self._run, run, lambda r: rerun(str(name), args, r, ctx))
         return True
 
     async def _run(self, run: Run, body: Callable[[Run], Awaitable[HandlerResult]]) -> None:
-        status, payload = FAILED, dict(_SHUTDOWN_ERROR)
+        status, payload = FAILED, dict(SHUTDOWN_ERROR)
         message: str | None = None
         try:
             with run.scope:
@@ -561,23 +578,35 @@ class ReplayTasks(Extension):
     async def _finish(
         self, task_id: str, status: str, payload: dict[str, Any], message: str | None
     ) -> None:
+        """Store a run's end, as the runner holding the task (fenced: a task taken over is not
+        ended by its former run). A store that does not answer is tried again for up to
+        two leases (a stall): the runner holding the task is alive, so the end still stands."""
         completed = status == "completed"
-        try:
+        give_up = anyio.current_time() + 2 * self.lease
+        while True:
             try:
-                await self.store.finish(
-                    task_id,
-                    status,
-                    result=payload if completed else None,
-                    error=None if completed else payload,
-                    message=message,
-                )
-            except TaskInputError as exc:
-                text = f"the tool's result cannot be stored: {exc}"
-                error = {"code": INTERNAL_ERROR, "message": text}
-                await self.store.finish(task_id, FAILED, error=error, message=text)
-        except StorageError as exc:
-            # The lease lapses and the task fails as lost: never silently working.
-            logger.warning("task %s: could not store its end: %s", task_id, exc)
+                try:
+                    await self.store.finish(
+                        task_id,
+                        status,
+                        result=payload if completed else None,
+                        error=None if completed else payload,
+                        message=message,
+                        runner=self._runner,
+                    )
+                except TaskInputError as exc:
+                    text = f"the tool's result cannot be stored: {exc}"
+                    error = {"code": INTERNAL_ERROR, "message": text}
+                    await self.store.finish(
+                        task_id, FAILED, error=error, message=text, runner=self._runner
+                    )
+                return
+            except StorageError as exc:
+                if anyio.current_time() >= give_up:
+                    # The lease lapses and the task fails as lost: never silently working.
+                    logger.warning("task %s: could not store its end: %s", task_id, exc)
+                    return
+            await anyio.sleep(self.check_interval)
 
     async def _input(self, run: Run, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""

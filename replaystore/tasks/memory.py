@@ -58,6 +58,8 @@ class _Task:
     call: bytes | None = None  # the tools/call to run again, for a re-runnable task
     runs: int = 1
     max_runs: int = 1
+    lease_ms: int = 0  # the runner's lease: the grace a suspect lapse gets (0: none)
+    suspect: bool = False  # a lapse was seen; the next one is judged
 
     def orphaned(self, now: int) -> bool:
         """Its runner's lease lapsed, and another run may claim it."""
@@ -148,8 +150,12 @@ class MemoryTaskStore(TaskStore):
         self._clock = clock
         self._lost = pack(LOST_ERROR)
 
-    def _live(self, task_id: str, now: int) -> _Task | None:
-        """The task if it has not outlived its TTL; a lapsed lease ends it ``failed``."""
+    def _live(self, task_id: str, now: int, *, judge: bool = True) -> _Task | None:
+        """The task if it has not outlived its TTL; a lapsed lease ends it ``failed``.
+
+        ``judge`` False: the lease is not judged (the runner holding the task
+        is asking: it is alive).
+        """
         shared = self._shared
         shared.ops += 1
         if shared.ops % _SWEEP_EVERY == 0:
@@ -163,6 +169,13 @@ class MemoryTaskStore(TaskStore):
             del shared.tasks[task_id]
             shared.running.pop(task_id, None)
             return None
+        if not judge:
+            return task
+        if task.status in ACTIVE and task.lease_until <= now and task.lease_ms and not task.suspect:
+            # The first look at a lapse: one more lease for the runner to renew
+            # (a store stall delays every look until after it; see the Redis rule).
+            task.suspect = True
+            task.lease_until = now + task.lease_ms
         if task.status in ACTIVE and task.lease_until <= now and not task.orphaned(now):
             self._end(task, FAILED, now, error=self._lost, message=LOST_ERROR["message"])
             shared.running.pop(task_id, None)
@@ -219,6 +232,7 @@ class MemoryTaskStore(TaskStore):
                 owner=owner,
                 runner=runner,
                 lease_until=now + int(lease * 1000),
+                lease_ms=int(lease * 1000),
                 call=call_blob,
                 max_runs=max(1, attempts),
             )
@@ -238,7 +252,7 @@ class MemoryTaskStore(TaskStore):
         blobs = [pack(request) for request in requests]
         with self._shared.lock:
             now = self._clock()
-            task = self._live(task_id, now)
+            task = self._live(task_id, now, judge=False)
             if task is None or task.status in TERMINAL or task.runner != runner:
                 return None
             keys = []
@@ -298,6 +312,7 @@ class MemoryTaskStore(TaskStore):
         result: Mapping[str, Any] | None = None,
         error: Mapping[str, Any] | None = None,
         message: str | None = None,
+        runner: str | None = None,
     ) -> bool:
         if status not in TERMINAL:
             raise ValueError(f"not a terminal status: {status!r}")
@@ -305,9 +320,11 @@ class MemoryTaskStore(TaskStore):
         error_blob = pack(error) if error is not None else None
         with self._shared.lock:
             now = self._clock()
-            task = self._live(task_id, now)
+            task = self._live(task_id, now, judge=runner is None)
             if task is None or task.status in TERMINAL:
                 return False
+            if runner is not None and task.runner != runner:
+                return False  # taken over: this run's end is not the task's
             self._end(task, status, now, result=result_blob, error=error_blob, message=message)
             self._shared.running.pop(task_id, None)
             return True
@@ -329,12 +346,17 @@ class MemoryTaskStore(TaskStore):
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
         with self._shared.lock:
             now = self._clock()
-            task = self._live(task_id, now)
+            task = self._live(task_id, now, judge=False)
             if task is None or task.runner != runner:
                 return None
             if task.status in TERMINAL:
                 return Beat(task.status)
-            task.lease_until = now + int(lease * 1000)
+            task.lease_ms = int(lease * 1000)
+            task.lease_until = now + task.lease_ms
+            # Renewed: no longer suspect; a release (lease 0) is suspect at once.
+            task.suspect = not task.lease_ms
+            if not task.lease_ms and task.call is not None:
+                task.max_runs += 1  # a run handed over is no failed attempt
             answers = {key: unpack(blob) for key, blob in task.answers.items()}
             task.answers.clear()
             return Beat(task.status, answers)
@@ -371,6 +393,8 @@ class MemoryTaskStore(TaskStore):
                         reaped.failed.append(task_id)
                 elif live.orphaned(now):
                     reaped.orphaned.append(task_id)
+                elif nearest is None or live.lease_until < nearest:
+                    nearest = live.lease_until  # suspect: judged when its grace ends
         if nearest is not None:
             reaped = Reaped(reaped.failed, reaped.orphaned, max(0, nearest - now) / 1000)
         elif reaped.orphaned:
@@ -398,7 +422,9 @@ class MemoryTaskStore(TaskStore):
             ):
                 return None
             task.runner = runner
-            task.lease_until = now + int(lease * 1000)
+            task.lease_ms = int(lease * 1000)
+            task.lease_until = now + task.lease_ms
+            task.suspect = False
             task.runs += 1
             task.status = WORKING
             task.outstanding.clear()

@@ -431,6 +431,7 @@ class RedisTaskStore(TaskStore):
         result: Mapping[str, Any] | None = None,
         error: Mapping[str, Any] | None = None,
         message: str | None = None,
+        runner: str | None = None,
     ) -> bool:
         if status not in ("completed", "failed", "cancelled"):
             raise ValueError(f"not a terminal status: {status!r}")
@@ -448,6 +449,7 @@ class RedisTaskStore(TaskStore):
             blob,
             flag,
             message or "",
+            runner or "",
             after=("ZREM", self._index(), task_id),
         )
         return bool(ended)

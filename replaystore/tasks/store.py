@@ -13,9 +13,12 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
   request is answered;
 - the runner holds a lease it renews with :meth:`TaskStore.beat`; once the
   lease lapses, the first replica that reads the task, or that scans the
-  running tasks with :meth:`TaskStore.reap`, ends it ``failed`` with
-  :data:`~.records.LOST_ERROR`, so a task is never ``working`` forever, read
-  or not;
+  running tasks with :meth:`TaskStore.reap`, marks it suspect and gives the
+  runner one more lease; if the runner has not renewed by then, the next
+  look ends it ``failed`` with :data:`~.records.LOST_ERROR`, so a task is
+  never ``working`` forever, read or not. A store that stalls answers no one,
+  so the first look comes after the stall and a live runner renews before
+  the second: a stall alone never ends a task;
 - unless the task was created re-runnable (``attempts`` > 1 and its ``call``
   stored): then a lapsed lease leaves it active for one :meth:`TaskStore.claim`
   to take over, exactly one claimant winning, until ``attempts`` runs have
@@ -113,15 +116,25 @@ class TaskStore(ABC):
         result: Mapping[str, Any] | None = None,
         error: Mapping[str, Any] | None = None,
         message: str | None = None,
+        runner: str | None = None,
     ) -> bool:
-        """End the task with a terminal ``status``; False if it had already ended (or is gone)."""
+        """End the task with a terminal ``status``; False if it had already ended (or is gone).
+
+        With ``runner`` (the runner ending its own run): only while that
+        runner holds the task, so a run whose task was taken over by another
+        replica (its lease judged lapsed) cannot store its end over the new
+        run's; and its lease is not judged, since the runner is alive.
+        """
 
     @abstractmethod
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
         """Renew ``runner``'s lease and take the answers recorded since the last beat.
 
         None if the task is gone (expired) or another runner holds it. The
-        lease is not renewed once the task is terminal.
+        lease is not renewed once the task is terminal. The runner holding the
+        task renews it even if its lease lapsed meanwhile (the store stalled):
+        it is alive. ``lease`` 0 releases the task: the next look applies the
+        lapse rule at once (another replica claims a re-runnable task).
         """
 
     async def beat_many(

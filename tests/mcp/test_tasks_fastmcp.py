@@ -261,7 +261,8 @@ async def test_a_fastmcp_runner_killed_mid_task_fails_it_within_the_lease(
         assert failed["status"] == "failed", failed
         assert failed["error"]["code"] == -32603
         assert "stopped" in failed["error"]["message"]
-        assert elapsed <= LEASE_SECONDS + 1.0, elapsed
+        # A lapse is judged twice, a lease apart (a stalled store fails no live runner).
+        assert elapsed <= 2 * LEASE_SECONDS + 1.0, elapsed
     finally:
         doomed.stop()
         survivor.stop()

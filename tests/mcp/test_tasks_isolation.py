@@ -142,6 +142,9 @@ async def test_apps_sharing_one_redis_never_answer_claim_or_fail_each_others_tas
                 attempts=3,
                 call={"name": "countdown", "arguments": {"n": 2}},
             )
+            # A first look after the lapse marks it suspect; one more lease, and it is judged.
+            await anyio.sleep(0.3)
+            await billing_tasks.store.get(orphan)
         mine = (await _send(other, "tools/call", {"name": "lookup", "arguments": {"q": "x"}}))[
             "result"
         ]["taskId"]

@@ -227,6 +227,14 @@ async def test_a_clients_answer_or_cancel_nudges_the_runner_on_its_replica(
     assert heard == []
 
 
+async def _lapse(wait: float, look: Awaitable[object]) -> None:
+    """Let a lease lapse as a dead runner's does: past it, a first ``look`` marks the
+    task suspect (one more lease for its runner to renew), then that lease passes too."""
+    await anyio.sleep(wait)
+    await look
+    await anyio.sleep(wait)
+
+
 async def test_a_lapsed_lease_ends_the_task_failed(make_store: MakeStore) -> None:
     a, b = await _two(make_store)
     task_id = new_task_id()
@@ -235,7 +243,7 @@ async def test_a_lapsed_lease_ends_the_task_failed(make_store: MakeStore) -> Non
     assert beat is not None and beat.status == "working"
     still = await b.get(task_id)
     assert still is not None and still.status == "working"
-    await anyio.sleep(0.5)
+    await _lapse(0.5, b.get(task_id))
     lost = await b.get(task_id)
     assert lost is not None and lost.status == "failed"
     assert lost.detailed()["error"] == LOST_ERROR
@@ -257,7 +265,7 @@ async def test_a_rerunnable_task_is_claimed_by_one_survivor_then_fails_as_lost(
     await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000, attempts=2, call=call)
     assert await b.claim(task_id, "r2", 0.3) is None  # the lease holds: nothing to claim
     assert (await a.ask(task_id, "r1", [{"method": "elicitation/create"}])) == ["r1"]
-    await anyio.sleep(0.5)
+    await _lapse(0.5, b.get(task_id))
     orphan = await b.get(task_id)
     assert orphan is not None and orphan.status == "input_required" and orphan.rerun
     # Survivors race for it: exactly one takes it over, with the stored call.
@@ -277,7 +285,7 @@ async def test_a_rerunnable_task_is_claimed_by_one_survivor_then_fails_as_lost(
     assert await a.beat(task_id, "r1", 5) is None  # the first runner no longer holds it
     assert (await a.ask(task_id, f"s{won[0]}", [{"m": 1}])) == ["r2"]  # keys never reused
     # Its two runs are spent: the next lapse fails it as lost, and nothing claims it.
-    await anyio.sleep(0.5)
+    await _lapse(0.5, b.get(task_id))
     lost = await b.get(task_id)
     assert lost is not None and lost.status == "failed" and not lost.rerun
     assert lost.detailed()["error"] == LOST_ERROR
@@ -291,7 +299,7 @@ async def test_a_task_is_claimed_only_where_its_tool_is_served_until_the_grace_e
     task_id = new_task_id()
     call = {"name": "countdown", "arguments": {"n": 3}}
     await a.create(task_id, runner="r1", lease=0.2, ttl_ms=60_000, attempts=3, call=call)
-    await anyio.sleep(0.4)
+    await _lapse(0.4, b.get(task_id))
     # Lapsed, but the claimant does not serve countdown: left for one that does.
     assert await b.claim(task_id, "r2", 5, tools=["lookup"], grace=30) is None
     assert await b.claim(task_id, "r2", 5, tools=[], grace=30) is None
@@ -299,7 +307,7 @@ async def test_a_task_is_claimed_only_where_its_tool_is_served_until_the_grace_e
     assert left is not None and left.status == "working" and left.rerun
     assert await a.claim(task_id, "r3", 0.2, tools=["lookup", "countdown"], grace=30) == call
     # Lapsed again, past the grace: any replica takes it (to fail it as lost).
-    await anyio.sleep(0.4)
+    await _lapse(0.4, b.get(task_id))
     assert await b.claim(task_id, "r2", 5, tools=["lookup"], grace=0.1) == call
 
 
@@ -307,7 +315,7 @@ async def test_a_task_without_a_stored_call_is_never_claimed(make_store: MakeSto
     a, b = await _two(make_store)
     task_id = new_task_id()
     await a.create(task_id, runner="r1", lease=0.2, ttl_ms=60_000, attempts=3)
-    await anyio.sleep(0.4)
+    await _lapse(0.4, b.get(task_id))
     assert await b.claim(task_id, "r2", 5) is None
     lost = await b.get(task_id)
     assert lost is not None and lost.status == "failed"
@@ -472,7 +480,7 @@ async def test_a_scan_ends_orphaned_tasks_once_however_many_replicas_scan(
     await runner.create(live, runner="r1", lease=30, ttl_ms=60_000)
     early = await scanners[0].reap()
     assert early.failed == [] and early.orphaned == []
-    await anyio.sleep(0.5)
+    await _lapse(0.5, _reap_all(scanners[0]))
     results: list[tuple[list[str], list[str]]] = []
 
     async def scan(store: TaskStore) -> None:
@@ -526,7 +534,7 @@ async def test_stale_scan_hints_are_harmless(make_store: MakeStore) -> None:
     ghost = new_task_id()
     if index is not None:  # on Redis: an entry for a task that never existed
         await a._client.zadd(index(), {ghost: 0})  # type: ignore[attr-defined]
-    await anyio.sleep(0.5)
+    await _lapse(0.5, b.get(read))
     ended = await b.get(read)  # the reader applies the lapse rule first
     assert ended is not None and ended.status == "failed"
     assert await _reap_all(b) == ([], [])
@@ -540,7 +548,7 @@ async def test_a_scan_hands_orphaned_rerunnable_tasks_to_a_claim(make_store: Mak
     task_id = new_task_id()
     call = {"name": "countdown", "arguments": {"n": 3}}
     await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000, attempts=2, call=call)
-    await anyio.sleep(0.5)
+    await _lapse(0.5, b.reap())
     reaped = await b.reap(hide=0.3)  # looked at again once the claimant's lease may lapse
     assert reaped.failed == [] and reaped.orphaned == [task_id]
     assert await b.claim(task_id, "r2", 0.3) == call
@@ -548,7 +556,7 @@ async def test_a_scan_hands_orphaned_rerunnable_tasks_to_a_claim(make_store: Mak
     record = await c.get(task_id)
     assert record is not None and record.status == "working"
     # The second run's runner dies too: its two runs are spent, so a scan fails it.
-    await anyio.sleep(0.5)
+    await _lapse(0.5, _reap_all(c))
     assert await _reap_all(c) == ([task_id], [])
     lost = await a.get(task_id)
     assert lost is not None and lost.status == "failed"

@@ -29,10 +29,21 @@ end
 -- failed if its runner's lease lapsed: whoever looks first decides, once.
 -- A re-runnable task (its call stored, fewer runs started than allowed) stays
 -- active instead, and the second value says a claim may take it over.
+-- A lapse is judged twice, a lease apart: the first look only marks the task
+-- suspect ('sus') and gives its runner one more lease ('lm' ms) to renew. A
+-- store that stalled answers nobody, so the first look after a stall comes
+-- after it, and a live runner renews before the second; only a runner that
+-- stays silent a whole lease after a lapse was seen is judged stopped. A
+-- released lease (the runner handed the task over) is suspect already.
 local function live(now)
   local st = redis.call('HGET', KEYS[1], 'st')
   if not st then return nil end
   if not TERMINAL[st] and tonumber(redis.call('HGET', KEYS[1], 'ls')) <= now then
+    local grace = tonumber(redis.call('HGET', KEYS[1], 'lm') or '0')
+    if grace > 0 and redis.call('HGET', KEYS[1], 'sus') ~= '1' then
+      redis.call('HSET', KEYS[1], 'sus', '1', 'ls', now + grace)
+      return st, false
+    end
     local runs = tonumber(redis.call('HGET', KEYS[1], 'att') or '1')
     local max_runs = tonumber(redis.call('HGET', KEYS[1], 'max') or '1')
     if runs < max_runs and redis.call('HEXISTS', KEYS[1], 'call') == 1 then

@@ -1,6 +1,8 @@
 -- ARGV: runner, packed request... Returns the issued keys, or nil.
-local st = live(now_ms())
-if not st or TERMINAL[st] or redis.call('HGET', KEYS[1], 'rn') ~= ARGV[1] then return false end
+-- Only the runner holding the task asks, and it is alive: its lease is not judged.
+if redis.call('HGET', KEYS[1], 'rn') ~= ARGV[1] then return false end
+local st = redis.call('HGET', KEYS[1], 'st')
+if not st or TERMINAL[st] then return false end
 local keys = {}
 for i = 2, #ARGV do
   local key = 'r' .. redis.call('HINCRBY', KEYS[1], 'n', 1)

@@ -14,7 +14,9 @@ if #ARGV >= 3 then
   local lapsed = tonumber(redis.call('HGET', KEYS[1], 'ls'))
   if not served and now < lapsed + tonumber(ARGV[3]) then return false end
 end
-redis.call('HSET', KEYS[1], 'rn', ARGV[1], 'ls', now + tonumber(ARGV[2]), 'st', 'working')
+redis.call('HSET', KEYS[1], 'rn', ARGV[1], 'ls', now + tonumber(ARGV[2]), 'lm', ARGV[2],
+  'st', 'working')
+redis.call('HDEL', KEYS[1], 'sus')
 redis.call('HINCRBY', KEYS[1], 'att', 1)
 redis.call('DEL', KEYS[2], KEYS[3])
 touch(now)

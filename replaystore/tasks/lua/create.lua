@@ -4,7 +4,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local now = now_ms()
 local ttl = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'st', 'working', 'c', now, 'u', now, 'ttl', ttl, 'x', now + ttl,
-  'rn', ARGV[1], 'ls', now + tonumber(ARGV[2]), 'n', 0)
+  'rn', ARGV[1], 'ls', now + tonumber(ARGV[2]), 'lm', ARGV[2], 'n', 0)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'pi', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'own', ARGV[5]) end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'call', ARGV[7], 'att', 1, 'max', ARGV[6]) end
