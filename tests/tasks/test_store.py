@@ -584,3 +584,62 @@ async def test_leases_of_many_tasks_are_renewed_at_once(make_store: MakeStore) -
     await b.cancel(mine)
     [ended] = await a.beat_many([mine], "r1", 0.4)
     assert ended is not None and ended.status == "cancelled"
+
+
+async def test_the_runner_holding_a_task_renews_it_after_a_lapse_nobody_judged_yet(
+    make_store: MakeStore,
+) -> None:
+    """A store stall, as the store sees it: the lease lapsed while nobody could look.
+
+    The first look after it only marks the task suspect; the runner, alive,
+    renews it (although its lease lapsed) before a second look could judge it.
+    """
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000)
+    await anyio.sleep(0.5)  # the stall: no renewal reached the store
+    looked = await b.get(task_id)
+    assert looked is not None and looked.status == "working"
+    beat = await a.beat(task_id, "r1", 0.3)
+    assert beat is not None and beat.status == "working"
+    await anyio.sleep(0.2)
+    assert await a.beat(task_id, "r1", 0.3) is not None
+    assert await a.finish(task_id, "completed", result={"content": []}, runner="r1")
+    done = await b.get(task_id)
+    assert done is not None and done.status == "completed"
+
+
+async def test_a_run_whose_task_was_taken_over_cannot_store_its_end(
+    make_store: MakeStore,
+) -> None:
+    """Fencing: once another replica claimed the task, the first run's end is refused."""
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    call = {"name": "countdown", "arguments": {"n": 3}}
+    await a.create(task_id, runner="r1", lease=0.3, ttl_ms=60_000, attempts=2, call=call)
+    await _lapse(0.5, b.get(task_id))
+    assert await b.claim(task_id, "r2", 5) == call
+    stale = {"content": [{"type": "text", "text": "first run"}]}
+    assert not await a.finish(task_id, "completed", result=stale, runner="r1")
+    still = await b.get(task_id)
+    assert still is not None and still.status == "working"
+    fresh = {"content": [{"type": "text", "text": "second run"}]}
+    assert await b.finish(task_id, "completed", result=fresh, runner="r2")
+    done = await a.get(task_id)
+    assert done is not None and done.result == fresh
+
+
+async def test_a_released_task_is_claimed_at_once_and_the_handed_over_run_is_free(
+    make_store: MakeStore,
+) -> None:
+    """A replica shutting down releases its task (a lease of 0): claimable with no lease to
+    wait out, and the run handed over does not use up one of the task's attempts."""
+    a, b = await _two(make_store)
+    task_id = new_task_id()
+    call = {"name": "countdown", "arguments": {"n": 3}}
+    await a.create(task_id, runner="r1", lease=30, ttl_ms=60_000, attempts=2, call=call)
+    for runner, claimant in (("r1", "r2"), ("r2", "r3"), ("r3", "r4")):
+        assert await b.beat(task_id, runner, 0.0) is not None  # released
+        orphan = await b.get(task_id)
+        assert orphan is not None and orphan.rerun
+        assert await b.claim(task_id, claimant, 30) == call
