@@ -104,7 +104,7 @@ async def test_orphaned_tasks_end_in_the_store_with_nobody_reading_them(
 ) -> None:
     """Two tasks on a runner that is SIGKILLed; no client reads them again.
 
-    ``ask`` ends failed within the lease (and one scan); ``countdown``
+    ``ask`` ends failed within two leases (and one scan); ``countdown``
     (idempotent) is run again by exactly one of the two survivors.
     """
     doomed = replicas.runner()
@@ -117,8 +117,9 @@ async def test_orphaned_tasks_end_in_the_store_with_nobody_reading_them(
     fields = await _stored_status(mcp_redis, doomed, lost, *TERMINAL)
     elapsed = time.monotonic() - killed
     assert fields["st"] == b"failed" and "lost" in fields
-    # The lease, then at most one scan's slack and a round trip.
-    assert elapsed <= LEASE_SECONDS + 1.0, elapsed
+    # The lease, one more lease (a lapse is judged twice, a lease apart, so a
+    # stalled store fails no live runner), then at most a scan's slack and a round trip.
+    assert elapsed <= 2 * LEASE_SECONDS + 1.0, elapsed
     fields = await _stored_status(mcp_redis, doomed, rerun, *TERMINAL)
     assert fields["st"] == b"completed", fields
     assert fields["att"] == b"2"  # exactly one survivor ran it again
