@@ -22,6 +22,7 @@ from .records import (
     FAILED,
     INPUT_REQUIRED,
     LOST_ERROR,
+    OUTAGE_ERROR,
     TERMINAL,
     WORKING,
     Beat,
@@ -60,6 +61,7 @@ class _Task:
     max_runs: int = 1
     lease_ms: int = 0  # the runner's lease: the grace a suspect lapse gets (0: none)
     suspect: bool = False  # a lapse was seen; the next one is judged
+    unseen: bool = False  # that lapse was seen more than a lease late: the store was out
 
     def orphaned(self, now: int) -> bool:
         """Its runner's lease lapsed, and another run may claim it."""
@@ -148,7 +150,6 @@ class MemoryTaskStore(TaskStore):
                     shared = spaces[namespace] = _Shared()
             self._shared = shared
         self._clock = clock
-        self._lost = pack(LOST_ERROR)
 
     def _live(self, task_id: str, now: int, *, judge: bool = True) -> _Task | None:
         """The task if it has not outlived its TTL; a lapsed lease ends it ``failed``.
@@ -175,9 +176,11 @@ class MemoryTaskStore(TaskStore):
             # The first look at a lapse: one more lease for the runner to renew
             # (a store stall delays every look until after it; see the Redis rule).
             task.suspect = True
+            task.unseen = now - task.lease_until > task.lease_ms
             task.lease_until = now + task.lease_ms
         if task.status in ACTIVE and task.lease_until <= now and not task.orphaned(now):
-            self._end(task, FAILED, now, error=self._lost, message=LOST_ERROR["message"])
+            error = OUTAGE_ERROR if task.unseen else LOST_ERROR
+            self._end(task, FAILED, now, error=pack(error), message=error["message"])
             shared.running.pop(task_id, None)
         return task
 
@@ -355,6 +358,7 @@ class MemoryTaskStore(TaskStore):
             task.lease_until = now + task.lease_ms
             # Renewed: no longer suspect; a release (lease 0) is suspect at once.
             task.suspect = not task.lease_ms
+            task.unseen = False
             if not task.lease_ms and task.call is not None:
                 task.max_runs += 1  # a run handed over is no failed attempt
             answers = {key: unpack(blob) for key, blob in task.answers.items()}
@@ -425,6 +429,7 @@ class MemoryTaskStore(TaskStore):
             task.lease_ms = int(lease * 1000)
             task.lease_until = now + task.lease_ms
             task.suspect = False
+            task.unseen = False
             task.runs += 1
             task.status = WORKING
             task.outstanding.clear()

@@ -29,6 +29,7 @@ __all__ = [
     "INPUT_REQUIRED",
     "LOST_ERROR",
     "MAX_BLOB",
+    "OUTAGE_ERROR",
     "TERMINAL",
     "WORKING",
     "Beat",
@@ -63,6 +64,16 @@ MAX_BLOB: Final = 1 << 20
 LOST_ERROR: Final[dict[str, Any]] = {
     "code": -32603,
     "message": "the server running this task stopped before it finished",
+}
+
+#: The JSON-RPC error of a task whose lease lapsed while the store answered no
+#: one (a lapse no replica could see for a whole lease after it happened), and
+#: whose runner did not renew it in the lease that followed: the runner may
+#: live on, cut off from the store, or have stopped during the outage.
+OUTAGE_ERROR: Final[dict[str, Any]] = {
+    "code": -32603,
+    "message": "the task store could not be reached for longer than the task's lease, "
+    "and the server running this task did not renew it once the store answered again",
 }
 
 # 24 URL-safe characters: 144 random bits.

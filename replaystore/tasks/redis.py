@@ -42,6 +42,7 @@ from ..backends.coordination import OnRedis
 from ..errors import StorageError
 from .records import (
     LOST_ERROR,
+    OUTAGE_ERROR,
     TERMINAL,
     Beat,
     NotReplicatedError,
@@ -138,8 +139,8 @@ def _record(
     message = _text(fields["msg"]) if "msg" in fields else None
     error = unpack(fields["err"]) if "err" in fields else None
     if "lost" in fields:
-        error = dict(LOST_ERROR)
-        message = LOST_ERROR["message"]
+        error = dict(OUTAGE_ERROR if _text(fields["lost"]) == "2" else LOST_ERROR)
+        message = error["message"]
     return TaskRecord(
         task_id=task_id,
         status=status,

@@ -21,6 +21,7 @@ from replaystore.backends.coordination import coordination_of
 from replaystore.errors import StorageError
 from replaystore.tasks import (
     LOST_ERROR,
+    OUTAGE_ERROR,
     NotReplicatedError,
     TaskInputError,
     TaskStore,
@@ -643,3 +644,25 @@ async def test_a_released_task_is_claimed_at_once_and_the_handed_over_run_is_fre
         orphan = await b.get(task_id)
         assert orphan is not None and orphan.rerun
         assert await b.claim(task_id, claimant, 30) == call
+
+
+async def test_a_task_lost_through_a_store_outage_says_so(make_store: MakeStore) -> None:
+    """The failure tells a store outage from a stopped replica.
+
+    A lapse nobody could see for more than a lease after it happened (the
+    store answered no one) and no renewal afterwards: the task fails naming
+    the store. A lapse seen at once, then a silent runner: "stopped".
+    """
+    a, b = await _two(make_store)
+    outage, stopped = new_task_id(), new_task_id()
+    await a.create(outage, runner="r1", lease=0.3, ttl_ms=60_000)
+    await anyio.sleep(0.8)  # lapsed at 0.3, unseen until now: more than a lease late
+    await _lapse(0.4, b.get(outage))
+    failed = await b.get(outage)
+    assert failed is not None and failed.status == "failed"
+    assert failed.detailed()["error"] == OUTAGE_ERROR
+    assert "store" in failed.detailed()["statusMessage"]
+    await a.create(stopped, runner="r1", lease=0.3, ttl_ms=60_000)
+    await _lapse(0.4, b.get(stopped))
+    lost = await b.get(stopped)
+    assert lost is not None and lost.detailed()["error"] == LOST_ERROR

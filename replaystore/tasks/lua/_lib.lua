@@ -40,8 +40,12 @@ local function live(now)
   if not st then return nil end
   if not TERMINAL[st] and tonumber(redis.call('HGET', KEYS[1], 'ls')) <= now then
     local grace = tonumber(redis.call('HGET', KEYS[1], 'lm') or '0')
-    if grace > 0 and redis.call('HGET', KEYS[1], 'sus') ~= '1' then
-      redis.call('HSET', KEYS[1], 'sus', '1', 'ls', now + grace)
+    local sus = redis.call('HGET', KEYS[1], 'sus')
+    if grace > 0 and not sus then
+      -- Seen more than a lease after it happened: no replica could look (every
+      -- replica scans once a lease), so the store answered no one meanwhile.
+      local late = now - tonumber(redis.call('HGET', KEYS[1], 'ls')) > grace
+      redis.call('HSET', KEYS[1], 'sus', late and '2' or '1', 'ls', now + grace)
       return st, false
     end
     local runs = tonumber(redis.call('HGET', KEYS[1], 'att') or '1')
@@ -49,7 +53,7 @@ local function live(now)
     if runs < max_runs and redis.call('HEXISTS', KEYS[1], 'call') == 1 then
       return st, true
     end
-    finish(now, 'failed', 'lost', '1', nil)
+    finish(now, 'failed', 'lost', sus == '2' and '2' or '1', nil)
     return 'failed'
   end
   return st, false

@@ -13,7 +13,7 @@ if lease > 0 then
   redis.call('HSET', KEYS[1], 'ls', now + lease, 'lm', lease)
   redis.call('HDEL', KEYS[1], 'sus')
 else
-  redis.call('HSET', KEYS[1], 'ls', now, 'sus', '1')
+  redis.call('HSET', KEYS[1], 'ls', now, 'sus', 'r')
   -- A run handed over is no failed attempt: the next run does not count.
   if redis.call('HEXISTS', KEYS[1], 'call') == 1 then redis.call('HINCRBY', KEYS[1], 'max', 1) end
 end
