@@ -322,13 +322,10 @@ class ReplayTasks(Extension):
                 group.cancel_scope.cancel()
 
     def drain(self) -> None:
-        """Stop taking new tasks: the process is about to stop (call it on ``SIGTERM``).
+        """Take no new task (503), for the process is stopping (on ``SIGTERM``).
 
-        A new task call is answered 503 (a balancer or client sends it to
-        another replica); running tasks go on until the runner's context
-        closes, for at most :attr:`drain_seconds`; then an idempotent tool's
-        task is released for another replica to run again at once, and any
-        other ends ``failed`` saying the server shut down.
+        Running tasks go on for :attr:`drain_seconds` once :meth:`running`
+        exits, then are handed over (:mod:`~replaystore.mcp.task_drain`).
         """
         self._draining = True
 
