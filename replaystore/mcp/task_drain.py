@@ -65,24 +65,36 @@ async def drain_runs(runs: Mapping[str, Run], seconds: float) -> None:
             await anyio.sleep(0.05)
 
 
-async def hand_over(store: TaskStore, runs: Mapping[str, Run], runner: str) -> None:
-    """Release the re-runnable tasks still running here, fail the others; stop their tools."""
-    for run in list(runs.values()):
-        if run.done:
-            continue
+async def hand_over(
+    store: TaskStore, runs: Mapping[str, Run], runner: str, within: float = 5.0
+) -> None:
+    """Release the re-runnable tasks still running here, fail the others; stop their tools.
+
+    All at once, within ``within`` seconds: a store that does not answer
+    must not hold the shutdown (a task not handed over has its lease lapse).
+    """
+    left = [run for run in list(runs.values()) if not run.done]
+    for run in left:
         run.ended = True  # its end is decided here: the tool's own is not stored
         run.scope.cancel()
-        try:
-            if run.rerunnable:
-                await store.beat(run.task_id, runner, 0.0)
-                logger.info("task %s: handed over to another replica (shutting down)", run.task_id)
-            else:
-                await store.finish(
-                    run.task_id,
-                    FAILED,
-                    error=SHUTDOWN_ERROR,
-                    message=str(SHUTDOWN_ERROR["message"]),
-                    runner=runner,
-                )
-        except StorageError as exc:  # its lease lapses instead
-            logger.warning("task %s: could not be handed over: %s", run.task_id, exc)
+    with anyio.move_on_after(within):
+        async with anyio.create_task_group() as group:
+            for run in left:
+                group.start_soon(_hand_over_one, store, run, runner)
+
+
+async def _hand_over_one(store: TaskStore, run: Run, runner: str) -> None:
+    try:
+        if run.rerunnable:
+            await store.beat(run.task_id, runner, 0.0)
+            logger.info("task %s: handed over to another replica (shutting down)", run.task_id)
+        else:
+            await store.finish(
+                run.task_id,
+                FAILED,
+                error=SHUTDOWN_ERROR,
+                message=str(SHUTDOWN_ERROR["message"]),
+                runner=runner,
+            )
+    except StorageError as exc:  # its lease lapses instead
+        logger.warning("task %s: could not be handed over: %s", run.task_id, exc)

@@ -318,7 +318,7 @@ class ReplayTasks(Extension):
                 with anyio.CancelScope(shield=True):
                     if self._draining:
                         await drain_runs(self._runs, self.drain_seconds)
-                    await hand_over(self.store, self._runs, self._runner)
+                    await hand_over(self.store, self._runs, self._runner, self.store_timeout)
                 group.cancel_scope.cancel()
 
     def drain(self) -> None:
