@@ -110,7 +110,9 @@ class StorageError(ReplayStoreError):
     ``"oom"`` (out of memory, writes refused), ``"readonly"`` (a read-only
     replica), ``"noperm"`` (forbidden by the server's ACL), ``"misconf"``
     (writes refused: the server cannot persist), ``"loading"``, ``"busy"``
-    (a long script), ``"error"`` (any other error reply). ``permanent`` is
+    (a long script), ``"unreplicated"`` (an append stored, but acknowledged
+    by fewer replicas than ``wait_replicas`` asks for), ``"error"`` (any
+    other error reply). ``permanent`` is
     true when waiting cannot help (a command, key or channel the ACL
     forbids): an operator has to change the server's configuration.
     """

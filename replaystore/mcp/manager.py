@@ -63,7 +63,7 @@ from .replica import Replica
 from .sdk import lowlevel_server  # importing sdk checks the SDK's private names
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .transport import RETRY_AFTER, ReplayTransport
-from .view import ReplayEventStore, SessionView
+from .view import APPENDS, ReplayEventStore, SessionView
 
 __all__ = [
     "HEALTH_PATH",
@@ -275,17 +275,21 @@ class ReplaySessionManager(ManagerOverrides):
             return False, "draining: this replica is shutting down"
         try:
             with _bounded(replica.settings.store_timeout):
-                await probe(
-                    self._replay_store.buffer,
-                    replica.registry,
-                    replica.id,
-                    deep=replica.refused is not None,
-                )
+                # Deep (a session opened and appended to, as requests do) while
+                # appends fail, and whenever writes must reach replicas
+                # (wait_replicas): a store that answers but cannot store or
+                # replicate what requests write is no healthy one.
+                buffer = self._replay_store.buffer
+                durable = bool(getattr(buffer.backend, "wait_replicas", 0))
+                deep = replica.refused is not None or APPENDS.failing or durable
+                await probe(buffer, replica.registry, replica.id, deep=deep)
         except StorageError as exc:
             if exc.permanent:
                 replica.refused = exc
             return False, f"{store_trouble(exc)}; this replica cannot serve"
         replica.refused = None
+        if APPENDS.failing:
+            APPENDS.succeeded()
         return True, f"ok: replica {replica.id}"
 
     async def _check_quietly(self) -> None:

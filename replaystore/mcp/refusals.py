@@ -24,6 +24,8 @@ def store_trouble(exc: BaseException | None) -> str:
     if not isinstance(exc, StorageError) or exc.kind == "unreachable":
         detail = f" ({str(exc)[:_LIMIT]})" if exc is not None and str(exc) else ""
         return f"the replay store did not answer (unreachable or too slow){detail}"
+    if exc.kind == "unreplicated":
+        return f"the replay store could not make it durable: {str(exc)[:_LIMIT]}"
     nature = "permanently refused" if exc.permanent else "refused"
     return f"the replay store {nature} it: {str(exc)[:_LIMIT]}"
 

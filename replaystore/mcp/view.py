@@ -42,6 +42,8 @@ from ..verdicts import Resumption, ResumptionDesyncError
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 from .metrics import STORAGE_ERROR, ResumptionObserver
+from .outages import OutageLog
+from .refusals import store_trouble
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -50,9 +52,11 @@ if TYPE_CHECKING:
     from ..verdicts import Event
     from .replica import Replica
 
-__all__ = ["ReplayEventStore", "SessionHost", "SessionView"]
+__all__ = ["APPENDS", "ReplayEventStore", "SessionHost", "SessionView"]
 
 logger = logging.getLogger("replaystore.mcp")
+#: Appends that fail during a store outage, told in a few lines for the process.
+APPENDS = OutageLog(logger, "storing events")
 
 #: Seconds between two attempts at an append while the store is out of reach.
 _RETRY_PAUSE = 0.25
@@ -299,12 +303,8 @@ class SessionView(EventStore):
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self.settings.lease_ttl / 2
-                    logger.warning(
-                        "the replay store cannot be reached (%s); session %s waits up to %g s",
-                        str(exc)[:256],
-                        self.session_id,
-                        self.settings.lease_ttl / 2,
-                    )
+                wait = self.settings.lease_ttl / 2
+                APPENDS.failed(f"{store_trouble(exc)}; a stream waits up to {wait:g} s")
                 if self.closed:  # dropped here meanwhile: nothing to say twice
                     raise UnknownSessionError(self.session_id) from exc
                 if now < deadline and not exc.permanent:  # the ACL: no outage to wait out
@@ -315,8 +315,9 @@ class SessionView(EventStore):
             except Exception as exc:
                 self._give_up(sequence, exc)
                 raise
+            if APPENDS.failing:
+                APPENDS.succeeded()
             if deadline is not None and self.replica is not None:
-                logger.info("the replay store answers again; session %s goes on", self.session_id)
                 self.replica.renew_soon()
             return event_id
 

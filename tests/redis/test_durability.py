@@ -55,13 +55,21 @@ async def test_wait_replicas_needs_an_acknowledgement(redis_server: ServerHandle
     url = f"{redis_server.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.2"
     async with ReplayBuffer.from_url(url) as buf:
         assert buf.backend.wait_replicas == 1  # type: ignore[attr-defined]
-        await buf.open_session("s")
+        # a session is durable once opened, as its events once appended
         with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await buf.open_session("s")
+        with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1") as e:
             await buf.append("s", "q", b"x")
-        # the event is stored on the primary all the same: the caller was told
-        # it is not known to be durable, not that it is absent
+        assert e.value.kind == "unreplicated" and not e.value.permanent
+        # a retry finds the event stored and still refuses: it is no more durable
+        with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await buf.append_many("s", "q", [b"y"], idempotency_key="k")
+        with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await buf.append_many("s", "q", [b"y"], idempotency_key="k")
+        # the events are stored on the primary all the same: the caller was told
+        # they are not known to be durable, not that they are absent
         info = await buf.session_info("s")
-        assert info is not None and info.high_water == 1
+        assert info is not None and info.high_water == 2
     with pytest.raises(UnsupportedURLError):
         ReplayBuffer.from_url(f"{redis_server.url}?wait_replicas=x")
 
@@ -73,7 +81,8 @@ async def test_wait_longer_than_the_socket_timeout_still_gets_its_answer(
     shorter than that must not cut it off as a dead connection."""
     url = f"{redis_server.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.6&socket_timeout=0.3"
     async with ReplayBuffer.from_url(url) as buf:
-        await buf.open_session("s")
+        with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
+            await buf.open_session("s")
         with anyio.fail_after(5), pytest.raises(StorageError, match="acknowledged by 0 of 1"):
             await buf.append("s", "q", b"x")
 

@@ -49,7 +49,7 @@ from .. import register_backend
 from .._redis_client import build_client, storage_error
 from ..base import Backend
 from ..coordination import OnRedis
-from .durability import append_and_wait, options_from
+from .durability import append_and_wait, appended, check_options, options_from
 from .fastpath import Failed, FastPath
 from .fences import Fences, behind, regressed, regressed_answer
 from .replies import decode_facts, decode_info, decode_tombstone
@@ -117,12 +117,7 @@ class RedisBackend(Backend):
         super().__init__(retention)
         if "{" in prefix or "}" in prefix:
             raise UnsupportedURLError("the key prefix must not contain '{' or '}' (hash tags)")
-        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int):
-            raise UnsupportedURLError("wait_replicas must be an integer")
-        if wait_replicas < 0 or not 0 < wait_timeout <= 3600:
-            raise UnsupportedURLError("wait_replicas >= 0 and 0 < wait_timeout <= 3600 seconds")
-        if wait_replicas and isinstance(client, RedisCluster):
-            raise UnsupportedURLError("wait_replicas is not supported on redis+cluster://")
+        check_options(wait_replicas, wait_timeout, cluster=isinstance(client, RedisCluster))
         self.client = client
         self.prefix = prefix
         self.wait_replicas = wait_replicas
@@ -207,13 +202,19 @@ class RedisBackend(Backend):
             name, lambda: self._library.call(name, lambda: (keys, argv)), retry=retry
         )
 
-    async def _append_and_wait(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """The append (``name``: either form) and ``WAIT`` (:mod:`.durability`)."""
+    async def _written(
+        self, name: str, keys: list[str], args: list[Any], *, opening: bool = False
+    ) -> Any:
+        """A write (an append of either form, or ``open``), with ``WAIT`` when ``wait_replicas``
+        asks for durability (:mod:`.durability`); opening a session always stores."""
+        if not self.wait_replicas:
+            return await self._library.call(name, lambda: (keys, args))
         return await append_and_wait(
             lambda send: self._library.call(name, lambda: (keys, args), send),
             self._wire.pipeline,
             self.wait_replicas,
             self.wait_timeout,
+            stored=bool if opening else appended,
         )
 
     async def _maintain(self, session: str, sweep: list[bytes], touch: list[bytes]) -> None:
@@ -262,11 +263,12 @@ class RedisBackend(Backend):
 
     async def open_session(self, session: str) -> SessionInfo:
         r = self.retention
-        out = await self._run(
+        args = [0, new_epoch(), r.session_ttl_ms, r.max_events, r.max_age_ms]
+        # With wait_replicas a session is durable once opened, as its events are
+        # once appended: one that a failover would lose is refused up front.
+        out = await self._call(
             "open",
-            session,
-            (),
-            [new_epoch(), r.session_ttl_ms, r.max_events, r.max_age_ms],
+            lambda: self._written("open", self._keys(session), args, opening=True),
             retry=True,
         )
         await self._maintain(session, [], out[4])
@@ -344,9 +346,7 @@ class RedisBackend(Backend):
 
         if self.wait_replicas:
             keys, args = operands()
-            return await self._call(
-                "append", lambda: self._append_and_wait(form, keys, args), retry=retry
-            )
+            return await self._call("append", lambda: self._written(form, keys, args), retry=retry)
         if not (self._library.functions and self._wire.by_hand):
             return await self._call(
                 "append", lambda: self._library.call(form, operands), retry=retry

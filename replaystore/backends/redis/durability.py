@@ -18,10 +18,16 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...errors import StorageError, UnsupportedURLError
 
-__all__ = ["append_and_wait", "options_from"]
+__all__ = ["append_and_wait", "appended", "check_options", "options_from"]
 
-#: The append statuses that stored something (``append.lua``).
-_STORED = (b"ok", b"full")
+#: The append statuses that found their events stored (``append.lua``): a
+#: retried append (``dup``) too, since the first try may not have replicated.
+_STORED = (b"ok", b"full", b"dup")
+
+
+def appended(out: Any) -> bool:
+    """Whether an append's reply says its events are stored (now or by an earlier try)."""
+    return bool(out) and out[1] in _STORED
 
 
 async def append_and_wait(
@@ -29,11 +35,14 @@ async def append_and_wait(
     pipeline: Callable[..., Awaitable[list[Any]]],
     replicas: int,
     wait_s: float,
+    stored: Callable[[Any], bool] = appended,
 ) -> Any:
-    """The append ``call`` makes and ``WAIT`` in one round trip, on one connection.
+    """The write ``call`` makes (an append) and ``WAIT`` in one round trip, on one connection.
 
-    ``call`` runs the append through a sender it is given (the script
-    library's fallbacks); ``pipeline`` is the wire's. The reply comes within
+    ``call`` runs the write through a sender it is given (the script
+    library's fallbacks); ``pipeline`` is the wire's; ``stored`` tells from
+    the write's reply whether it stored anything that must be durable (an
+    append's status; a session opened always does). The reply comes within
     ``wait_s`` plus the socket timeout, whatever the replicas do.
     """
     wait = ("WAIT", replicas, round(wait_s * 1000))
@@ -44,14 +53,25 @@ async def append_and_wait(
             raise out
         if isinstance(acked, Exception):
             raise acked
-        if out and out[1] in _STORED and int(acked) < replicas:
+        if stored(out) and int(acked) < replicas:
             raise StorageError(
-                f"append stored on the primary but acknowledged by {acked} of "
-                f"{replicas} replica(s) within {wait_s:g} s (wait_replicas)"
+                f"write stored on the primary but acknowledged by {acked} of "
+                f"{replicas} replica(s) within {wait_s:g} s (wait_replicas)",
+                kind="unreplicated",
             )
         return out
 
     return await call(send)
+
+
+def check_options(wait_replicas: Any, wait_timeout: float, *, cluster: bool) -> None:
+    """Refuse durability options that cannot mean what they say."""
+    if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int):
+        raise UnsupportedURLError("wait_replicas must be an integer")
+    if wait_replicas < 0 or not 0 < wait_timeout <= 3600:
+        raise UnsupportedURLError("wait_replicas >= 0 and 0 < wait_timeout <= 3600 seconds")
+    if wait_replicas and cluster:
+        raise UnsupportedURLError("wait_replicas is not supported on redis+cluster://")
 
 
 def options_from(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
