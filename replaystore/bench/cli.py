@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import shlex
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -210,28 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     try:
-        _interrupt_at_once()
         return _main(args, argv)
     except KeyboardInterrupt:
         # The replicas are stopped and the run's keys deleted on the way out.
         print("replaystore bench: interrupted", file=sys.stderr)
         return 130
-
-
-def _interrupt_at_once() -> None:
-    """Make Ctrl-C raise :class:`KeyboardInterrupt` wherever the run is.
-
-    With Python's own handler in place, :class:`asyncio.Runner` turns Ctrl-C
-    into a cancellation of the coroutine it runs, and a coroutine that
-    finishes its work despite the cancellation loses the interrupt: the run
-    would go on to the end. A handler of our own is left alone by the runner.
-    """
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _raise_interrupt)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
