@@ -46,7 +46,7 @@ import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
-from replaystore.tasks import task_store_for
+from replaystore.taskstore import task_store_for
 from replaystore.testing import TcpProxy
 from replaystore.testing.servers import find_free_port
 

@@ -32,8 +32,8 @@ from starlette.applications import Starlette
 from replaystore import ReplayBuffer
 from replaystore.mcp import streamable_http_app
 from replaystore.mcp.example import build_server
-from replaystore.mcp.listen import StoreSubscriptionBus
-from replaystore.mcp.tasks import ReplayTasks
+from replaystore.mcp.subscriptions import StoreSubscriptionBus
+from replaystore.mcp.tasks.extension import ReplayTasks
 
 POLL_INTERVAL = 0.5
 

@@ -3,7 +3,7 @@
 Replicas of an MCP server sharing one store need more than the five
 operations of :class:`~replaystore.backends.Backend`: a session registry and
 request leases kept next to the events, and a channel to notify each other
-(see :mod:`replaystore.mcp.replica`). Not every store can offer that, so it is
+(see :mod:`replaystore.mcp.replicas.replica`). Not every store can offer that, so it is
 a capability a backend declares, the way centrifuge's brokers declare their
 optional features: a backend has a ``coordination()`` method returning how
 its replicas reach each other. :class:`~replaystore.mcp.Replica` refuses a

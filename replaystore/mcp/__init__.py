@@ -25,12 +25,12 @@ internal to the package and may change between releases.
 
 from __future__ import annotations
 
+from ._sdk.checked import SDKCompatibilityError
 from .app import streamable_http_app
-from .fastmcp import fastmcp_http_app
-from .manager import ReplaySessionManager
+from .fastmcp.app import fastmcp_http_app
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
-from .sdk import SDKCompatibilityError
-from .view import ReplayEventStore
+from .sessions.manager import ReplaySessionManager
+from .sessions.view import ReplayEventStore
 
 __all__ = [
     "STORAGE_ERROR",

@@ -6,14 +6,14 @@ a client can see from any replica is shared by default, with nothing else to
 pass:
 
 - **sessions** (2025-11-25) and their streams: the session manager;
-- **tasks** (2026-07-28, when a :class:`~replaystore.mcp.tasks.ReplayTasks`
+- **tasks** (2026-07-28, when a :class:`~replaystore.mcp.tasks.extension.ReplayTasks`
   is given): their records, leases and input;
 - **``requestState``** of multi-round calls (2026-07-28): sealed under a key
   kept in the store (:class:`~replaystore.mcp.request_state.StoreKeyRing`),
   unless the application gave a policy of its own;
 - **``subscriptions/listen`` events** (2026-07-28): published into the store
   and delivered by every replica
-  (:class:`~replaystore.mcp.listen.StoreSubscriptionBus`), unless the
+  (:class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`), unless the
   application gave a bus of its own.
 
 ``share=False`` keeps the server's own ``requestState`` policy and listen
@@ -28,7 +28,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.request_state import (
@@ -45,16 +45,18 @@ from starlette.applications import Starlette
 
 from ..backends.coordination import OnRedis, coordination_of
 from ..buffer import ReplayBuffer
-from .listen import StoreSubscriptionBus
-from .manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
+from ._sdk.checked import check_server, lowlevel_server
 from .metrics import ResumptionObserver
 from .request_state import StoreKeyRing
-from .sdk import check_server, lowlevel_server
+from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
+from .sessions.view import ReplayEventStore
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
-from .task_listen import TaskListenHandler
-from .tasks import ReplayTasks
+from .subscriptions import StoreSubscriptionBus
 from .unavailable import UnavailableStatus
-from .view import ReplayEventStore
+
+if TYPE_CHECKING:
+    # The tasks stack is loaded only by an app given tasks: a 2025-11-25 app never imports it.
+    from .tasks.extension import ReplayTasks
 
 __all__ = ["Shared", "session_managers", "streamable_http_app", "task_name_header", "wire"]
 
@@ -117,7 +119,7 @@ def wire(
         tasks.bind(buffer, server)
         tasks.store_timeout = settings.store_timeout
         if fastmcp:
-            from .fastmcp_tasks import FastMCPTasks, TaskContexts, tool_names
+            from .fastmcp.tasks import FastMCPTasks, TaskContexts, tool_names
 
             tasks.served_by(lambda: tool_names(server))
             server.add_extension(FastMCPTasks(tasks))
@@ -282,10 +284,9 @@ def _share_listen(
         bus = given if given is not None else (StoreSubscriptionBus() if share else None)
         if bus is None:
             return
-        from .fastmcp_tasks import ListenMiddleware
+        from .fastmcp.tasks import ListenMiddleware
 
-        handler: Any = TaskListenHandler(bus, tasks) if tasks is not None else ListenHandler(bus)
-        server.add_middleware(ListenMiddleware(handler))
+        server.add_middleware(ListenMiddleware(_listen_handler(bus, tasks)))
     else:
         current = None
         if server is not lowlevel:  # an MCPServer: its bus
@@ -301,13 +302,21 @@ def _share_listen(
             return
         if current is not None:
             server._subscriptions = bus  # what ctx.notify_* publishes to
-        handler = TaskListenHandler(bus, tasks) if tasks is not None else ListenHandler(bus)
         lowlevel.add_request_handler(
-            "subscriptions/listen", SubscriptionsListenRequestParams, handler
+            "subscriptions/listen", SubscriptionsListenRequestParams, _listen_handler(bus, tasks)
         )
     if isinstance(bus, StoreSubscriptionBus):
         bus.bind(buffer)
     shared.subscriptions = bus
+
+
+def _listen_handler(bus: SubscriptionBus, tasks: ReplayTasks | None) -> Any:
+    """The SDK's listen handler; with tasks, one also serving ``notifications.taskIds``."""
+    if tasks is None:
+        return ListenHandler(bus)
+    from .tasks.listen import TaskListenHandler
+
+    return TaskListenHandler(bus, tasks)
 
 
 async def _adopt_fastmcp(
@@ -359,11 +368,11 @@ def streamable_http_app(
     and listen bus). The buffer is closed when the app stops only with
     ``close_buffer=True``: otherwise close it in your own lifespan or at exit.
 
-    ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
+    ``tasks``: the :class:`~replaystore.mcp.tasks.extension.ReplayTasks` extension given
     to the server; its tasks are kept in the buffer's store and its tools run
     while the app's lifespan is open. ``subscriptions``: a bus of your own
     for ``subscriptions/listen`` (by default a
-    :class:`~replaystore.mcp.listen.StoreSubscriptionBus`); with ``tasks``,
+    :class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`); with ``tasks``,
     listen streams also serve ``notifications.taskIds``. ``request_state``: a
     ``RequestStateSecurity`` of your own (e.g. ``keys=[secret]``) sealing
     ``requestState`` instead of the key kept in the store.

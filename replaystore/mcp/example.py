@@ -47,11 +47,11 @@ from starlette.routing import Route
 
 from ..buffer import ReplayBuffer
 from .app import streamable_http_app
-from .listen import StoreSubscriptionBus
-from .manager import HEALTH_PATH, ReplaySessionManager
 from .metrics import PrometheusObserver, ResumptionObserver
+from .sessions.manager import HEALTH_PATH, ReplaySessionManager
 from .settings import DEFAULT_LEASE_TTL
-from .tasks import ReplayTasks, TaskSupport
+from .subscriptions import StoreSubscriptionBus
+from .tasks.extension import ReplayTasks, TaskSupport
 
 __all__ = ["build_app", "build_server", "main", "serve"]
 

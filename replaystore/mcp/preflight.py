@@ -31,9 +31,9 @@ from typing import Any
 from ..backends.coordination import OnRedis, coordination_of
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
-from .again import bounded
 from .refusals import store_trouble
-from .registry import Registry, registry_for
+from .replicas.registry import Registry, registry_for
+from .sessions.again import bounded
 
 __all__ = ["Problem", "check_store", "eviction_warning", "probe"]
 

@@ -20,7 +20,7 @@ import atheris
 
 with atheris.instrument_imports(include=["replaystore"]):
     from replaystore.cursor import Cursor, CursorError
-    from replaystore.mcp.client import desync_error
+    from replaystore.mcp.client.resuming import desync_error
 
 
 def check_cursor(data: bytes) -> None:

@@ -21,8 +21,8 @@ from starlette.responses import Response
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import PrometheusObserver, fastmcp_http_app
-from replaystore.mcp.listen import StoreSubscriptionBus
-from replaystore.mcp.tasks import ReplayTasks, TaskSupport
+from replaystore.mcp.subscriptions import StoreSubscriptionBus
+from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
 
 
 class _Name(BaseModel):

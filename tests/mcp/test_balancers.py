@@ -37,8 +37,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from replaystore import ReplayBuffer
+from replaystore.mcp.client.tasks import TaskClient
 from replaystore.mcp.settings import DEFAULT_STORE_TIMEOUT
-from replaystore.mcp.task_client import TaskClient
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
 from replaystore.testing.servers import start_standalone as start_redis

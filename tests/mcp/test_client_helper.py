@@ -1,4 +1,4 @@
-"""``replaystore.mcp.client``: a failed resumption's verdict reaches the client, which starts anew.
+"""The resuming client: a failed resumption's verdict reaches the client, which starts anew.
 
 Against a real example-server process on a real Redis that keeps 12 events
 per session, so a countdown of 40 evicts the cursor a client resumes from.
@@ -18,7 +18,12 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
 from replaystore import ResumptionDesyncError, Verdict
-from replaystore.mcp.client import DesyncWatch, ResumingSession, desync_error, raise_for_desync
+from replaystore.mcp.client.resuming import (
+    DesyncWatch,
+    ResumingSession,
+    desync_error,
+    raise_for_desync,
+)
 from replaystore.testing.servers import ServerHandle
 from replaystore.verdicts import Evidence, Tombstone
 from tests.mcp._support import RawSession, ServerProcess, spawn, sse_events, wait_ready

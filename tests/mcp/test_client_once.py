@@ -2,7 +2,7 @@
 
 The SDK's client, when a reconnection fails, tries again with the id it
 started from, and the server (rightly) replays everything after that id. The
-transport of :mod:`replaystore.mcp.once` (used by ``DesyncWatch`` and
+transport of :mod:`replaystore.mcp.client.once` (used by ``DesyncWatch`` and
 ``ResumingSession``) knows what it passed on per stream and drops the rest.
 Played here by hand against the real example server: a stream cut after three
 progress notifications, resumed from the first one.
@@ -17,9 +17,9 @@ import httpx2
 import pytest
 import uvicorn
 
-from replaystore.mcp.client import DesyncWatch
+from replaystore.mcp.client.once import OncePerStream
+from replaystore.mcp.client.resuming import DesyncWatch
 from replaystore.mcp.example import build_app
-from replaystore.mcp.once import OncePerStream
 from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import PV, progress_of, result_text

@@ -15,8 +15,8 @@ import anyio
 import pytest
 from fastmcp import Client
 
-from replaystore.mcp.client_tasks import ClientTasks
-from replaystore.mcp.task_client import TaskCancelledError, TaskClient, TaskError
+from replaystore.mcp.client.extension import ClientTasks
+from replaystore.mcp.client.tasks import TaskCancelledError, TaskClient, TaskError
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, spawn_replica, stopped_on_exit, wait_ready
 

@@ -15,14 +15,14 @@ from fakeredis import FakeAsyncRedis
 from replaystore import ReplayBuffer
 from replaystore.backends.memory import MemoryBackend
 from replaystore.backends.redis import RedisBackend
-from replaystore.mcp import sdk
-from replaystore.mcp.bus import End, Forward, MemoryBus, Takeover, Wake, decode, encode
-from replaystore.mcp.forwarding import Route, replica_of, route
-from replaystore.mcp.manager import ReplaySessionManager
-from replaystore.mcp.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
-from replaystore.mcp.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
-from replaystore.mcp.replica import Replica
-from replaystore.mcp.transport import ReplayTransport
+from replaystore.mcp._sdk import checked as sdk
+from replaystore.mcp._sdk.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
+from replaystore.mcp.replicas.bus import End, Forward, MemoryBus, Takeover, Wake, decode, encode
+from replaystore.mcp.replicas.forwarding import Route, replica_of, route
+from replaystore.mcp.replicas.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
+from replaystore.mcp.replicas.replica import Replica
+from replaystore.mcp.sessions.manager import ReplaySessionManager
+from replaystore.mcp.sessions.transport import ReplayTransport
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import (
     ServerHandle,
@@ -79,7 +79,7 @@ def test_a_missing_parameter_is_reported() -> None:
 
 
 def test_every_private_sdk_method_overridden_is_in_one_module_and_listed() -> None:
-    """Overrides of private SDK methods live in overrides.py only, each listed with a digest."""
+    """Overrides of private SDK methods live in _sdk/overrides.py only, each with a digest."""
 
     def private_methods(cls: type) -> set[str]:
         return {
@@ -93,7 +93,7 @@ def test_every_private_sdk_method_overridden_is_in_one_module_and_listed() -> No
         for name in private_methods(cls):
             base = next(b for b in cls.__mro__[1:] if name in vars(b))
             found.add((base.__name__, name))
-    # FastMCP methods with a digest are wrapped elsewhere (fastmcp_tasks), not overridden.
+    # FastMCP methods with a digest are wrapped elsewhere (fastmcp/tasks.py), not overridden.
     listed = {
         (r.owner, r.name)
         for r in sdk.requirements()
@@ -111,7 +111,7 @@ def test_every_private_sdk_method_overridden_is_in_one_module_and_listed() -> No
 def test_the_upstream_source_of_every_overridden_method_is_the_one_reviewed() -> None:
     """An SDK upgrade that changes an overridden method fails here until the override is re-read.
 
-    Then update ``source=`` of that entry in ``replaystore/mcp/sdk.py`` to the
+    Then update ``source=`` of that entry in ``replaystore/mcp/_sdk/checked.py`` to the
     installed digest this message shows.
     """
     assert sdk.changed_sources() == []

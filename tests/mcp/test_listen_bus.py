@@ -22,7 +22,7 @@ from mcp.server.subscriptions import (
 )
 
 from replaystore import ReplayBuffer
-from replaystore.mcp.listen import StoreSubscriptionBus, decode_event, encode_event
+from replaystore.mcp.subscriptions import StoreSubscriptionBus, decode_event, encode_event
 from replaystore.testing.proxy import TcpProxy
 from tests.plugins.servers import RealServers
 

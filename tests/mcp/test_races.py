@@ -24,7 +24,7 @@ import pytest
 import uvicorn
 
 from replaystore.mcp.example import build_app
-from replaystore.mcp.live import LiveStreams
+from replaystore.mcp.sessions.live import LiveStreams
 from replaystore.testing.servers import ServerHandle, find_free_port
 from replaystore.testing.sse import SSE, sse_events
 from tests.mcp._support import (

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitRequestParams, ElicitResult
 
 from replaystore import ReplayBuffer
-from replaystore.mcp.forwarding import replica_of
+from replaystore.mcp.replicas.forwarding import replica_of
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (

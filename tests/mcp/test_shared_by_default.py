@@ -29,8 +29,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import fastmcp_http_app, streamable_http_app
-from replaystore.mcp.listen import StoreSubscriptionBus
 from replaystore.mcp.request_state import StoreKeyRing
+from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import ServerProcess, _popen, wait_ready
 

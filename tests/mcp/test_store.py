@@ -14,9 +14,14 @@ from mcp_types import (
 from replaystore import ReplayBuffer, ResumptionDesyncError, Verdict
 from replaystore.cursor import Cursor
 from replaystore.mcp import CountingObserver, PrometheusObserver, ReplayEventStore
-from replaystore.mcp.messages import GET_STREAM, decode_message, encode_message, sequence_name
-from replaystore.mcp.tail import Tail
-from replaystore.mcp.view import SessionView
+from replaystore.mcp.sessions.messages import (
+    GET_STREAM,
+    decode_message,
+    encode_message,
+    sequence_name,
+)
+from replaystore.mcp.sessions.tail import Tail
+from replaystore.mcp.sessions.view import SessionView
 
 pytestmark = pytest.mark.anyio
 

@@ -38,8 +38,8 @@ import httpx
 import pytest
 import redis
 
+from replaystore.mcp.client.tasks import TaskClient
 from replaystore.mcp.settings import DEFAULT_STORE_TIMEOUT
-from replaystore.mcp.task_client import TaskClient
 from replaystore.testing.servers import ServerHandle, find_free_port, redis_server_binary
 from replaystore.testing.servers import start_standalone as start_redis
 

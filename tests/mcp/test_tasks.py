@@ -22,7 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from replaystore.mcp.client import TaskCancelledError, TaskClient, TaskRequestError
+from replaystore.mcp.client.tasks import TaskCancelledError, TaskClient, TaskRequestError
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (

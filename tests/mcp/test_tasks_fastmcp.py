@@ -21,7 +21,7 @@ import pytest
 from mcp.server.subscriptions import ToolsListChanged
 
 from replaystore import ReplayBuffer
-from replaystore.mcp.listen import StoreSubscriptionBus
+from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, _popen, find_free_port, sse_events, wait_ready

@@ -22,8 +22,8 @@ from pydantic import BaseModel
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import fastmcp_http_app, streamable_http_app
-from replaystore.mcp.tasks import ReplayTasks, TaskSupport
-from replaystore.tasks import LOST_ERROR, TaskStore, new_task_id
+from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
+from replaystore.taskstore import LOST_ERROR, TaskStore, new_task_id
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio

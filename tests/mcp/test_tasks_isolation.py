@@ -22,8 +22,8 @@ from mcp.server.mcpserver import MCPServer
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import fastmcp_http_app, streamable_http_app
-from replaystore.mcp.tasks import ReplayTasks, TaskSupport
-from replaystore.tasks import new_task_id
+from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
+from replaystore.taskstore import new_task_id
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio

@@ -24,7 +24,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from replaystore import ReplayBuffer, StorageError, Verdict
 from replaystore.backends.coordination import coordination_of
 from replaystore.cursor import sequence_tag
-from replaystore.tasks import new_task_id, task_store_for
+from replaystore.taskstore import new_task_id, task_store_for
 from replaystore.testing.servers import (
     ServerHandle,
     TLSFiles,

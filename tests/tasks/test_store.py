@@ -1,6 +1,6 @@
 """The task store contract, run against memory, fakeredis, a real Redis, Valkey and a Cluster.
 
-Every rule of :mod:`replaystore.tasks.store` is checked here on each backend:
+Every rule of :mod:`replaystore.taskstore.store` is checked here on each backend:
 atomic terminal states, input keys unique for the task's life, answers that
 are ignored unless outstanding, the runner's lease, the TTL, owners.
 """
@@ -19,7 +19,7 @@ from fakeredis import FakeAsyncRedis, FakeServer
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
 from replaystore.errors import StorageError
-from replaystore.tasks import (
+from replaystore.taskstore import (
     LOST_ERROR,
     OUTAGE_ERROR,
     NotReplicatedError,
@@ -29,7 +29,7 @@ from replaystore.tasks import (
     task_store_for,
     valid_task_id,
 )
-from replaystore.tasks.records import MAX_BLOB
+from replaystore.taskstore.records import MAX_BLOB
 from replaystore.testing.servers import redis_server_binary, start_standalone
 from tests.plugins.servers import RealServers
 

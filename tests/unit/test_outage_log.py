@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from replaystore.mcp.outages import OutageLog
+from replaystore.mcp.sessions.outages import OutageLog
 
 
 class _Clock:

@@ -72,7 +72,7 @@ def _mcp_reasons() -> dict[str, Verdict]:
         r"Verdict\.([A-Z_]+),\s*Evidence\(\s*[\w.]+(?:\([^()]*\))?,\s*"
         r'(?:reason_text\("([a-z_]+)"\)|"([^"]*)")'
     )
-    for path in Path(mcp.__file__).parent.glob("*.py"):
+    for path in Path(mcp.__file__).parent.rglob("*.py"):
         source = path.read_text()
         built = len(re.findall(r"\bEvidence\((?!\*\*)", source))
         matches = pattern.findall(source)

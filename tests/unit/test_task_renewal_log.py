@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from replaystore.errors import StorageError
-from replaystore.mcp.task_leases import RenewalFailures, Run, _beat
-from replaystore.tasks import Beat, MemoryTaskStore
+from replaystore.mcp.tasks.leases import RenewalFailures, Run, _beat
+from replaystore.taskstore import Beat, MemoryTaskStore
 
 pytestmark = pytest.mark.anyio
 
@@ -40,14 +40,14 @@ async def test_an_outage_logs_its_start_a_count_per_interval_and_its_end(
     failures = RenewalFailures(every=30.0, clock=lambda: now[0])
     store = _Outage()
     runs = [Run("task-a"), Run("task-b")]
-    caplog.set_level(logging.WARNING, logger="replaystore.mcp.tasks")
+    caplog.set_level(logging.WARNING, logger="replaystore.mcp.tasks.extension")
     for _ in range(300):
         await _beat(store, runs, "me", 5.0, failures)
         now[0] += 0.25
     store.down = False
     await _beat(store, runs, "me", 5.0, failures)
     await _beat(store, runs, "me", 5.0, failures)  # a second success says nothing
-    lines = [r.getMessage() for r in caplog.records if r.name == "replaystore.mcp.tasks"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "replaystore.mcp.tasks.extension"]
     assert len(lines) == 4, lines
     assert lines[0].startswith("lease renewal of 2 task(s) failed: the store is unreachable")
     assert lines[1].startswith("lease renewal still failing: 120 failure(s) in the last 30 s")

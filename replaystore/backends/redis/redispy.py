@@ -4,7 +4,7 @@
 connections, which costs a fraction of redis-py's own path; that needs
 attributes and methods redis-py does not promise to keep. Each is listed here
 with why it is needed, and checked when this module is imported, the way
-:mod:`replaystore.mcp.sdk` checks the MCP SDK's: if one is missing, every
+:mod:`replaystore.mcp._sdk.checked` checks the MCP SDK's: if one is missing, every
 client goes through redis-py's public API instead (slower, same results), with
 one :class:`RuntimeWarning` naming what is missing.
 """

@@ -1,0 +1,1 @@
+"""Client side: resuming sessions, events delivered once, and tools called as durable tasks."""

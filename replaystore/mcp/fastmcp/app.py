@@ -1,0 +1,116 @@
+"""FastMCP 4: ``mcp.http_app(event_store=...)``, resumable through a ReplayBuffer.
+
+FastMCP builds its session manager inside the app's lifespan and wraps the
+event store per transport with a *random* prefix (not the real session id), so
+no other process could ever resume those streams, and its store answers an
+unknown id with an empty 200. :func:`fastmcp_http_app` keeps FastMCP's app as
+it is (routes, auth, middleware, host/origin guard) and, once the lifespan
+has built the manager and before any request is served, adopts it as a
+:class:`~replaystore.mcp.ReplaySessionManager`: each session then gets a store
+view keyed by its real ``Mcp-Session-Id`` and the fail-closed transport.
+No module global is patched, so other FastMCP apps in the process are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from ...buffer import ReplayBuffer
+from .._sdk.checked import check as check_sdk
+from ..app import session_managers, wire
+from ..metrics import ResumptionObserver
+from ..sessions.manager import as_event_store
+from ..sessions.view import ReplayEventStore
+from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+
+if TYPE_CHECKING:
+    from mcp.server.request_state import RequestStateSecurity
+    from mcp.server.subscriptions import SubscriptionBus
+
+    from ..tasks.extension import ReplayTasks
+
+__all__ = ["fastmcp_http_app"]
+
+
+def fastmcp_http_app(
+    mcp: Any,
+    buffer: ReplayBuffer | ReplayEventStore,
+    *,
+    observer: ResumptionObserver | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    check_interval: float = DEFAULT_CHECK_INTERVAL,
+    store_timeout: float = DEFAULT_STORE_TIMEOUT,
+    tasks: ReplayTasks | None = None,
+    subscriptions: SubscriptionBus | None = None,
+    request_state: RequestStateSecurity | None = None,
+    share: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
+
+    ``mcp`` is a ``fastmcp.FastMCP``; ``kwargs`` are those of ``http_app``
+    (``path``, ``retry_interval``, ``middleware`` …) except ``event_store`` and
+    ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
+    mount it with ``lifespan=app.lifespan`` as usual. Once running, the app
+    also answers the health check at ``/healthz``.
+
+    ``tasks``: a :class:`~replaystore.mcp.tasks.extension.ReplayTasks` (not registered
+    on ``mcp`` yet): it is added to ``mcp`` as a FastMCP extension
+    (:class:`~replaystore.mcp.fastmcp.tasks.FastMCPTasks`, with the
+    :class:`~replaystore.mcp.fastmcp.tasks.TaskContexts` transform that lets
+    task tools ask for input through ``ctx.elicit``), its tasks are kept in
+    the buffer's store, and its tools run while the app's lifespan is open.
+    ``subscriptions/listen`` is served (FastMCP alone answers it with
+    -32601) from a :class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`
+    (``subscriptions``: a bus of your own instead): streams carry the events
+    published on the bus by any replica (and, with ``tasks``,
+    ``notifications.taskIds``), and ``server/discover`` says so
+    (``listChanged``, ``resources.subscribe``). ``requestState`` is sealed
+    under a key kept in the store unless the server was given its own
+    ``request_state_security`` (or ``request_state`` is given here).
+    ``share=False`` keeps FastMCP's own per-process defaults for both
+    (:mod:`replaystore.mcp.app` lists what replicas share).
+    """
+    check_sdk(fastmcp=True)
+    if "event_store" in kwargs:
+        raise TypeError("pass the buffer instead of event_store")
+    if kwargs.get("transport", "http") not in ("http", "streamable-http"):
+        raise ValueError("resumability needs the streamable HTTP transport")
+    store = as_event_store(buffer, observer)
+    settings = Settings(
+        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+    )
+
+    def build() -> Any:
+        app = mcp.http_app(event_store=store, **kwargs)
+        if not kwargs.get("stateless_http"):
+            _expect_manager(app)
+        return app
+
+    return wire(
+        mcp,
+        store,
+        settings,
+        build,
+        fastmcp=True,
+        tasks=tasks,
+        subscriptions=subscriptions,
+        request_state=request_state,
+        share=share,
+    )
+
+
+def _expect_manager(app: Any) -> None:
+    """Fail once the app starts if FastMCP built no session manager to adopt."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(starlette_app: Any) -> AsyncIterator[Any]:
+        async with inner(starlette_app) as state:
+            if not session_managers(app):
+                raise RuntimeError("FastMCP app has no streamable HTTP session manager to adopt")
+            yield state
+
+    app.router.lifespan_context = lifespan

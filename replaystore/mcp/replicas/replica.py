@@ -1,0 +1,292 @@
+"""One server process's membership in a set of replicas sharing a store.
+
+A :class:`Replica` has an id, the session registry and the notification bus
+its store's backend declares (:mod:`replaystore.backends.coordination`), the
+leases of the requests it runs (renewed by one background task), and the live
+connections of the sessions it currently serves, to which it hands wake-ups;
+session ends, takeovers and forwarded messages from the other replicas go to
+the session manager (:class:`Sessions`, given at construction). Nothing here
+needs configuration: processes (or apps) on one buffer URL are replicas of
+each other.
+
+**Leases.** A POST's request takes a lease on its stream before it is
+dispatched, renewed every ``lease_ttl / 3`` seconds while it runs and
+released when its response is stored. A connection following that stream on
+any replica checks, every ``check_interval`` seconds, whether the lease is
+still held; if it lapsed (replica killed, network partition) and the stream
+has no response, one replica wins the end claim and stores a JSON-RPC error
+response for the request, which every connection on the stream then
+delivers: the client gets an answer within about ``lease_ttl +
+check_interval`` seconds, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from ...backends.coordination import coordination_of
+from ...buffer import ReplayBuffer
+from ...errors import StorageError
+from ..settings import Settings
+from .bus import Bus, End, Forward, Gap, Message, Takeover, Wake, bus_for
+from .registry import FINISHED, Registry, registry_for
+
+__all__ = ["Followers", "Replica", "Sessions"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+#: Seconds a replica keeps trying to answer, once the store is back, the requests an outage ended.
+_OUTAGE_PATIENCE = 600.0
+
+#: Seconds an end claim is remembered (long after any client gave up on the stream).
+_END_MEMORY = 3600.0
+
+
+class Sessions(Protocol):
+    """What a replica tells the session manager of its process (given at construction)."""
+
+    def ended_elsewhere(self, session: str) -> None:
+        """``session`` ended on another replica: forget it here."""
+
+    def forwarded(self, session: str, body: str) -> None:
+        """A client message (JSON text) for a request of ``session`` running here."""
+
+    def taken_over(self, session: str, stream: str) -> None:
+        """A newer connection took ``stream`` over: close the one carrying it here."""
+
+
+class Followers(Protocol):
+    """The live connections of one session on this replica (what a wake-up reaches)."""
+
+    def wake(self, sequence: str) -> None:
+        """New events of ``sequence`` may be in the store."""
+
+    def wake_all(self) -> None:
+        """Notifications may have been lost: every live connection re-reads the store."""
+
+
+class Replica:
+    """This process's end of the replica set of one store."""
+
+    def __init__(
+        self, buffer: ReplayBuffer, sessions: Sessions, settings: Settings | None = None
+    ) -> None:
+        """Raises ``TypeError`` when the buffer's backend declares no replica coordination."""
+        coordination = coordination_of(buffer.backend)
+        self.settings = settings if settings is not None else Settings()
+        self.id = uuid.uuid4().hex[:12]
+        self.buffer = buffer
+        self.sessions = sessions
+        self.reads = anyio.CapacityLimiter(self.settings.live_reads)
+        self.registry: Registry = registry_for(coordination)
+        self.bus: Bus = bus_for(coordination, self.id, self._on_message)
+        #: The live connections of each session served here, by session id.
+        self.followers: dict[str, Followers] = {}
+        self._leases: dict[tuple[str, str], None] = {}
+        self._touched: dict[str, float] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+        #: Set once the process is shutting down: new requests are refused
+        #: (503, ``Retry-After``) so that a balancer sends them elsewhere, while
+        #: the requests already running here finish.
+        self.draining = False
+        #: The last refusal of the store that waiting cannot cure (its ACL
+        #: forbids a command, key or channel): the health check says so until
+        #: the store grants what was refused.
+        self.refused: StorageError | None = None
+        self._renew_now = anyio.Event()
+
+    @property
+    def running(self) -> bool:
+        return self._task_group is not None
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """Listen to the other replicas and renew leases while the app runs."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._run_bus)
+            tg.start_soon(self._renew_loop)
+            self._task_group = tg
+            try:
+                yield
+            finally:
+                self._task_group = None
+                await self._release_all()
+                tg.cancel_scope.cancel()
+
+    def spawn(self, func: Callable[..., Any], *args: Any) -> None:
+        """Run housekeeping in the background (dropped when the replica is not running)."""
+        if self._task_group is not None:
+            self._task_group.start_soon(func, *args)
+
+    # ---------------------------------------------------------------- leases
+
+    async def acquire(self, session: str, stream: str) -> bool:
+        """Take the lease of a request about to run here (raises :class:`StorageError`).
+
+        False when a replica (this one or another) already took it: the
+        request was received before (a balancer sent the POST again) and must
+        not run twice. Also keeps the session's record from expiring while the
+        session is in use (at most one refresh per quarter of its lifetime).
+        """
+        if not await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl):
+            return False
+        self._leases[(session, stream)] = None
+        ttl = self.buffer.retention.session_ttl
+        now = time.monotonic()
+        if ttl and now - self._touched.get(session, 0.0) > ttl / 4:
+            self._touched[session] = now
+            await self.registry.touch_session(session, ttl)
+        return True
+
+    async def give_back(self, session: str, stream: str) -> None:
+        """Drop a lease just taken for a request that must not run here after all."""
+        if self._leases.pop((session, stream), 0) is None:
+            await self.registry.abandon(session, stream, self.id)
+
+    def release(self, session: str, stream: str) -> None:
+        """The request's response is stored: drop its lease (in the background)."""
+        if self._leases.pop((session, stream), 0) is None:
+            self.spawn(self._release, session, stream)
+
+    def release_session(self, session: str) -> None:
+        """The session is no longer served here: its unanswered requests stopped with it.
+
+        Their leases are dropped at once, so a replica following one of those
+        streams answers it as lost without waiting for the lease to lapse.
+        """
+        self._touched.pop(session, None)
+        for key in [key for key in self._leases if key[0] == session]:
+            del self._leases[key]
+            self.spawn(self._abandon, *key)
+
+    async def _release(self, session: str, stream: str) -> None:
+        try:
+            await self.registry.release(session, stream, self.id)
+        except StorageError as exc:
+            logger.debug("lease of %s/%s not released: %s", session, stream[:64], exc)
+
+    async def _abandon(self, session: str, stream: str) -> None:
+        try:
+            await self.registry.abandon(session, stream, self.id)
+        except StorageError as exc:
+            logger.debug("lease of %s/%s not dropped: %s", session, stream[:64], exc)
+
+    async def _release_all(self) -> None:
+        """At shutdown: let other replicas end our unanswered requests at once (bounded)."""
+        leases, self._leases = list(self._leases), {}
+        if not leases:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+            for session, stream in leases:
+                await self._abandon(session, stream)
+
+    def renew_soon(self) -> None:
+        """Renew the leases now (the store answers again after an outage), not at the next tick."""
+        self._renew_now.set()
+
+    def end_after_outage(self, session: str) -> None:
+        """The session is dropped here because the store failed: end its requests, once it is back.
+
+        Each unanswered request of the session gets an error response saying
+        the store was out of reach (not that a replica stopped), stored by
+        this replica as soon as the store answers again, under the same end
+        claim other replicas use for lost requests, so exactly one is stored.
+        """
+        for key in [key for key in self._leases if key[0] == session]:
+            del self._leases[key]
+            self.spawn(self._end_after_outage, *key)
+
+    async def _end_after_outage(self, session: str, stream: str) -> None:
+        from ..sessions.lost import STORE_UNREACHABLE, end_unanswered
+
+        deadline = time.monotonic() + _OUTAGE_PATIENCE
+        while True:
+            try:
+                await end_unanswered(self, session, stream, STORE_UNREACHABLE)
+                return
+            except StorageError:
+                if time.monotonic() > deadline:
+                    return
+                await anyio.sleep(self.settings.check_interval)
+
+    async def _renew_loop(self) -> None:
+        ttl = self.settings.lease_ttl
+        while True:
+            with anyio.move_on_after(ttl / 3):
+                await self._renew_now.wait()
+            self._renew_now = anyio.Event()
+            held = list(self._leases)
+            if not held:
+                continue
+            try:
+                kept = await self.registry.renew(held, self.id, ttl)
+            except StorageError as exc:
+                logger.warning("could not renew %d request leases: %s", len(held), exc)
+                continue
+            for key, ok in zip(held, kept, strict=True):
+                if not ok and key in self._leases:
+                    logger.warning(
+                        "lease of request %r of session %s lapsed while it ran here",
+                        key[1][:64],
+                        key[0],
+                    )
+
+    async def lease_lapsed(self, session: str, stream: str) -> bool:
+        """True if no replica holds the lease of ``stream`` (and this one does not run it)."""
+        if (session, stream) in self._leases:
+            return False
+        return await self.registry.owner(session, stream) is None
+
+    async def finished(self, session: str, stream: str) -> bool:
+        """True if the request of ``stream`` was answered (its response is stored)."""
+        if (session, stream) in self._leases:
+            return False
+        return await self.registry.owner(session, stream) == FINISHED
+
+    async def claim_end(self, session: str, stream: str) -> bool:
+        return await self.registry.claim_end(session, stream, _END_MEMORY)
+
+    # ---------------------------------------------------------------- notifications
+
+    async def _run_bus(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        await self.bus.run(task_status=task_status)
+
+    def wake(self, session: str, stream: str) -> None:
+        """An event of ``stream`` was appended here: wake local and remote connections."""
+        followers = self.followers.get(session)
+        if followers is not None:
+            followers.wake(stream)
+        self.bus.wake(session, stream)
+
+    def _on_message(self, message: Message) -> None:
+        match message:
+            case Wake(session, stream):
+                followers = self.followers.get(session)
+                if followers is not None:
+                    followers.wake(stream)
+            case Gap():  # notifications may have been lost: every live connection re-reads
+                for followers in list(self.followers.values()):
+                    followers.wake_all()
+            case End(session):
+                self.sessions.ended_elsewhere(session)
+            case Takeover(session, stream):
+                self.sessions.taken_over(session, stream)
+            case Forward(session, body):
+                self.sessions.forwarded(session, body)
+
+    async def announce_end(self, session: str) -> None:
+        await self.bus.broadcast(End(session))
+
+    async def announce_takeover(self, session: str, stream: str) -> None:
+        await self.bus.broadcast(Takeover(session, stream))
+
+    async def forward(self, replica: str, session: str, body: bytes) -> None:
+        await self.bus.send(replica, Forward(session, body.decode("utf-8")))

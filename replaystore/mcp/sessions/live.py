@@ -1,0 +1,366 @@
+"""Attaching live streams: resume, plain GET, catch-up, takeover.
+
+A connection that resumes a stream (``GET`` + ``Last-Event-ID``) or opens the
+standalone GET stream is attached here: the replica subscribes to the
+session's wake-ups first, then resolves and replays in one atomic store call,
+then registers a :class:`~replaystore.mcp.sessions.tail.Tail` that reads everything
+after the replay from the store, whichever replica appended it. The newest
+connection of a stream takes it over: the one carrying it before, here or on
+another replica, is closed. :class:`LiveStreams` holds the tails of one
+session on this replica; its session's :class:`~replaystore.mcp.sessions.view.SessionView`
+owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+from mcp.server.streamable_http import EventMessage
+
+from ...cursor import Cursor
+from ...errors import StorageError, UnknownSessionError
+from ...verdicts import Evidence, Resumption, Verdict, reason_text
+from .messages import GET_STREAM, decode_message, is_response
+from .tail import Tail
+
+if TYPE_CHECKING:
+    from mcp_types import JSONRPCMessage
+
+    from ...verdicts import Event
+    from .view import SessionView
+
+__all__ = ["Attachment", "LiveStreams"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+
+@dataclass(slots=True)
+class Attachment:
+    """What a connection that (re)attaches to a stream gets.
+
+    ``replay`` holds the missed messages (priming events left out) with their
+    positions; ``tail`` the live feed, or None when the stream is already
+    finished (its response is in the replay). ``first`` is a priming event id
+    to send right after the replay, when the live feed will not read it from
+    the store (the store keeps one priming event where several follow each
+    other, so a fresh priming event may be the very event the client resumed
+    from).
+    """
+
+    resumption: Resumption
+    stream: str | None = None
+    replay: list[tuple[int, EventMessage]] = field(default_factory=list)
+    tail: Tail | None = None
+    first: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.resumption.ok
+
+
+class LiveStreams:
+    """The live connections of one session on this replica, one :class:`Tail` per stream."""
+
+    def __init__(self, view: SessionView) -> None:
+        self.view = view
+        self.buffer = view.buffer
+        self.session_id = view.session_id
+        self._tails: dict[str, Tail] = {}
+        #: Connections of requests sent again (:meth:`attach_again`): they
+        #: follow a stream beside the connection that carries it.
+        self._again: dict[str, set[Tail]] = {}
+        #: The last GET-stream event handed to a GET connection (or the
+        #: session's anchor): where the next plain GET resumes from.
+        self.get_mark: str | None = None
+
+    def check_interval(self, sequence: str) -> float:
+        """Seconds between two store checks of a live connection following ``sequence``."""
+        settings = self.view.settings
+        base = settings.check_interval
+        return base * settings.get_check_factor if sequence == GET_STREAM else base
+
+    # ------------------------------------------------------- attach / detach
+
+    async def _watched(self, attach: Callable[[], Awaitable[Attachment]]) -> Attachment:
+        """Run ``attach`` subscribed to the session's wake-ups (taken first, so that no
+        append between the replay and the tail's start goes unnoticed); the
+        subscription stays only while a live tail follows."""
+        await self._watch()
+        try:
+            attachment = await attach()
+        except BaseException:
+            await self._unwatch()
+            raise
+        if attachment.tail is None:
+            await self._unwatch()
+        return attachment
+
+    async def attach_resume(
+        self, last_event_id: str, *, prime: bool, sequence: str | None = None
+    ) -> Attachment:
+        """Resolve ``last_event_id`` and, if it resumes, register a live tail after the replay.
+
+        With ``prime`` a priming event is appended after the replay (it
+        reaches the client in position order, through the tail). Raises
+        :class:`StorageError` when the verdict is unknown.
+        """
+        return await self._watched(
+            lambda: self._resume(last_event_id, sequence=sequence, prime=prime)
+        )
+
+    async def attach_again(self, origin: str, stream: str, *, prime: bool) -> Attachment:
+        """A request received before, sent again: its stream from its start, then live.
+
+        ``origin`` is the session's origin cursor (:attr:`SessionInfo.origin`).
+        The stream is not taken over: the connection carrying it (the first
+        POST, whose client may still be listening) keeps it, and both get
+        the one response. Raises :class:`StorageError` when the verdict is
+        unknown.
+        """
+        return await self._watched(
+            lambda: self._resume(origin, sequence=stream, prime=prime, again=True)
+        )
+
+    async def attach_get(self, *, prime: bool) -> Attachment:
+        """Attach a plain GET (no ``Last-Event-ID``) to the standalone stream.
+
+        The session remembers (in the store) the last GET-stream event handed
+        to a GET connection, or an anchor stored when the session began. A
+        plain GET resumes from that mark, so messages stored while no GET was
+        attached are delivered. The store proves it per sequence: the mark
+        resumes even when its own event was evicted, as long as no event of
+        the GET stream after it was; otherwise this is a failed resumption
+        like any other (404), never a fresh stream that silently skips them.
+        Without a mark, a priming event starts a fresh stream, so the client
+        holds a resumable cursor at once.
+        """
+        return await self._watched(lambda: self._attach_get(prime))
+
+    async def _attach_get(self, prime: bool) -> Attachment:
+        mark = await self._current_get_mark()
+        if mark is not None:
+            return await self._resume(mark, sequence=GET_STREAM, prime=prime)
+        if self._dead:
+            return Attachment(_vanished(self.session_id))
+        try:
+            anchor = await self._append(GET_STREAM, None)
+        except UnknownSessionError:
+            return Attachment(_vanished(self.session_id))
+        tail = await self._take_over(GET_STREAM, anchor)
+        assert tail is not None
+        return Attachment(
+            Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
+            stream=GET_STREAM,
+            tail=tail,
+            first=anchor,
+        )
+
+    async def catch_up(self, tail: Tail) -> Resumption:
+        """Everything stored on the tail's stream after its last event, in one atomic read.
+
+        A failed verdict here means events the connection never got are gone
+        (evicted while it was slow): the store tore the session down.
+        """
+        replica = self.view.replica
+        if replica is None:
+            return await self.buffer.resolve_and_replay(
+                self.session_id, tail.last_id, tail.sequence
+            )
+        async with replica.reads:
+            return await self.buffer.resolve_and_replay(
+                self.session_id, tail.last_id, tail.sequence
+            )
+
+    def delivered(self, tail: Tail, event_id: str) -> None:
+        """A connection handed ``event_id`` to its client (tracks the GET stream's mark)."""
+        if tail.sequence == GET_STREAM and self._tails.get(GET_STREAM) is tail:
+            self.get_mark = event_id
+
+    async def detach(self, tail: Tail) -> None:
+        """A connection ended: forget its tail, save the GET mark, stop watching."""
+        tail.close()
+        again = self._again.get(tail.sequence)
+        if again is not None and tail in again:
+            again.discard(tail)
+            if not again:
+                del self._again[tail.sequence]
+            await self._unwatch()
+            return
+        if self._tails.get(tail.sequence) is not tail:
+            return
+        del self._tails[tail.sequence]
+        replica = self.view.replica
+        if tail.sequence == GET_STREAM and self.get_mark and replica is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await replica.registry.update_session(self.session_id, {"get": self.get_mark})
+                except StorageError:
+                    logger.debug("GET mark of session %s not saved", self.session_id)
+        await self._unwatch()
+
+    def wake(self, sequence: str) -> None:
+        """New events of ``sequence`` may be in the store: its connection here re-reads."""
+        tail = self._tails.get(sequence)
+        if tail is not None:
+            tail.wake()
+        for again in self._again.get(sequence, ()):
+            again.wake()
+
+    def wake_all(self) -> None:
+        for tail in list(self._tails.values()):
+            tail.wake()
+        for tails in list(self._again.values()):
+            for again in tails:
+                again.wake()
+
+    def close_stream(self, sequence: str) -> None:
+        """End the connections of this process currently following ``sequence``, if any."""
+        tails = list(self._again.pop(sequence, ()))
+        tail = self._tails.pop(sequence, None)
+        if tail is not None:
+            tails.append(tail)
+        for each in tails:
+            each.close()
+            if self.view.replica is not None:
+                self.view.replica.spawn(self._unwatch)
+
+    def close_all(self) -> None:
+        for sequence in {*self._tails, *self._again}:
+            self.close_stream(sequence)
+
+    # ------------------------------------------------------------ internals
+
+    @property
+    def _dead(self) -> bool:
+        return self.view.closed
+
+    async def _append(self, sequence: str, payload: bytes | None) -> str:
+        return await self.view.append(sequence, payload)
+
+    async def _resume(
+        self, last_event_id: str, *, sequence: str | None, prime: bool, again: bool = False
+    ) -> Attachment:
+        resumption = await self.view.resolve(last_event_id, sequence)
+        if not resumption.ok:
+            self.view.closed = True  # the store tore the session down (or it never existed)
+            return Attachment(resumption)
+        stream = resumption.sequence
+        assert stream is not None  # a resumed verdict always names its sequence
+        replay: list[tuple[int, EventMessage]] = []
+        last, finished = _add_replay(replay, resumption.events, stream, last_event_id)
+        attachment = Attachment(resumption, stream, replay)
+        if not finished and stream != GET_STREAM and await self._finished(stream):
+            # Answered, but the response may have been stored after the
+            # snapshot above was read: read what follows it before ending the
+            # stream, or it would end without the call's result.
+            rest = await self.catch_up(Tail(stream, last))
+            if not rest.ok:
+                self.view.closed = True  # the store tore the session down
+                return Attachment(rest)
+            last, _ = _add_replay(replay, rest.events, stream, last)
+            finished = True
+        if not again:
+            attachment.tail = await self._take_over(stream, None if finished else last)
+        if finished:
+            return attachment
+        if again:
+            attachment.tail = Tail(stream, last)
+            self._again.setdefault(stream, set()).add(attachment.tail)
+        if prime and not self._dead:
+            try:
+                priming = await self._append(stream, None)
+            except UnknownSessionError:
+                return Attachment(_vanished(self.session_id))
+            if Cursor.parse(priming).position <= Cursor.parse(last).position:
+                attachment.first = priming  # not a new event: the tail would not read it
+        return attachment
+
+    async def _finished(self, stream: str) -> bool:
+        """Whether a request stream was answered before the cursor (resuming it ends at once)."""
+        if stream in self.view.answered:
+            return True
+        replica = self.view.replica
+        if replica is None:
+            return False
+        return await replica.finished(self.session_id, stream)
+
+    async def _current_get_mark(self) -> str | None:
+        replica = self.view.replica
+        if replica is None:
+            return self.get_mark
+        record = await replica.registry.get_session(self.session_id)
+        if record is None:
+            return self.get_mark
+        mark = record.get("get") or self.get_mark
+        return mark
+
+    async def _take_over(self, sequence: str, last_id: str | None) -> Tail | None:
+        """The newest connection takes a stream over: end whatever carried it before, everywhere.
+
+        Returns the new connection's tail, registered after ``last_id`` (None:
+        the stream is finished, nothing to follow). Closing the connections
+        carrying the stream here and registering the new tail happen in one
+        step, with nothing awaited between them: of connections attaching at
+        the same time, the last one registered holds the stream and every
+        other one is closed. Registered after an await, one tail could replace
+        another without closing it, leaving a connection open that no message
+        reaches.
+        """
+        self.close_stream(sequence)
+        replica = self.view.replica
+        if replica is not None:
+            replica.sessions.taken_over(self.session_id, sequence)
+        tail = None if last_id is None else self._register(sequence, last_id)
+        if replica is not None:
+            try:
+                await replica.announce_takeover(self.session_id, sequence)
+            except BaseException:
+                if tail is not None and self._tails.get(sequence) is tail:
+                    del self._tails[sequence]
+                    tail.close()
+                raise
+        return tail
+
+    def _register(self, sequence: str, last_id: str) -> Tail:
+        tail = Tail(sequence, last_id)
+        self._tails[sequence] = tail
+        return tail
+
+    async def _watch(self) -> None:
+        if self.view.replica is not None:
+            await self.view.replica.bus.watch(self.session_id)
+
+    async def _unwatch(self) -> None:
+        if self.view.replica is not None:
+            await self.view.replica.bus.unwatch(self.session_id)
+
+
+def _message(event: Event) -> JSONRPCMessage | None:
+    return None if event.payload is None else decode_message(event.payload)
+
+
+def _add_replay(
+    replay: list[tuple[int, EventMessage]], events: Sequence[Event], stream: str, last: str
+) -> tuple[str, bool]:
+    """Add ``events`` (priming events left out) to ``replay``, up to a request stream's response.
+
+    Returns the id of the last event taken and whether the response was among them.
+    """
+    for event in events:
+        last = event.event_id
+        message = _message(event)
+        if message is None:
+            continue
+        replay.append((event.position, EventMessage(message, event.event_id)))
+        if stream != GET_STREAM and is_response(message):
+            return last, True
+    return last, False
+
+
+def _vanished(session: str) -> Resumption:
+    """The verdict for a session whose store entry disappeared under a live SDK session."""
+    return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session, reason_text("vanished")))

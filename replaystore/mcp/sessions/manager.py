@@ -1,0 +1,572 @@
+"""The session manager: sessions live in the store, and any replica serves any of them.
+
+The SDK's ``StreamableHTTPSessionManager`` keeps sessions in one process's
+memory, so a second replica answers 404 for a session it did not create.
+:class:`ReplaySessionManager` keeps the SDK's manager and changes four
+things:
+
+- each session gets its own view (:class:`~replaystore.mcp.sessions.view.SessionView`)
+  and the :class:`~replaystore.mcp.sessions.transport.ReplayTransport`, before
+  anything is stored;
+- when ``initialize`` is answered, the session's record (negotiated version,
+  the client's ``initialize`` parameters, the credential that created it) is
+  written to the store; a replica receiving any request for a session it has
+  never seen, that the store knows, **adopts** it: it builds the transport
+  and the SDK's session loop with a connection already initialized from the
+  record, then serves the request. A session the store does not know is 404,
+  as before;
+- forgetting a session here (idle timeout, shutdown, a store error) does not
+  end it: it lives on in the store and on the other replicas. Only DELETE and
+  a failed resumption end it everywhere;
+- server-to-client request ids name this replica, so the client's answers
+  can be forwarded to it from any replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from http import HTTPStatus
+from typing import Any, TypeVar, cast
+
+import anyio
+import anyio.abc
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_connection
+from mcp.server.streamable_http import (
+    MCP_SESSION_ID_HEADER,
+    SESSION_ID_PATTERN,
+    StreamableHTTPServerTransport,
+)
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import INTERNAL_ERROR, InitializeRequestParams
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ...buffer import ReplayBuffer
+from ...errors import StorageError
+from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
+from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
+from ..metrics import ResumptionObserver
+from ..preflight import Problem, check_store, probe
+from ..refusals import store_trouble, unavailable_error
+from ..replicas.replica import Replica
+from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .again import bounded as _bounded
+from .messages import GET_STREAM
+from .transport import RETRY_AFTER, ReplayTransport
+from .view import APPENDS, ReplayEventStore, SessionView
+
+__all__ = [
+    "HEALTH_PATH",
+    "ReplaySessionManager",
+    "add_health_route",
+    "as_event_store",
+]
+
+logger = logging.getLogger("replaystore.mcp")
+
+_T = TypeVar("_T")
+_COMBINED: dict[tuple[type, type], type] = {}
+
+
+def _combine(ours: type[_T], theirs: type) -> type[_T]:
+    """``ours`` layered over an SDK/FastMCP subclass we did not write (cached per pair)."""
+    if issubclass(theirs, ours):
+        return theirs
+    key = (ours, theirs)
+    if key not in _COMBINED:
+        _COMBINED[key] = type(f"{ours.__name__}Over{theirs.__name__}", (ours, theirs), {})
+    return cast(type[_T], _COMBINED[key])
+
+
+def as_event_store(
+    store: ReplayEventStore | ReplayBuffer, observer: ResumptionObserver | None = None
+) -> ReplayEventStore:
+    """Accept a buffer or an already-built store (then ``observer`` must not be given twice)."""
+    if isinstance(store, ReplayEventStore):
+        if observer is not None and store.observer is not observer:
+            raise ValueError("pass the observer to ReplayEventStore(...), not twice")
+        return store
+    if isinstance(store, ReplayBuffer):
+        return ReplayEventStore(store, observer=observer)
+    raise TypeError(f"expected a ReplayBuffer or ReplayEventStore, not {type(store).__name__}")
+
+
+def _fingerprint(requestor: Any) -> str:
+    """A stable digest of the credential that created a session ("" for none)."""
+    if requestor is None:
+        return ""
+    text = json.dumps(requestor, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _requestor(scope: Scope) -> Any:
+    user = scope.get("user")
+    return authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+
+
+class ReplaySessionManager(ManagerOverrides):
+    """The SDK's session manager, with sessions in the store and any replica serving any session.
+
+    Construct it like the SDK's manager (``server`` a low-level ``Server`` or
+    an ``MCPServer``), with a :class:`ReplayBuffer` (or a
+    :class:`ReplayEventStore`) as the event store, and mount it yourself::
+
+        manager = ReplaySessionManager(server, buffer, retry_interval=1000)
+        app = Starlette(
+            routes=[Route("/mcp", StreamableHTTPASGIApp(manager))],
+            lifespan=lambda app: manager.run(),
+        )
+
+    or turn a manager someone else built into one with :meth:`adopt` (that is
+    what :func:`streamable_http_app` and
+    :func:`replaystore.mcp.fastmcp_http_app` do, so that the SDK's and
+    FastMCP's own app wiring, auth and security settings are kept).
+
+    ``lease_ttl`` bounds how long a client waits for the answer to a request
+    whose replica stopped; ``check_interval`` how often a live connection
+    re-checks the store (lost notifications, lapsed leases); ``store_timeout``
+    how long a request waits for an unresponsive store before it is answered
+    503 with ``Retry-After``.
+    """
+
+    _replay_store: ReplayEventStore
+    _replica: Replica
+    _adopting: dict[str, anyio.Lock]
+    _replicating: bool
+    #: Whether :meth:`check_store` ran (the example server runs it before it serves).
+    store_checked: bool
+
+    def __init__(
+        self,
+        app: Any,
+        event_store: ReplayEventStore | ReplayBuffer,
+        *,
+        observer: ResumptionObserver | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        check_interval: float = DEFAULT_CHECK_INTERVAL,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        store = as_event_store(event_store, observer)
+        settings = Settings(
+            lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+        )
+        # An MCPServer wraps the low-level Server the SDK's manager drives.
+        super().__init__(lowlevel_server(app), event_store=store, **kwargs)
+        self._setup(store, settings)
+
+    def _setup(self, store: ReplayEventStore, settings: Settings) -> None:
+        self._replay_store = store
+        self._replica = Replica(store.buffer, self, settings)
+        self._adopting = {}
+        self._replicating = False
+        self.store_checked = False
+
+    @classmethod
+    def adopt(
+        cls,
+        manager: StreamableHTTPSessionManager,
+        store: ReplayEventStore | None = None,
+        settings: Settings | None = None,
+    ) -> ReplaySessionManager:
+        """Make an existing manager (SDK's or a subclass, e.g. FastMCP's) serve ``store``.
+
+        Changes the instance's class in place: the SDK's ``streamable_http_app``
+        builds its manager inline and hands that very object to both the route
+        and the lifespan, so replacing the object is not possible without
+        rebuilding the whole app. Must run before the first request.
+        ``settings`` (:class:`~replaystore.mcp.settings.Settings`) times the
+        replica; the defaults when omitted.
+        """
+        if store is None:
+            found = getattr(manager, "_shared_event_store", None) or manager.event_store
+            if not isinstance(found, ReplayEventStore):
+                raise TypeError("the manager was not built with a ReplayEventStore")
+            store = found
+        manager.__class__ = _combine(cls, type(manager))
+        adopted = cast(ReplaySessionManager, manager)
+        adopted._setup(store, settings if settings is not None else Settings())
+        return adopted
+
+    @property
+    def replay_store(self) -> ReplayEventStore:
+        return self._replay_store
+
+    @property
+    def replica(self) -> Replica:
+        return self._replica
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        async with super().run(), self.replicating():
+            yield
+
+    @asynccontextmanager
+    async def replicating(self) -> AsyncIterator[None]:
+        """Take part in the replica set while the app runs (entered by :meth:`run`).
+
+        For a manager whose ``run()`` was entered before it was adopted
+        (FastMCP's), enter this right after adopting it.
+        """
+        if self._replicating:
+            yield
+            return
+        self._replicating = True
+        try:
+            async with self._replica.run():
+                if not self.store_checked:
+                    self._replica.spawn(self._check_quietly)
+                yield
+        finally:
+            self._replicating = False
+            # Stop serving here, promptly: the sessions live on in the store.
+            for session_id, transport in list(self._server_instances.items()):
+                self._server_instances.pop(session_id, None)
+                view = transport._event_store
+                if isinstance(view, SessionView):
+                    view.close_local()
+
+    # ---------------------------------------------------------------- draining, health
+
+    @property
+    def draining(self) -> bool:
+        return self._replica.draining
+
+    def drain(self) -> None:
+        """Stop taking new work: the process is about to stop (call it on ``SIGTERM``).
+
+        From now on :meth:`health` says so (a balancer takes the replica out
+        of rotation), new requests are answered 503 with ``Retry-After`` (a
+        balancer retries them on another replica), and the standalone GET
+        streams served here are closed (their clients resume them, exactly,
+        on another replica). Requests already running here go on, and their
+        clients' resumptions are still served, until the server stops; then
+        whatever still runs is handed over as a replica that stopped is.
+        """
+        self._replica.draining = True
+        for transport in list(self._server_instances.values()):
+            view = transport._event_store
+            if isinstance(view, SessionView):
+                view.live.close_stream(GET_STREAM)
+
+    async def health(self) -> tuple[bool, str]:
+        """``(True, "ok: replica <id>")`` when this replica takes work (not draining, store serves).
+
+        The store is asked what requests need, within ``store_timeout``: a
+        write (a lease taken and dropped), a script, a publish
+        (:func:`~replaystore.mcp.preflight.probe`); after a refusal that
+        waiting cannot cure (the ACL), the commands of a whole session too,
+        until the store grants them again.
+        """
+        replica = self._replica
+        if replica.draining:
+            return False, "draining: this replica is shutting down"
+        try:
+            with _bounded(replica.settings.store_timeout):
+                # Deep (a session opened and appended to, as requests do) while
+                # appends fail, and whenever writes must reach replicas
+                # (wait_replicas): a store that answers but cannot store or
+                # replicate what requests write is no healthy one.
+                buffer = self._replay_store.buffer
+                durable = bool(getattr(buffer.backend, "wait_replicas", 0))
+                deep = replica.refused is not None or APPENDS.failing or durable
+                await probe(buffer, replica.registry, replica.id, deep=deep)
+        except StorageError as exc:
+            if exc.permanent:
+                replica.refused = exc
+            return False, f"{store_trouble(exc)}; this replica cannot serve"
+        replica.refused = None
+        if APPENDS.failing:
+            APPENDS.succeeded()
+        return True, f"ok: replica {replica.id}"
+
+    async def _check_quietly(self) -> None:
+        try:
+            await self.check_store()
+        except Exception as exc:  # a check must never stop the replica
+            logger.warning("replaystore: the store could not be checked: %s", exc)
+
+    async def check_store(self) -> list[Problem]:
+        """Check once what the store must give this replica, and log each problem in one line.
+
+        Run in the background when the replica starts (unless already done:
+        :attr:`store_checked`); a refusal that waiting cannot cure (the ACL)
+        also makes the health check fail until it is fixed.
+        """
+        self.store_checked = True
+        problems = await check_store(self._replay_store.buffer)
+        for problem in problems:
+            if problem.fatal:
+                logger.error("replaystore: %s", problem.text)
+            else:
+                logger.warning("replaystore: %s", problem.text)
+        if any(problem.fatal for problem in problems):
+            # The health check asks the deep questions until they pass.
+            self._replica.refused = StorageError("refused at start-up", permanent=True)
+        return problems
+
+    async def health_endpoint(self, request: Request) -> Response:
+        """``GET /healthz``: 200 ``ok``, or 503 with the reason (plain text, never cached).
+
+        Served beside the MCP endpoint, not through it: no ``Host``,
+        ``Accept`` or session checks apply, so a balancer's bare check works.
+        """
+        ok, detail = await self.health()
+        return Response(
+            "" if request.method == "HEAD" else detail + "\n",
+            status_code=200 if ok else int(HTTPStatus.SERVICE_UNAVAILABLE),
+            media_type="text/plain",
+            headers={"Cache-Control": "no-store"},
+        )
+
+    # ---------------------------------------------------------------- requests
+
+    # (called by the overrides of the SDK's private methods, in overrides.py)
+
+    async def answer_unserved(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Adopt a session the store knows before the SDK looks it up in this process."""
+        request = Request(scope, receive)
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is not None and session_id not in self._server_instances:
+            try:
+                refused = await self._adopt_session(session_id, _requestor(scope))
+            except StorageError as exc:
+                logger.warning(
+                    "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
+                )
+                await _unavailable(exc)(scope, receive, send)
+                return True
+            if refused is not None:
+                await refused(scope, receive, send)
+                return True
+        return False
+
+    async def _adopt_session(self, session_id: str, requestor: Any) -> Response | None:
+        """Serve a session created elsewhere, if the store knows it (else the SDK answers 404)."""
+        if len(session_id) > 256 or not SESSION_ID_PATTERN.fullmatch(session_id):
+            return None
+        lock = self._adopting.setdefault(session_id, anyio.Lock())
+        try:
+            async with lock:
+                if session_id in self._server_instances:
+                    return None
+                with _bounded(self._replica.settings.store_timeout):
+                    record = await self._replica.registry.get_session(session_id)
+                    # The record and the events end together; if the events
+                    # are gone (expired, torn down) the record is stale.
+                    live = record is not None and (
+                        await self._replay_store.buffer.session_info(session_id) is not None
+                    )
+                if record is None:
+                    return None
+                if not live:
+                    await self._replica.registry.drop_session(session_id)
+                    return None
+                if record.get("owner", "") != _fingerprint(requestor):
+                    logger.warning(
+                        "not adopting session %s: the credential differs from its creator's",
+                        session_id[:64],
+                    )
+                    return None
+                if (
+                    self.max_sessions is not None
+                    and len(self._server_instances) >= self.max_sessions
+                ):
+                    return Response(
+                        json.dumps(_error_body("Too many open sessions")),
+                        status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),
+                        media_type="application/json",
+                    )
+                transport = StreamableHTTPServerTransport(
+                    mcp_session_id=session_id,
+                    is_json_response_enabled=self.json_response,
+                    event_store=self._replay_store,
+                    security_settings=self.security_settings,
+                    retry_interval=self.retry_interval,
+                    idle_timeout=self.session_idle_timeout,
+                )
+                if requestor is not None:
+                    self._session_owners[session_id] = requestor
+                self._server_instances[session_id] = transport
+                view = self._bind(transport)
+                view.adopted(record)
+                assert self._task_group is not None
+                await self._task_group.start(partial(self.run_session, transport, record))
+                logger.info("adopted session %s from the store", session_id)
+                return None
+        finally:
+            if not lock.locked():
+                self._adopting.pop(session_id, None)
+
+    def admitted(self, transport: StreamableHTTPServerTransport, requestor: Any) -> None:
+        """A new session was admitted: its transport gets its view, before anything is stored."""
+        view = self._bind(transport)
+        view.owner = _fingerprint(requestor)
+
+    async def run_session(
+        self,
+        transport: StreamableHTTPServerTransport,
+        record: dict[str, str] | None,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The SDK's session loop, rebuilt in its initialized state when adopted from ``record``."""
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        async with transport.connect() as (read_stream, write_stream):
+            task_status.started()
+            try:
+                idle_scope = transport.idle_scope or anyio.CancelScope()
+                with idle_scope:
+                    dispatcher = ReplicaDispatcher(
+                        read_stream, write_stream, inline_methods=frozenset({"initialize"})
+                    )
+                    dispatcher.replica = self._replica.id
+                    connection = Connection.for_loop(dispatcher, session_id=session_id)
+                    if record is not None:
+                        _restore(connection, record)
+                    view = transport._event_store
+                    if isinstance(view, SessionView):
+                        view.connection = connection
+                    await serve_connection(
+                        self.app,
+                        dispatcher,
+                        connection=connection,
+                        lifespan_state=self._lifespan_state,
+                    )
+                if idle_scope.cancelled_caught:
+                    logger.info("session %s idle here; it lives on in the store", session_id)
+            except Exception:
+                logger.exception("session %s crashed", session_id)
+            finally:
+                await self._discard_session(session_id, transport)
+
+    def _bind(self, transport: StreamableHTTPServerTransport) -> SessionView:
+        """Give a session's transport its own view, before any event is stored.
+
+        The transport is built by the SDK (arguments vary between versions);
+        only its class is changed, to :class:`ReplayTransport` layered over
+        whatever class it had.
+        """
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        view = self._replay_store.for_session(
+            session_id, self._replica, _Hosted(self, session_id, transport)
+        )
+        transport._event_store = view
+        transport.__class__ = _combine(ReplayTransport, type(transport))
+        self._replica.followers[session_id] = view.live
+        return view
+
+    def discarded(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        """Forgotten in this process only: the session lives on in the store and elsewhere."""
+        view = transport._event_store
+        if isinstance(view, SessionView):
+            view.close_local()
+            if self._replica.followers.get(session_id) is view.live:
+                del self._replica.followers[session_id]
+            self._replica.release_session(session_id)
+
+    # ---------------------------------------------------------------- other replicas
+    # (the replica's Sessions protocol: what other replicas tell this process)
+
+    def _transport(self, session_id: str) -> ReplayTransport | None:
+        transport = self._server_instances.get(session_id)
+        return transport if isinstance(transport, ReplayTransport) else None
+
+    def ended_elsewhere(self, session: str) -> None:
+        """``session`` ended on another replica: forget it here."""
+        transport = self._transport(session)
+        if transport is not None:
+            self._replica.spawn(self._discard_session, session, transport)
+
+    def forwarded(self, session: str, body: str) -> None:
+        """A client message for a request of ``session`` running here enters its loop."""
+        transport = self._transport(session)
+        if transport is None:
+            logger.info("forwarded message for session %s, which is not served here", session)
+            return
+        self._replica.spawn(transport.deliver_forwarded, body)
+
+    def taken_over(self, session: str, stream: str) -> None:
+        """A newer connection took ``stream`` over: close the one carrying it here."""
+        transport = self._transport(session)
+        if transport is not None:
+            view = transport.view
+            if view is not None:
+                view.live.close_stream(stream)
+            transport.close_sdk_stream(stream)
+
+
+class _Hosted:
+    """How one session's view reports to the manager (its :class:`SessionHost`)."""
+
+    def __init__(
+        self,
+        manager: ReplaySessionManager,
+        session_id: str,
+        transport: StreamableHTTPServerTransport,
+    ) -> None:
+        self._manager = manager
+        self._session_id = session_id
+        self._transport = transport
+
+    async def discard(self) -> None:
+        await self._manager._discard_session(self._session_id, self._transport)
+
+    def failed(self, exc: BaseException) -> None:
+        manager = self._manager
+        if isinstance(exc, StorageError):
+            # Its requests stopped for the store, not for a replica: say so.
+            manager._replica.end_after_outage(self._session_id)
+        manager._replica.spawn(self.discard)
+        if manager._task_group is not None and not manager._replica.running:
+            manager._task_group.start_soon(self.discard)
+
+
+def _restore(connection: Connection, record: dict[str, str]) -> None:
+    """The connection state ``initialize`` left on the replica that created the session."""
+    connection.protocol_version = record.get("version") or connection.protocol_version
+    client = record.get("client")
+    if client:
+        connection.client_params = InitializeRequestParams.model_validate_json(
+            client, by_name=False
+        )
+    connection.initialized.set()
+
+
+#: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
+HEALTH_PATH = "/healthz"
+
+
+def _error_body(message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": message}}
+
+
+def _unavailable(exc: StorageError) -> Response:
+    message, data = unavailable_error(exc)
+    body = _error_body(message)
+    body["error"]["data"] = data
+    return Response(
+        json.dumps(body),
+        status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),
+        media_type="application/json",
+        headers={"Retry-After": str(RETRY_AFTER)},
+    )
+
+
+def add_health_route(app: Starlette, manager: ReplaySessionManager) -> None:
+    """Serve ``manager``'s health check at :data:`HEALTH_PATH` (``GET`` and ``HEAD``)."""
+    app.router.routes.append(Route(HEALTH_PATH, manager.health_endpoint, methods=["GET", "HEAD"]))

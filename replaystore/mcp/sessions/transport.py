@@ -1,0 +1,653 @@
+"""Fail-closed resumption, live tails from the store, and forwarding, over the SDK's transport.
+
+The stock SDK (``mcp`` 2.3) transport is kept for everything it does right;
+this package closes its gaps (the hooks into the SDK's private methods are in
+:mod:`replaystore.mcp._sdk.overrides`, the answers here):
+
+1. **Silent 200.** ``_replay_events`` starts the SSE response (status 200)
+   *before* it asks the store, so an unknown or evicted ``Last-Event-ID``
+   yields an empty 200 that the SDK client retries forever. Here the atomic
+   ``resolve_and_replay`` runs first; anything but ``resumed`` answers 404 with
+   the verdict and its evidence in a JSON-RPC error, after ending the session
+   in the store and on every replica, so every later request with that id
+   gets 404. A store that cannot be reached gives 503: the verdict is
+   unknown, the session is kept.
+2. **Replay-to-live seam, on any replica.** A resumed (or GET) connection is
+   fed from the store by a :class:`~replaystore.mcp.sessions.tail.Tail`, whichever
+   replica appends: replay, then every later event of the stream exactly
+   once, in position order. DECISION: *the newest connection takes over* a
+   stream: the connection carrying it before (here or on another replica)
+   is closed. A client that resumes says "I hold everything up to this id";
+   keeping the old connection would send later events to a connection the
+   client may have given up on.
+3. **GET stream.** Standalone messages stored while no GET is attached are
+   delivered to the next GET (see
+   :meth:`~replaystore.mcp.sessions.live.LiveStreams.attach_get`); every GET
+   carries a priming event in position order; a second GET takes the stream
+   over instead of getting the SDK's 409.
+4. **Requests run where they land.** A POSTed request takes a lease on its
+   stream before it runs; the client's answers to another replica's requests
+   (and cancellations of requests running elsewhere) are forwarded to that
+   replica (:mod:`replaystore.mcp.replicas.forwarding`).
+
+Clients on protocol 2026-07-28 never reach this code: the manager routes them
+to the SDK's single-exchange transport, which has no sessions to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from http import HTTPStatus
+from typing import Any, cast
+
+import anyio
+from mcp.server.streamable_http import (
+    CONTENT_TYPE_JSON,
+    CONTENT_TYPE_SSE,
+    LAST_EVENT_ID_HEADER,
+    MCP_SESSION_ID_HEADER,
+    EventMessage,
+    SSEEvent,
+    check_accept_headers,
+)
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types.version import is_version_at_least
+from sse_starlette import EventSourceResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import Send
+
+from ...errors import StorageError, UnknownSessionError
+from ...verdicts import Resumption
+from .._sdk.overrides import TransportOverrides
+from ..preflight import probe
+from ..refusals import store_trouble, unavailable_error
+from ..replicas.forwarding import route
+from .again import Lease, stream_origin, take_lease
+from .again import bounded as _bounded
+from .live import Attachment, _vanished
+from .lost import end_if_lost
+from .messages import GET_STREAM, decode_message, is_response, sequence_name
+from .tail import Tail
+from .view import SessionView
+
+__all__ = ["PRIMING_SINCE", "ReplayTransport"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+#: First protocol revision whose clients understand priming events.
+PRIMING_SINCE = "2025-11-25"
+
+#: Seconds a client is asked to wait before retrying when the store is unreachable.
+RETRY_AFTER = 1
+
+
+class ReplayTransport(TransportOverrides):
+    """The SDK transport with fail-closed resumption, store-fed live tails and forwarding.
+
+    It has no ``__init__`` and no state of its own (the per-session state is
+    in its :class:`~replaystore.mcp.sessions.view.SessionView`), so that the session
+    manager can keep the SDK's own construction of the transport and only
+    change its class.
+    """
+
+    @property
+    def view(self) -> SessionView | None:
+        """The session's view (the SDK's ``_event_store``, replaced by the session manager)."""
+        view = self._event_store
+        return view if isinstance(view, SessionView) else None
+
+    # ------------------------------------------------------------ requests
+    # (called by the overrides of the SDK's private methods, in overrides.py)
+
+    async def answer_get(self, request: Request, send: Send) -> bool:
+        """Plain GETs attach through the store; everything else is the SDK's path."""
+        view = self.view
+        _, has_sse = check_accept_headers(request)
+        if view is None or not has_sse or request.headers.get(LAST_EVENT_ID_HEADER):
+            # Validation errors, and GET + Last-Event-ID (-> answer_resume below).
+            return False
+        if not await self._validate_request_headers(request, send):
+            return True
+        if view.replica is not None and view.replica.draining:
+            # The GET stream never ends by itself: open it on a replica that stays.
+            await self._unavailable(request, send, draining=True)
+            return True
+        prime = _primes(request)
+        await self._attach(lambda: view.live.attach_get(prime=prime), request, send, prime)
+        return True
+
+    async def answer_resume(self, last_event_id: str, request: Request, send: Send) -> bool:
+        """Resolve first, answer after: 404 + verdict on failure, never an empty 200."""
+        view = self.view
+        if view is None:  # pragma: no cover - only with a foreign event store
+            return False
+        prime = _primes(request)
+        cursor = _header_text(last_event_id)
+        await self._attach(
+            lambda: view.live.attach_resume(cursor, prime=prime), request, send, prime
+        )
+        return True
+
+    async def answer_post(self, request: Request, send: Send) -> bool:
+        """Forward what belongs to another replica; lease the requests that run here."""
+        view = self.view
+        replica = view.replica if view is not None else None
+        if view is None or replica is None:
+            return False
+        try:
+            body = await request.body()  # cached: the SDK reads it again from this request
+        except ClientDisconnect:
+            # Nothing was run and nobody is left to answer: one line, not the
+            # traceback the server would log for an exception left unhandled.
+            logger.info(
+                "POST of session %s: the client disconnected before sending its whole body",
+                view.session_id,
+            )
+            return True
+        message = _peek(body)
+        request_id = _request_id(message)
+        initialize = message is not None and message.get("method") == "initialize"
+        leased = (
+            request_id is not None
+            and message is not None
+            and not initialize
+            and not self._refused_by_sdk(request, body)
+        )
+        if replica.draining and request_id is not None:
+            # New work goes to another replica; answers and notifications for
+            # the requests still running here are taken.
+            await self._unavailable(request, send, draining=True)
+            return True
+        if leased and not await self._validate_request_headers(request, send):
+            return True
+        taken: str | None = None
+        try:
+            with _bounded(replica.settings.store_timeout):
+                if initialize:
+                    # Open the session in the store before the SDK starts its
+                    # 200 response: an outage is a 503 now, not a cut stream.
+                    # (Opened already: an initialize sent on a session; the
+                    # store must take a write all the same.)
+                    if view._opened:
+                        await view.buffer.open_session(view.session_id)
+                    await view.open()
+                    if replica.refused is not None:
+                        # The ACL forbade a command a session needs: ask
+                        # again, with a whole throwaway session, before
+                        # answering 200 for a session that cannot be served.
+                        await probe(view.buffer, replica.registry, replica.id, deep=True)
+                        replica.refused = None
+                destination = await self._destination(view, message)
+                again = None
+                if destination is None and leased and request_id is not None:
+                    stream = sequence_name(request_id)
+                    lease = await take_lease(view, stream)
+                    if lease is Lease.GONE:
+                        await self._gone(request, send)
+                        return True
+                    if lease is Lease.RECEIVED:
+                        again = stream
+                    else:
+                        taken = stream
+            if view.closed or self.is_terminated:
+                # This replica dropped its copy of the session meanwhile (a
+                # store error, an end elsewhere): a retry is served afresh, by
+                # whichever replica adopts it again, or answered 404.
+                if taken is not None:
+                    await replica.give_back(view.session_id, taken)
+                await self._unavailable(request, send, dropped=True)
+                return True
+            if again is not None:
+                await self._answer_again(view, again, request, send)
+                return True
+            if destination is not None:
+                if await self._validate_request_headers(request, send):
+                    await replica.forward(destination, view.session_id, body)
+                    await self._json(request, send, HTTPStatus.ACCEPTED, None)
+                return True
+        except StorageError as exc:
+            logger.warning(
+                "request of session %s answered 503: %s", view.session_id, store_trouble(exc)
+            )
+            await self._unavailable(request, send, error=exc)
+            return True
+        return False
+
+    async def answer_delete(self, request: Request, send: Send) -> bool:
+        """End the session in the store before the SDK answers DELETE; 503 if the store refuses."""
+        view = self.view
+        replica = view.replica if view is not None else None
+        if view is None or replica is None or not self.mcp_session_id:
+            return False
+        if not await self._validate_request_headers(request, send):
+            return True
+        try:
+            with _bounded(replica.settings.store_timeout):
+                await view.buffer.close_session(view.session_id)
+        except StorageError as exc:
+            logger.warning(
+                "DELETE of session %s answered 503: %s", view.session_id, store_trouble(exc)
+            )
+            await self._unavailable(request, send, error=exc)
+            return True
+        return False
+
+    async def deleted(self) -> None:
+        """DELETE ends the session in the store and on every replica, not only here."""
+        view = self.view
+        if view is not None and self.is_terminated:
+            await view.end_everywhere()
+
+    def close_sse_stream(self, request_id: Any) -> None:
+        """Also end the connection when the stream is carried by one of ours (a resumed one)."""
+        super().close_sse_stream(request_id)
+        view = self.view
+        if view is not None:
+            view.live.close_stream(sequence_name(str(request_id)))
+
+    async def terminate(self) -> None:
+        await super().terminate()
+        view = self.view
+        if view is not None:
+            view.close_local()
+
+    def close_sdk_stream(self, sequence: str) -> None:
+        """Takeover: close the SDK-owned connection of ``sequence`` (the original POST), if any."""
+        if sequence == GET_STREAM or not sequence.startswith("#"):
+            super().close_sse_stream(sequence)  # the next class in the MRO, not our override
+
+    async def deliver_forwarded(self, body: str) -> None:
+        """A client message forwarded by another replica enters this session's loop."""
+        from mcp.shared.message import SessionMessage
+
+        writer = self._read_stream_writer
+        if writer is None or self.is_terminated:
+            return
+        try:
+            message = decode_message(body.encode("utf-8"))
+        except ValueError:
+            return
+        try:
+            await writer.send(SessionMessage(message))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            logger.debug("forwarded message for a session that just ended")
+
+    # ------------------------------------------------------------ internals
+
+    def _refused_by_sdk(self, request: Request, body: bytes) -> bool:
+        """True when the SDK will answer this POST with an error, without running it.
+
+        The checks of the SDK's POST handler, before it dispatches: such a
+        request takes no lease (a lease nobody releases would make the
+        corrected request look like one received before).
+        """
+        has_json, has_sse = check_accept_headers(request)
+        if not (has_json if self.is_json_response_enabled else has_json and has_sse):
+            return True
+        content_type = request.headers.get("content-type", "").split(";")[0]
+        if not any(part.strip() == CONTENT_TYPE_JSON for part in content_type.split(",")):
+            return True
+        try:
+            decode_message(body)
+        except ValueError:
+            return True
+        return False
+
+    async def _answer_again(
+        self, view: SessionView, stream: str, request: Request, send: Send
+    ) -> None:
+        """A request received before: attach the client to its stream, do not run it again.
+
+        The client gets the request's stream from its start (replay, then
+        live): the one response, or the "request lost" error if the replica
+        that ran it stopped, exactly like a client resuming that stream.
+        """
+        _, has_sse = check_accept_headers(request)
+        if not has_sse:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.NOT_ACCEPTABLE,
+                INVALID_REQUEST,
+                "Not Acceptable: this request was received before; its answer is sent "
+                "again as a text/event-stream",
+                None,
+            )
+            return
+        logger.info(
+            "request %r of session %s was received before; attaching to its stream "
+            "instead of running it again",
+            stream[:64],
+            view.session_id,
+        )
+        try:
+            origin = await stream_origin(view, stream)
+        except StorageError as exc:
+            await self._unavailable(request, send, error=exc)
+            return
+        except UnknownSessionError:
+            await self._gone(request, send)
+            return
+        if origin is None:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.CONFLICT,
+                INVALID_REQUEST,
+                "Conflict: this request was received before and its stream can no longer "
+                "be replayed from its start (its events were evicted); it was not run again",
+                {"reason": "request_received"},
+            )
+            return
+        prime = _primes(request)
+        await self._attach(
+            lambda: view.live.attach_again(origin, stream, prime=prime), request, send, prime
+        )
+
+    async def _gone(self, request: Request, send: Send) -> None:
+        """The store no longer has this session: forget it here, answer 404 (initialize again)."""
+        view = self.view
+        logger.info("session %s is no longer in the store; answered 404", self.mcp_session_id)
+        if view is not None:
+            view.close_local()
+            await view.discard()
+        await self._json_error(
+            request,
+            send,
+            HTTPStatus.NOT_FOUND,
+            INVALID_REQUEST,
+            "Session not found: the server's store no longer has it; initialize a new session",
+            None,
+        )
+
+    async def _destination(self, view: SessionView, message: dict[str, Any] | None) -> str | None:
+        """The other replica a client message must go to, or None to handle it here."""
+        replica = view.replica
+        if replica is None or message is None:
+            return None
+        where = route(message)
+        if where is None:
+            return None
+        target = where.replica
+        if where.cancels is not None:
+            target = await replica.registry.owner(view.session_id, sequence_name(where.cancels))
+        return target if target is not None and target != replica.id else None
+
+    async def _attach(
+        self,
+        attach: Any,
+        request: Request,
+        send: Send,
+        prime: bool,
+    ) -> None:
+        view = self.view
+        replica = view.replica if view is not None else None
+        # A resume waits for the store no longer than a POST does: a store
+        # that hangs is a 503 after store_timeout (not the Redis client's
+        # socket timeout, once per command), which a balancer can pass on.
+        timeout = replica.settings.store_timeout if replica is not None else math.inf
+        try:
+            with _bounded(timeout):
+                attachment: Attachment = await attach()
+        except StorageError as exc:
+            await self._unavailable(request, send, resumption=True, error=exc)
+            return
+        except UnknownSessionError:
+            assert self.mcp_session_id is not None
+            attachment = Attachment(_vanished(self.mcp_session_id))
+        if not attachment.ok:
+            await self._fail_closed(attachment.resumption, request, send)
+            return
+        view = self.view
+        replica = view.replica if view is not None else None
+        if attachment.stream == GET_STREAM and replica is not None and replica.draining:
+            # Request streams end with their response and are served while
+            # draining; the GET stream would hold the shutdown to its end.
+            if attachment.tail is not None and view is not None:
+                await view.live.detach(attachment.tail)
+            await self._unavailable(request, send, draining=True)
+            return
+        await self._stream(attachment, request, send, prime)
+
+    async def _unavailable(
+        self,
+        request: Request,
+        send: Send,
+        *,
+        resumption: bool = False,
+        draining: bool = False,
+        dropped: bool = False,
+        error: StorageError | None = None,
+    ) -> None:
+        data: dict[str, Any]
+        if error is not None and error.permanent and self.view is not None:
+            replica = self.view.replica
+            if replica is not None:
+                replica.refused = error
+        if draining:
+            message = "Service Unavailable: this server replica is shutting down; retry"
+            reason = "draining"
+        elif dropped:
+            message = "Service Unavailable: this server replica just let the session go; retry"
+            reason = "session_dropped"
+        else:
+            message, data = unavailable_error(error, resumption=resumption)
+        if draining or dropped:
+            data = {"verdict": None, "reason": reason}
+        await self._json_error(
+            request,
+            send,
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            INTERNAL_ERROR,
+            message,
+            data,
+            extra_headers={"Retry-After": str(RETRY_AFTER)},
+        )
+
+    async def _fail_closed(self, resumption: Resumption, request: Request, send: Send) -> None:
+        """End the session everywhere, then answer 404 with the verdict and its evidence."""
+        view = self.view
+        if view is not None:
+            await view.end_everywhere()
+            await view.discard()
+        if not self.is_terminated:
+            with anyio.CancelScope(shield=True):
+                await self.terminate()
+        await self._json_error(
+            request,
+            send,
+            HTTPStatus.NOT_FOUND,
+            INVALID_REQUEST,
+            f"Not Found: cannot resume ({resumption.verdict.value}: "
+            f"{resumption.evidence.reason}); the session was terminated, "
+            "initialize a new one",
+            {"verdict": resumption.verdict.value, "evidence": resumption.evidence.as_dict()},
+        )
+
+    async def _json(self, request: Request, send: Send, status: HTTPStatus, body: Any) -> None:
+        headers = {"Content-Type": CONTENT_TYPE_JSON}
+        if self.mcp_session_id:
+            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
+        content = None if body is None else json.dumps(body, default=str)
+        response = Response(content, status_code=int(status), headers=headers)
+        await response(request.scope, request.receive, send)
+
+    async def _json_error(
+        self,
+        request: Request,
+        send: Send,
+        status: HTTPStatus,
+        code: int,
+        message: str,
+        data: dict[str, Any] | None,
+        *,
+        extra_headers: dict[str, str] | None = None,
+    ) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
+        headers = {"Content-Type": CONTENT_TYPE_JSON, **(extra_headers or {})}
+        if self.mcp_session_id:
+            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
+        response = Response(json.dumps(body, default=str), status_code=int(status), headers=headers)
+        await response(request.scope, request.receive, send)
+
+    def _priming(self, event_id: str) -> SSEEvent:
+        data: SSEEvent = {"id": event_id, "data": ""}
+        if self._retry_interval is not None:
+            data["retry"] = self._retry_interval
+        return data
+
+    async def _stream(
+        self, attachment: Attachment, request: Request, send: Send, prime: bool
+    ) -> None:
+        """Send the replay, then the live tail, as one SSE response."""
+        view = self.view
+        assert view is not None
+        tail = attachment.tail
+        stream = attachment.stream
+        headers = {
+            "Cache-Control": "no-cache, no-transform",
+            "Connection": "keep-alive",
+            "Content-Type": CONTENT_TYPE_SSE,
+        }
+        if self.mcp_session_id:
+            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
+        writer, reader = anyio.create_memory_object_stream[SSEEvent](0)
+        # Cancelled by a takeover, close_sse_stream or the session's end.
+        scope = tail.scope if tail is not None else anyio.CancelScope()
+        ends_with_response = stream != GET_STREAM
+
+        async def sender() -> None:
+            try:
+                async with writer:
+                    with scope:
+                        for _, event in attachment.replay:
+                            await writer.send(self._create_event_data(event))
+                            if tail is not None:
+                                view.live.delivered(tail, cast(str, event.event_id))
+                            if ends_with_response and is_response(event.message):
+                                return
+                        if attachment.first is not None and tail is not None:
+                            if prime:
+                                await writer.send(self._priming(attachment.first))
+                            view.live.delivered(tail, attachment.first)
+                        if tail is not None:
+                            await self._follow(view, tail, writer, prime, ends_with_response)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                logger.debug("resumed SSE stream %r closed", stream)
+            except Exception:
+                logger.exception("error in the SSE writer of stream %r", stream)
+            finally:
+                if tail is not None:
+                    await view.live.detach(tail)
+
+        response = EventSourceResponse(content=reader, data_sender_callable=sender, headers=headers)
+        try:
+            await response(request.scope, request.receive, send)
+        except Exception:  # pragma: no cover - mirrors the SDK's guard
+            logger.exception("error in the SSE response of stream %r", stream)
+        finally:
+            await writer.aclose()
+            await reader.aclose()
+            if tail is not None:
+                await view.live.detach(tail)
+
+    async def _follow(
+        self,
+        view: SessionView,
+        tail: Tail,
+        writer: Any,
+        prime: bool,
+        ends_with_response: bool,
+    ) -> None:
+        """Live delivery: after each wake-up (or check interval), read the rest from the store."""
+        last_check = time.monotonic()
+        interval = view.live.check_interval(tail.sequence)
+        while not tail.closed:
+            await tail.wait(interval)
+            if tail.closed:
+                return
+            try:
+                caught = await view.live.catch_up(tail)
+            except StorageError as exc:
+                logger.warning(
+                    "live stream %r of session %s ended: %s; "
+                    "the client resumes from its last event id",
+                    tail.sequence[:64],
+                    view.session_id,
+                    store_trouble(exc),
+                )
+                return
+            if not caught.ok:
+                # Events this connection never delivered are gone: a failed
+                # verdict (the store tore the session down), never a silent gap.
+                logger.warning(
+                    "live stream %r of session %s cannot continue: %s; session ended",
+                    tail.sequence[:64],
+                    view.session_id,
+                    caught.verdict.value,
+                )
+                await view.end_everywhere()
+                await view.discard()
+                return
+            for event in caught.events:
+                tail.advance(event.event_id)
+                if event.payload is None:
+                    if prime:
+                        await writer.send(self._priming(event.event_id))
+                    view.live.delivered(tail, event.event_id)
+                    continue
+                message = decode_message(event.payload)
+                await writer.send(self._create_event_data(EventMessage(message, event.event_id)))
+                view.live.delivered(tail, event.event_id)
+                if ends_with_response and is_response(message):
+                    return
+            now = time.monotonic()
+            if ends_with_response and not caught.events and now - last_check >= interval:
+                last_check = now
+                await end_if_lost(view, tail)
+
+
+def _primes(request: Request) -> bool:
+    version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
+    return is_version_at_least(version, PRIMING_SINCE)
+
+
+def _header_text(value: str) -> str:
+    """A header as the client wrote it: UTF-8 where it is (the server decoded it as Latin-1).
+
+    Event ids issued here are ASCII; a client that sends anything else gets
+    its own text back in the verdict's evidence, not mojibake.
+    """
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
+def _peek(body: bytes) -> dict[str, Any] | None:
+    """The POSTed message as plain JSON, if it is one object (the SDK validates it properly)."""
+    if not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _request_id(message: dict[str, Any] | None) -> str | None:
+    """The stream id of a POSTed request (its JSON-RPC id as the SDK names it), or None."""
+    if message is None or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    return str(request_id)

@@ -1,0 +1,142 @@
+"""What a tool running as a task sees, under the official SDK.
+
+A task's tool runs detached from the request that created it, possibly on
+another replica, possibly again after its first runner died. This module
+holds what makes that look like an ordinary call to the tool: the session
+it talks through (:class:`TaskSession`, which turns a server-to-client
+request into an input request of the task), the principal a task belongs to
+(:func:`default_owner`), and how an ``MCPServer`` runs a stored call again
+(:func:`sdk_rerun`). :class:`~replaystore.mcp.tasks.extension.ReplayTasks` uses them;
+they are apart so that the extension's own module is about the task's life
+(create, run, renew, end) only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.context import HandlerResult
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+from .leases import Run
+
+if TYPE_CHECKING:
+    from .extension import ReplayTasks
+
+__all__ = ["Rerun", "TaskSession", "default_owner", "result_of", "sdk_rerun", "sdk_tool_names"]
+
+logger = logging.getLogger("replaystore.mcp.tasks.extension")
+
+#: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
+#: ``ctx`` is the request context of the reader that found the task orphaned,
+#: or None when the background scan did.
+Rerun = Callable[[str, dict[str, Any], Run, Any], Awaitable[HandlerResult]]
+
+
+class TaskSession(ServerSession):
+    """The tool's session inside a task: server-to-client requests become input requests.
+
+    Everything else is the request's own session (reached through
+    ``__getattr__``, so no SDK attribute is named here). Progress and log
+    notifications are dropped: the tasks extension does not carry them.
+    """
+
+    def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: Run) -> None:
+        # The SDK's constructor is not called: this object only redirects.
+        # ``inner`` is None for a run started by the background scan: no
+        # client request is behind it, so the client's details are unknown.
+        self._replay_inner = inner
+        self._replay_tasks = tasks
+        self._replay_run = run
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__["_replay_inner"]
+        if inner is None:
+            if name in ("client_params", "client_capabilities"):
+                return None
+            raise AttributeError(
+                f"{name!r} is not available to a task run again in the background: "
+                "no client request is behind it"
+            )
+        return getattr(inner, name)
+
+    async def send_request(
+        self, request: BaseModel, result_type: type[BaseModel], *args: Any, **kwargs: Any
+    ) -> Any:
+        wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        answer = await self._replay_tasks._input(self._replay_run, wire)
+        return result_type.model_validate(answer, by_name=False)
+
+    async def report_progress(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def send_progress_notification(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def send_log_message(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def default_owner() -> str | None:
+    """The authenticated principal, or None without auth.
+
+    The SDK's own definition of a token's principal (client id, issuer,
+    subject: ``principal_components``), the one its session ownership uses:
+    a token that could not take over another principal's session cannot
+    read or cancel that principal's tasks either. A ``sub`` is unique only
+    per issuer, so a token of another issuer with the same client id and
+    subject is another owner.
+    """
+    try:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+        from mcp.server.auth.provider import principal_components
+    except ImportError:  # pragma: no cover - auth extras missing
+        return None
+    token = get_access_token()
+    if token is None:
+        return None
+    return json.dumps(principal_components(token), separators=(",", ":"))
+
+
+def sdk_tool_names(server: MCPServer) -> Callable[[], Awaitable[Collection[str]]]:
+    """The names of the tools ``server`` defines, when asked (tools may be added after wiring)."""
+
+    async def names() -> Collection[str]:
+        return {tool.name for tool in await server.list_tools()}
+
+    return names
+
+
+def sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
+    """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
+
+    async def rerun(name: str, arguments: dict[str, Any], run: Run, ctx: Any) -> HandlerResult:
+        task_ctx = tasks.run_context(run, ctx, name, arguments)
+        try:
+            result: HandlerResult = await server.call_tool(
+                name, arguments, Context(request_context=task_ctx, mcp_server=server)
+            )
+        except MCPError:
+            raise
+        except Exception as exc:  # what the SDK answers a plain call whose tool raised
+            logger.info("task %s: tool %r failed: %r", run.task_id, name, str(exc))
+            text = TextContent(type="text", text=str(exc))
+            return CallToolResult(content=[text], is_error=True)
+        return result
+
+    return rerun
+
+
+def result_of(value: HandlerResult) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(value)
