@@ -30,10 +30,9 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 
 from replaystore import ReplayBuffer
-from replaystore.mcp import streamable_http_app
+from replaystore.mcp import StoreSubscriptionBus, streamable_http_app
 from replaystore.mcp.example import build_server
-from replaystore.mcp.subscriptions import StoreSubscriptionBus
-from replaystore.mcp.tasks.extension import ReplayTasks
+from replaystore.mcp.tasks import ReplayTasks
 
 POLL_INTERVAL = 0.5
 

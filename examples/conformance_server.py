@@ -69,7 +69,7 @@ from pydantic import BaseModel, Field
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import streamable_http_app
-from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
+from replaystore.mcp.tasks import ReplayTasks, TaskSupport
 
 __all__ = ["NAME", "build_app", "build_server", "main"]
 

@@ -19,18 +19,26 @@ FastMCP 4::
 Processes (or apps) on one buffer URL are replicas of each other: any of
 them serves any session, behind any load balancer. See ``docs/mcp.md`` for
 what changes on the wire and why, ``docs/deployment.md`` for replicas, and
-``docs/architecture.md`` for where each part lives. Everything else is
-internal to the package and may change between releases.
+``docs/architecture.md`` for where each part lives.
+
+The public API is what this package and its public subpackages export:
+:mod:`replaystore.mcp.tasks` (durable tasks, 2026-07-28),
+:mod:`replaystore.mcp.client` (the client side) and
+:mod:`replaystore.mcp.fastmcp` (FastMCP's tasks). Importing this package
+loads nothing of the tasks stack. Every other module is internal to the
+package and may change between releases.
 """
 
 from __future__ import annotations
 
 from ._sdk.checked import SDKCompatibilityError
 from .app import streamable_http_app
-from .fastmcp.app import fastmcp_http_app
+from .fastmcp import fastmcp_http_app
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
+from .request_state import StoreKeyRing
 from .sessions.manager import ReplaySessionManager
 from .sessions.view import ReplayEventStore
+from .subscriptions import StoreSubscriptionBus
 
 __all__ = [
     "STORAGE_ERROR",
@@ -40,6 +48,8 @@ __all__ = [
     "ReplaySessionManager",
     "ResumptionObserver",
     "SDKCompatibilityError",
+    "StoreKeyRing",
+    "StoreSubscriptionBus",
     "fastmcp_http_app",
     "streamable_http_app",
 ]

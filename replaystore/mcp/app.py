@@ -6,14 +6,14 @@ a client can see from any replica is shared by default, with nothing else to
 pass:
 
 - **sessions** (2025-11-25) and their streams: the session manager;
-- **tasks** (2026-07-28, when a :class:`~replaystore.mcp.tasks.extension.ReplayTasks`
+- **tasks** (2026-07-28, when a :class:`~replaystore.mcp.tasks.ReplayTasks`
   is given): their records, leases and input;
 - **``requestState``** of multi-round calls (2026-07-28): sealed under a key
-  kept in the store (:class:`~replaystore.mcp.request_state.StoreKeyRing`),
+  kept in the store (:class:`~replaystore.mcp.StoreKeyRing`),
   unless the application gave a policy of its own;
 - **``subscriptions/listen`` events** (2026-07-28): published into the store
   and delivered by every replica
-  (:class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`), unless the
+  (:class:`~replaystore.mcp.StoreSubscriptionBus`), unless the
   application gave a bus of its own.
 
 ``share=False`` keeps the server's own ``requestState`` policy and listen
@@ -368,11 +368,11 @@ def streamable_http_app(
     and listen bus). The buffer is closed when the app stops only with
     ``close_buffer=True``: otherwise close it in your own lifespan or at exit.
 
-    ``tasks``: the :class:`~replaystore.mcp.tasks.extension.ReplayTasks` extension given
+    ``tasks``: the :class:`~replaystore.mcp.tasks.ReplayTasks` extension given
     to the server; its tasks are kept in the buffer's store and its tools run
     while the app's lifespan is open. ``subscriptions``: a bus of your own
     for ``subscriptions/listen`` (by default a
-    :class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`); with ``tasks``,
+    :class:`~replaystore.mcp.StoreSubscriptionBus`); with ``tasks``,
     listen streams also serve ``notifications.taskIds``. ``request_state``: a
     ``RequestStateSecurity`` of your own (e.g. ``keys=[secret]``) sealing
     ``requestState`` instead of the key kept in the store.

@@ -28,7 +28,7 @@ _SCRIPT = textwrap.dedent(
     WITH_TASKS = sys.argv[1] == "tasks"
     kw = {}
     if WITH_TASKS:
-        from replaystore.mcp.tasks.extension import ReplayTasks
+        from replaystore.mcp.tasks import ReplayTasks
 
         kw["tasks"] = ReplayTasks({"work": "optional"})
     server = MCPServer("revisions", extensions=list(kw.values()))

@@ -20,8 +20,8 @@ for a plain call, on any replica behind any balancer::
         result = await client.call_tool("report", {"days": 7})
 
 A task that ends ``failed`` or ``cancelled`` raises
-:class:`~replaystore.mcp.client.tasks.TaskFailedError` or
-:class:`~replaystore.mcp.client.tasks.TaskCancelledError` from ``call_tool``.
+:class:`~replaystore.mcp.client.TaskFailedError` or
+:class:`~replaystore.mcp.client.TaskCancelledError` from ``call_tool``.
 Claims apply on the 2026-07-28 protocol only (FastMCP negotiates it with
 ``server/discover`` by default); on a 2025-11-25 session tools run as plain
 calls.
@@ -92,7 +92,7 @@ class ClientTasks(ClientExtension):
     ...}``); without it a task that needs input raises :class:`TaskError`.
     ``on_created(task_id)`` runs once the server created the task, before
     polling starts: persist the id there to pick the task up after a restart
-    (with :meth:`TaskClient.wait <replaystore.mcp.client.tasks.TaskClient.wait>`).
+    (with :meth:`TaskClient.wait <replaystore.mcp.client.TaskClient.wait>`).
     Polling waits at least ``min_poll`` and at most ``max_poll`` seconds,
     whatever the server suggests.
     """

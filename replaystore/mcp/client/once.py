@@ -12,8 +12,8 @@ and of FastMCP) that remembers, per stream of each session, the event ids it
 passed on, and drops an event it already passed. A stream is known by the
 request that opened it: a POST opens a new one; a GET with ``Last-Event-ID``
 continues the stream that id was seen on; a plain GET is the session's
-standalone stream. :class:`~replaystore.mcp.client.resuming.DesyncWatch` and
-:class:`~replaystore.mcp.client.resuming.ResumingSession` use it.
+standalone stream. :class:`~replaystore.mcp.client.DesyncWatch` and
+:class:`~replaystore.mcp.client.ResumingSession` use it.
 """
 
 from __future__ import annotations

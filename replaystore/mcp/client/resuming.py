@@ -167,7 +167,7 @@ class DesyncWatch:
 
         Without ``timeout``, the SDK client's own defaults: 30 s, and 300 s to
         read (a response stream may stay open). Without ``transport``, a
-        :class:`~replaystore.mcp.client.once.OncePerStream`: no event reaches the
+        :class:`~replaystore.mcp.client.OncePerStream`: no event reaches the
         application twice, even when the client resumes from a stale id.
         Other options go to the client.
         """

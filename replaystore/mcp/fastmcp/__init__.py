@@ -1,1 +1,29 @@
-"""FastMCP 4: resumable apps and durable tasks through FastMCP's own seams."""
+"""FastMCP 4: resumable apps and durable tasks through FastMCP's own seams.
+
+:func:`fastmcp_http_app` (also exported by :mod:`replaystore.mcp`) builds the
+app. The task names (:class:`FastMCPTasks`, :class:`TaskContexts`,
+:class:`ListenMiddleware`) are loaded on first use: they need the
+``fastmcp`` package and the tasks stack, which an app without tasks never
+imports.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .app import fastmcp_http_app
+
+if TYPE_CHECKING:
+    from .tasks import FastMCPTasks, ListenMiddleware, TaskContexts
+
+__all__ = ["FastMCPTasks", "ListenMiddleware", "TaskContexts", "fastmcp_http_app"]
+
+_LAZY = frozenset({"FastMCPTasks", "ListenMiddleware", "TaskContexts"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import tasks
+
+        return getattr(tasks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

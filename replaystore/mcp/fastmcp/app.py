@@ -56,14 +56,14 @@ def fastmcp_http_app(
     mount it with ``lifespan=app.lifespan`` as usual. Once running, the app
     also answers the health check at ``/healthz``.
 
-    ``tasks``: a :class:`~replaystore.mcp.tasks.extension.ReplayTasks` (not registered
+    ``tasks``: a :class:`~replaystore.mcp.tasks.ReplayTasks` (not registered
     on ``mcp`` yet): it is added to ``mcp`` as a FastMCP extension
-    (:class:`~replaystore.mcp.fastmcp.tasks.FastMCPTasks`, with the
-    :class:`~replaystore.mcp.fastmcp.tasks.TaskContexts` transform that lets
+    (:class:`~replaystore.mcp.fastmcp.FastMCPTasks`, with the
+    :class:`~replaystore.mcp.fastmcp.TaskContexts` transform that lets
     task tools ask for input through ``ctx.elicit``), its tasks are kept in
     the buffer's store, and its tools run while the app's lifespan is open.
     ``subscriptions/listen`` is served (FastMCP alone answers it with
-    -32601) from a :class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`
+    -32601) from a :class:`~replaystore.mcp.StoreSubscriptionBus`
     (``subscriptions``: a bus of your own instead): streams carry the events
     published on the bus by any replica (and, with ``tasks``,
     ``notifications.taskIds``), and ``server/discover`` says so

@@ -3,7 +3,7 @@
 FastMCP has its own ``ServerExtension`` (method bindings, a ``tools/call``
 interceptor that sits after its middleware, and a lifespan), distinct from the
 official SDK's. :class:`FastMCPTasks` puts a
-:class:`~replaystore.mcp.tasks.extension.ReplayTasks` behind it, so a FastMCP server
+:class:`~replaystore.mcp.tasks.ReplayTasks` behind it, so a FastMCP server
 gets the very same tasks (records, leases, cancellation, input requests,
 ``tasks/*``) as an ``MCPServer``, and both kinds of replica can share one
 store. :func:`~replaystore.mcp.fastmcp_http_app` registers it when given

@@ -1,7 +1,7 @@
 """The tasks a replica runs, their leases, and the scan for tasks whose runner died.
 
 Two background jobs of every replica serving tasks
-(:class:`~replaystore.mcp.tasks.extension.ReplayTasks`):
+(:class:`~replaystore.mcp.tasks.ReplayTasks`):
 
 - :func:`renew` keeps the leases of the tasks running here: every check
   interval, one store round trip for all of them (one atomic step per task

@@ -3,7 +3,7 @@
 The SDK's listen handler knows the core event kinds only. This handler serves
 the same kinds from the same bus (so list-changed and resource-updated events
 keep flowing, from every replica with a
-:class:`~replaystore.mcp.subscriptions.StoreSubscriptionBus`), and adds the tasks
+:class:`~replaystore.mcp.StoreSubscriptionBus`), and adds the tasks
 extension's kind: for each requested task the listener may see, a
 ``notifications/tasks`` carrying the full ``DetailedTask`` whenever the task
 changes, the first one at once (so a listener never misses an end that came

@@ -6,7 +6,7 @@ holds what makes that look like an ordinary call to the tool: the session
 it talks through (:class:`TaskSession`, which turns a server-to-client
 request into an input request of the task), the principal a task belongs to
 (:func:`default_owner`), and how an ``MCPServer`` runs a stored call again
-(:func:`sdk_rerun`). :class:`~replaystore.mcp.tasks.extension.ReplayTasks` uses them;
+(:func:`sdk_rerun`). :class:`~replaystore.mcp.tasks.ReplayTasks` uses them;
 they are apart so that the extension's own module is about the task's life
 (create, run, renew, end) only.
 """
