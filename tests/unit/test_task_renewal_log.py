@@ -40,14 +40,14 @@ async def test_an_outage_logs_its_start_a_count_per_interval_and_its_end(
     failures = RenewalFailures(every=30.0, clock=lambda: now[0])
     store = _Outage()
     runs = [Run("task-a"), Run("task-b")]
-    caplog.set_level(logging.WARNING, logger="replaystore.mcp.tasks.extension")
+    caplog.set_level(logging.WARNING, logger="replaystore.mcp.tasks")
     for _ in range(300):
         await _beat(store, runs, "me", 5.0, failures)
         now[0] += 0.25
     store.down = False
     await _beat(store, runs, "me", 5.0, failures)
     await _beat(store, runs, "me", 5.0, failures)  # a second success says nothing
-    lines = [r.getMessage() for r in caplog.records if r.name == "replaystore.mcp.tasks.extension"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "replaystore.mcp.tasks"]
     assert len(lines) == 4, lines
     assert lines[0].startswith("lease renewal of 2 task(s) failed: the store is unreachable")
     assert lines[1].startswith("lease renewal still failing: 120 failure(s) in the last 30 s")

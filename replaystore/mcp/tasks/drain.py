@@ -32,7 +32,7 @@ from .leases import Run
 
 __all__ = ["SHUTDOWN_ERROR", "drain_runs", "draining", "hand_over"]
 
-logger = logging.getLogger("replaystore.mcp.tasks.extension")
+logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: The error of a task that cannot be run again, left unfinished by a replica that shut down.
 SHUTDOWN_ERROR: dict[str, Any] = {

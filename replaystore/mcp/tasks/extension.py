@@ -93,7 +93,7 @@ from .session import (
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: The extension's identifier, as clients declare it.
 EXTENSION = "io.modelcontextprotocol/tasks"

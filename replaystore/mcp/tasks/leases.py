@@ -35,7 +35,7 @@ from ...taskstore import TERMINAL, Beat, TaskStore
 
 __all__ = ["Nudged", "RenewalFailures", "Run", "renew", "scan"]
 
-logger = logging.getLogger("replaystore.mcp.tasks.extension")
+logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: Tasks one scan checks at most before it looks again.
 SCAN_BATCH = 100

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Rerun", "TaskSession", "default_owner", "result_of", "sdk_rerun", "sdk_tool_names"]
 
-logger = logging.getLogger("replaystore.mcp.tasks.extension")
+logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
 #: ``ctx`` is the request context of the reader that found the task orphaned,
