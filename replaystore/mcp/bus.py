@@ -377,6 +377,6 @@ def bus_for(coordination: Coordination, replica: str, handler: Handler) -> Bus:
 
 def _said(what: str, exc: BaseException) -> Exception:
     """What Redis said about a notification, as every Redis-backed part of the package says it."""
-    from ..backends._redis_client import storage_error
+    from ..backends.redis.client import storage_error
 
     return storage_error(what, exc)

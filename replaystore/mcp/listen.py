@@ -148,7 +148,7 @@ class StoreSubscriptionBus:
             try:
                 await coordination.client.eval(_PUBLISH, 2, *keys, text, self.keep)
             except Exception as exc:  # redis.RedisError and cluster errors alike
-                from ..backends._redis_client import storage_error
+                from ..backends.redis.client import storage_error
 
                 raise storage_error("publishing a listen event", exc) from exc
             return

@@ -101,7 +101,7 @@ async def _subscribe(redis: OnRedis, replica: str) -> None:
 
 
 def _storage_error(what: str, exc: BaseException) -> StorageError:
-    from ..backends._redis_client import storage_error
+    from ..backends.redis.client import storage_error
 
     return storage_error(what, exc)
 

@@ -248,7 +248,7 @@ class RedisRegistry(Registry):
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            from ..backends._redis_client import storage_error
+            from ..backends.redis.client import storage_error
 
             raise storage_error(f"session registry {what}", exc) from exc
 

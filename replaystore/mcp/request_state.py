@@ -116,7 +116,7 @@ class StoreKeyRing:
                 await client.set(key, mine, nx=True)
                 stored = await client.get(key)
             except Exception as exc:  # redis.RedisError and cluster errors alike
-                from ..backends._redis_client import storage_error
+                from ..backends.redis.client import storage_error
 
                 raise storage_error("reading the shared requestState key", exc) from exc
             shared = stored.decode() if isinstance(stored, bytes) else str(stored)

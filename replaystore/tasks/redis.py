@@ -551,6 +551,6 @@ def _space(namespace: str) -> str:
 
 def _storage_error(what: str, exc: BaseException) -> StorageError:
     """What Redis said, as every Redis-backed part of the package says it."""
-    from ..backends._redis_client import storage_error
+    from ..backends.redis.client import storage_error
 
     return storage_error(what, exc)
