@@ -170,8 +170,10 @@ class StoreSubscriptionBus:
 
     @staticmethod
     def _keys(coordination: OnRedis) -> list[str]:
-        base = coordination.key_base("listen")
-        return [f"{base}:events", f"{base}:count"]
+        # Here, not at the top: an app on a memory store never imports redis-py.
+        from ..backends.redis.keys import listen
+
+        return list(listen(coordination.key_base))
 
     def _memory_scope(self, key: object) -> _MemoryScope:
         if self._scope is None:

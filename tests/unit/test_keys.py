@@ -15,9 +15,10 @@ import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, Retention
 from replaystore.backends.coordination import OnRedis
-from replaystore.backends.redis import RedisBackend
+from replaystore.backends.redis import RedisBackend, keys
 from replaystore.backends.redis.teardown import Teardown
 from replaystore.cursor import sequence_tag
+from replaystore.demo import _delete_keys
 from replaystore.mcp.bus import RedisBus
 from replaystore.mcp.listen import StoreSubscriptionBus
 from replaystore.mcp.preflight import _publish
@@ -109,6 +110,39 @@ def test_the_task_keys(on_redis: OnRedis) -> None:
     assert bare._nudge_prefix() == "rs{tasks}:nudge:"
 
 
+def test_the_names_module_spells_each_name_as_its_users_do() -> None:
+    """``keys.py`` on its own: the names above, and those built only next to a server."""
+    base = keys.base("rs", "s1")
+    assert base == "rs{s1}"
+    assert keys.session_keys(base, ["T"]) == [*SESSION_KEYS, "rs{s1}:q:T"]
+    assert keys.teardown_keys(base, ["T"]) == [
+        *(k for k in SESSION_KEYS if k != "rs{s1}:t"),
+        "rs{s1}:q:T",
+    ]
+    assert (keys.meta(base), keys.run_index(base), keys.swept(base), keys.tombstone(base)) == (
+        "rs{s1}:m",
+        "rs{s1}:i",
+        "rs{s1}:g",
+        "rs{s1}:t",
+    )
+    assert keys.sequence(base, "T") == "rs{s1}:q:T"
+    assert keys.registry(base) == "rs{s1}:mcp"
+    assert keys.registry_lease(base, "st") == "rs{s1}:mcp:lease:st"
+    assert keys.registry_end(base, "st") == "rs{s1}:mcp:end:st"
+    assert keys.session_channel("rs", "s1") == "rsmcp:s:s1"
+    assert keys.all_channel("rs") == "rsmcp:all"
+    assert keys.replica_channel("rs", "r1") == "rsmcp:r:r1"
+    assert keys.probe_channel("rs", "r1") == "rsmcp:r:probe.r1"
+    assert keys.request_state("rs") == "rs{request-state}:key"
+    assert keys.listen(lambda name: keys.base("rs", name)) == (
+        "rs{listen}:events",
+        "rs{listen}:count",
+    )
+    # a SCAN pattern: the base's glob characters match themselves only
+    assert keys.matching("r*s{s?1}") == "r\\*s{s\\?1}*"
+    assert keys.DEFAULT_PREFIX == "replaystore:"
+
+
 # ---------------------------------------------------------------- names used only on a server
 
 
@@ -128,6 +162,25 @@ async def test_what_a_session_stores(redis_server: ServerHandle, prefix: str) ->
         assert stored == sorted(
             [f"{prefix}{{s1}}:m", f"{prefix}{{s1}}:i", f"{prefix}{{s1}}:q:{sequence_tag('main')}"]
         )
+    finally:
+        for key in await client.keys(f"{prefix}*"):
+            await client.delete(key)
+        await buf.aclose()
+        await client.aclose()
+
+
+async def test_the_demo_deletes_every_key_of_its_session(
+    redis_server: ServerHandle, prefix: str
+) -> None:
+    buf = ReplayBuffer.from_url(f"{redis_server.url}?prefix={prefix}")
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        for session in ("s1", "s10"):  # s10's keys start with s1's name, not with its base
+            await buf.open_session(session)
+            await buf.append(session, "main", b"x")
+        await _delete_keys(buf, "s1")
+        left = sorted([k.decode() async for k in client.scan_iter(match=f"{prefix}*")])
+        assert left and all(key.startswith(f"{prefix}{{s10}}") for key in left)
     finally:
         for key in await client.keys(f"{prefix}*"):
             await client.delete(key)

@@ -21,6 +21,7 @@ from ..._rules import Judgement, Record, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
 from ...verdicts import Resumption, Verdict
+from .keys import meta, sequence
 from .replies import Facts, StoredState, decode_record, decode_state
 from .scripts import CLOCK_MARGIN_MS
 from .wire import Wire, pack_args
@@ -82,7 +83,8 @@ class FastPath:
         cache_key = (session, tag, named)
         read = self._reads.get(cache_key)
         if read is None:
-            key = self.key_base(session)
+            base = self.key_base(session)
+            hash_key, list_key = meta(base), sequence(base, tag)
             named_tag = sequence_tag(named) if named is not None else tag
             extra = (f"s:{tag}",) if named_tag == tag else (f"s:{tag}", f"s:{named_tag}")
             commands: _Commands = None
@@ -91,16 +93,16 @@ class FastPath:
                 head = b"".join(
                     (
                         b"*%d\r\n$5\r\nHMGET\r\n" % (9 + len(extra)),
-                        pack_args((f"{key}:m",)),
+                        pack_args((hash_key,)),
                         _FIXED_FIELDS,
                         pack_args(extra),
                         b"*4\r\n$6\r\nLRANGE\r\n",
-                        pack_args((f"{key}:q:{tag}",)),
+                        pack_args((list_key,)),
                     )
                 )
             if not self._wire.by_hand:  # redis-py's commands (on a cluster: if by hand fails)
-                hmget = ("HMGET", f"{key}:m", *_FIELDS, *extra)
-                commands = (hmget, ("LRANGE", f"{key}:q:{tag}"))  # the range changes per resume
+                hmget = ("HMGET", hash_key, *_FIELDS, *extra)
+                commands = (hmget, ("LRANGE", list_key))  # the range changes per resume
             if len(self._reads) > 10_000:
                 self._reads.clear()
             read = self._reads[cache_key] = (commands, head, 0)
