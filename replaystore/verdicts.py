@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from .cursor import Cursor
-from .errors import ReplayStoreError
+from .errors import ResumptionDesyncError
 
 __all__ = [
     "REASONS",
@@ -221,19 +221,3 @@ class Resumption:
         if not self.ok:
             raise ResumptionDesyncError(self)
         return self
-
-
-class ResumptionDesyncError(ReplayStoreError, RuntimeError):
-    """A ``Last-Event-ID`` could not be proven continuous with the retained log.
-
-    Carries the :class:`Resumption` so the verdict and its evidence travel with it.
-    """
-
-    def __init__(self, resumption: Resumption) -> None:
-        evidence = resumption.evidence
-        super().__init__(f"{resumption.verdict.value}: {evidence.reason}")
-        self.resumption = resumption
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.resumption.verdict
