@@ -116,14 +116,12 @@ async def _delete_keys(buf: ReplayBuffer, session: str) -> None:
     redis = backend.coordination() if isinstance(backend, Coordinated) else None
     if not isinstance(redis, OnRedis):
         return
-    pattern = _glob_escape(redis.key_base(session)) + "*"
+    from .backends.redis.keys import matching  # only on Redis: imports redis-py
+
+    pattern = matching(redis.key_base(session))
     keys = [key async for key in redis.client.scan_iter(match=pattern, count=1000)]
     for key in keys:  # one by one: a cluster refuses multi-key commands across slots
         await redis.client.delete(key)
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _describe(res: Resumption) -> list[str]:

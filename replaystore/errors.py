@@ -7,8 +7,8 @@ prefer raising (:class:`ResumptionDesyncError`, which carries the verdict).
 
 Every exception replaystore raises on purpose derives from
 :class:`ReplayStoreError`, so one ``except`` clause catches them all. This
-module imports nothing else of the package, so every other module can import
-it.
+module imports nothing else of the package at run time (the verdict types
+are named in annotations only), so every other module can import it.
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ class ResumptionDesyncError(ReplayStoreError, RuntimeError):
     """A ``Last-Event-ID`` could not be proven continuous with the retained log.
 
     Carries the :class:`~replaystore.Resumption` so the verdict and its
-    evidence travel with it (raised by
-    :meth:`~replaystore.Resumption.raise_for_verdict`).
+    evidence travel with it (:meth:`Resumption.raise_for_verdict
+    <replaystore.Resumption.raise_for_verdict>` raises it).
     """
 
     def __init__(self, resumption: Resumption) -> None:

@@ -67,13 +67,9 @@ def _import_builtin(scheme: str) -> None:
     if module == _LAZY["memory"]:
         importlib.import_module(module)
         return
-    from . import _redis_version  # reads package metadata: only for Redis URLs
-
     try:
-        # First: an older redis-py may import fine and fail only at the first connection.
-        _redis_version.require()
+        # The package checks the installed redis-py before importing any of it,
+        # and its ImportError says what to install.
         importlib.import_module(module)
     except ImportError as exc:
-        raise UnsupportedURLError(
-            f"{scheme}:// is unavailable: {_redis_version.explain(exc)}"
-        ) from exc
+        raise UnsupportedURLError(f"{scheme}:// is unavailable: {exc}") from exc

@@ -80,16 +80,20 @@ async def probe(buffer: ReplayBuffer, registry: Registry, replica: str, *, deep:
 
 
 async def _publish(redis: OnRedis, replica: str) -> None:
+    from ..backends.redis.keys import probe_channel  # only on Redis: imports redis-py
+
     try:
-        await redis.client.publish(f"{redis.prefix}mcp:r:probe.{replica}", "")
+        await redis.client.publish(probe_channel(redis.prefix, replica), "")
     except Exception as exc:  # redis.RedisError and cluster errors alike
         raise _storage_error("publishing a notification", exc) from exc
 
 
 async def _subscribe(redis: OnRedis, replica: str) -> None:
+    from ..backends.redis.keys import probe_channel  # only on Redis: imports redis-py
+
     pubsub = redis.client.pubsub()
     try:
-        await pubsub.subscribe(f"{redis.prefix}mcp:r:probe.{replica}")
+        await pubsub.subscribe(probe_channel(redis.prefix, replica))
         await pubsub.get_message(timeout=0.1)  # the subscription's confirmation or refusal
     except Exception as exc:
         raise _storage_error("subscribing to notifications", exc) from exc
@@ -101,7 +105,7 @@ async def _subscribe(redis: OnRedis, replica: str) -> None:
 
 
 def _storage_error(what: str, exc: BaseException) -> StorageError:
-    from ..backends._redis_client import storage_error
+    from ..backends.redis.client import storage_error
 
     return storage_error(what, exc)
 

@@ -110,13 +110,15 @@ class StoreKeyRing:
             raise RuntimeError("StoreKeyRing has no store: pass the buffer to the app")
         mine = self._keys[0] if self._keys else secrets.token_hex(32)
         if isinstance(coordination, OnRedis):
-            key = f"{coordination.prefix}{{request-state}}:key"
+            from ..backends.redis.keys import request_state  # only on Redis: imports redis-py
+
+            key = request_state(coordination.prefix)
             client = coordination.client
             try:
                 await client.set(key, mine, nx=True)
                 stored = await client.get(key)
             except Exception as exc:  # redis.RedisError and cluster errors alike
-                from ..backends._redis_client import storage_error
+                from ..backends.redis.client import storage_error
 
                 raise storage_error("reading the shared requestState key", exc) from exc
             shared = stored.decode() if isinstance(stored, bytes) else str(stored)

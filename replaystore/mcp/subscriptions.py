@@ -148,7 +148,7 @@ class StoreSubscriptionBus:
             try:
                 await coordination.client.eval(_PUBLISH, 2, *keys, text, self.keep)
             except Exception as exc:  # redis.RedisError and cluster errors alike
-                from ..backends._redis_client import storage_error
+                from ..backends.redis.client import storage_error
 
                 raise storage_error("publishing a listen event", exc) from exc
             return
@@ -170,8 +170,10 @@ class StoreSubscriptionBus:
 
     @staticmethod
     def _keys(coordination: OnRedis) -> list[str]:
-        base = coordination.key_base("listen")
-        return [f"{base}:events", f"{base}:count"]
+        # Here, not at the top: an app on a memory store never imports redis-py.
+        from ..backends.redis.keys import listen
+
+        return list(listen(coordination.key_base))
 
     def _memory_scope(self, key: object) -> _MemoryScope:
         if self._scope is None:

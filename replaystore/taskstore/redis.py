@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 
 from ..backends.coordination import OnRedis
+from ..backends.redis.keys import task_index, task_keys, task_nudges
 from ..errors import StorageError
 from .records import (
     LOST_ERROR,
@@ -196,8 +197,7 @@ class RedisTaskStore(TaskStore):
         same Redis and prefix) has other keys, so no operation here can read,
         claim or end it.
         """
-        base = self._key_base(f"task:{self._space}:{task_id}" if self._space else f"task:{task_id}")
-        return [f"{base}:task", f"{base}:in", f"{base}:ans"]
+        return task_keys(self._key_base, self._space, task_id)
 
     async def _run(self, name: str, task_id: str, *args: Any) -> Any:
         """One script, by digest; sent whole only when the server does not have it yet."""
@@ -217,7 +217,7 @@ class RedisTaskStore(TaskStore):
 
     def _nudge_prefix(self) -> str:
         """The pub/sub channels of the runners, ``<prefix><runner>`` (see :meth:`nudges`)."""
-        return f"{self._tasks_base()}:nudge:"
+        return task_nudges(self._key_base, self._space)
 
     @asynccontextmanager
     async def nudges(self, runner: str, nudge: Callable[[str], None]) -> AsyncIterator[None]:
@@ -250,13 +250,9 @@ class RedisTaskStore(TaskStore):
                 except Exception:
                     logger.debug("closing the nudge connection failed", exc_info=True)
 
-    def _tasks_base(self) -> str:
-        """The base of the namespace's own keys beside its tasks (its own hash tag)."""
-        return self._key_base(f"tasks:{self._space}" if self._space else "tasks")
-
     def _index(self) -> str:
         """The sorted set of tasks that may be running (its own hash tag)."""
-        return f"{self._tasks_base()}:running"
+        return task_index(self._key_base, self._space)
 
     async def _pipeline(self, steps: Sequence[_Step], *, whole: bool = False) -> list[Any]:
         """``steps`` in one round trip; the replies in order (a failed command's: its error)."""
@@ -551,6 +547,6 @@ def _space(namespace: str) -> str:
 
 def _storage_error(what: str, exc: BaseException) -> StorageError:
     """What Redis said, as every Redis-backed part of the package says it."""
-    from ..backends._redis_client import storage_error
+    from ..backends.redis.client import storage_error
 
     return storage_error(what, exc)

@@ -13,7 +13,7 @@ import redis.asyncio
 import redis.exceptions
 
 from replaystore import UnsupportedURLError
-from replaystore.backends._redis_client import build_client
+from replaystore.backends.redis.client import build_client
 
 
 def _client(url: str, **options: Any) -> Any:

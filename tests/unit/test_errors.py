@@ -11,6 +11,7 @@ import pytest
 
 import replaystore
 import replaystore.errors
+import replaystore.verdicts
 from replaystore import (
     CursorError,
     IdempotencyKeyReusedError,
@@ -78,15 +79,20 @@ def test_errors_module_imports_nothing_of_the_package():
     assert issubclass(module.SequenceTagCollisionError, module.InvalidInputError)
 
 
-def test_resumption_desync_error_lives_with_the_errors_and_is_still_reachable_from_verdicts():
+def test_errors_defines_every_exception_it_exports() -> None:
+    """Each class of ``errors.__all__`` is defined there (none looked up elsewhere on use)."""
+    for name in replaystore.errors.__all__:
+        assert getattr(replaystore.errors, name).__module__ == "replaystore.errors", name
+    with pytest.raises(AttributeError, match="NoSuchError"):
+        _ = replaystore.errors.NoSuchError  # type: ignore[attr-defined]
+
+
+def test_resumption_desync_error_is_reachable_from_the_verdicts_too() -> None:
     from replaystore.errors import ResumptionDesyncError as from_errors
     from replaystore.verdicts import ResumptionDesyncError as from_verdicts
 
     assert from_errors is from_verdicts is ResumptionDesyncError
-    assert ResumptionDesyncError.__module__ == "replaystore.errors"
-    assert "ResumptionDesyncError" in replaystore.errors.__all__
-    with pytest.raises(AttributeError, match="NoSuchError"):
-        _ = replaystore.errors.NoSuchError  # type: ignore[attr-defined]
+    assert "ResumptionDesyncError" in replaystore.verdicts.__all__
 
 
 def test_new_errors_say_what_was_refused():

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from replaystore.backends import _redis_version
-from replaystore.backends._redis_version import TESTED_REDIS
+from replaystore.backends import redis as redis_backend
+from replaystore.backends.redis import TESTED_REDIS
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(redis.__file__).resolve().parents[1]  # where the installed redis-py lives
@@ -125,6 +125,6 @@ def test_tested_range_is_the_extra_pinned_in_the_package_metadata():
 def test_the_installed_redis_py_is_one_of_the_tested_range():
     """The suite runs on a tested redis-py, so the check lets it through."""
     lowest, below = re.fullmatch(r">=([\d.]+),<([\d.]+)", TESTED_REDIS).groups()  # type: ignore[union-attr]
-    installed = _redis_version._release(redis.__version__)
-    assert _redis_version._release(lowest) <= installed < _redis_version._release(below)
-    _redis_version.require()
+    installed = redis_backend._release(redis.__version__)
+    assert redis_backend._release(lowest) <= installed < redis_backend._release(below)
+    redis_backend.require()

@@ -25,7 +25,7 @@ from replaystore.verdicts import REASONS
 
 LUA = {
     path.name: path.read_text()
-    for path in Path(str(resources.files("replaystore.backends") / "lua")).glob("*.lua")
+    for path in Path(str(resources.files("replaystore.backends.redis") / "lua")).glob("*.lua")
 }
 
 

@@ -47,12 +47,78 @@ not decode responses.
 
 The package by idea: ``backend.py`` (the five operations), ``wire.py``
 (packing, sending, dropping, reading replies, and the redis-py names that
-path relies on), ``scripts.py`` (the Lua library and how a server runs it),
-``replies.py`` (reply decoding), ``fastpath.py`` (the resume fast path).
+path relies on), ``scripts.py`` (the Lua library, ``lua/*.lua``, and how a
+server runs it), ``replies.py`` (reply decoding), ``fastpath.py`` (the resume
+fast path), ``client.py`` (clients from URLs: how to reach Redis).
+
+Importing the package first checks the installed redis-py (below), before
+anything of it is imported. The backend turns maintenance notifications off
+on its asyncio connections (``client.py``), an option redis-py's asyncio
+client has since 8.1. An older redis-py either fails to import
+(``redis.maint_notifications`` came with 7.0) or fails at the first
+connection with an error about an unknown keyword argument; neither says that
+the fix is a newer redis-py. So the version is read from the installed
+package's metadata, and a failed import says what to install.
 """
 
 from __future__ import annotations
 
-from .backend import DEFAULT_PREFIX, RedisBackend
+import re
+from importlib import metadata
 
-__all__ = ["DEFAULT_PREFIX", "RedisBackend"]
+__all__ = ["DEFAULT_PREFIX", "TESTED_REDIS", "RedisBackend"]
+
+#: The redis-py range the Redis backend is tested with (also pinned by the
+#: ``redis`` extra in the package metadata).
+TESTED_REDIS = ">=8.1,<9"
+_LOWEST = (8, 1)
+
+
+def _installed() -> str | None:
+    try:
+        return metadata.version("redis")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version string (``"8.1.0b1"`` -> ``(8, 1, 0)``)."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in match.group().split(".")) if match else ()
+
+
+def _problem() -> str | None:
+    installed = _installed()
+    if installed is None:
+        return "the Redis backend needs redis-py: pip install 'replaystore[redis]'"
+    if _release(installed) < _LOWEST:
+        return (
+            f"the Redis backend needs redis-py {TESTED_REDIS}, but redis-py {installed} "
+            f"is installed: pip install 'redis{TESTED_REDIS}'"
+        )
+    return None
+
+
+def require() -> None:
+    """Raise :class:`ImportError` saying what to install, unless redis-py is recent enough."""
+    problem = _problem()
+    if problem is not None:
+        raise ImportError(problem, name="redis")
+
+
+def explain(exc: ImportError) -> str:
+    """What is wrong when importing the Redis backend raised ``exc``, and what fixes it."""
+    problem = _problem()
+    if problem is not None:
+        return problem
+    while isinstance(exc.__cause__, ImportError):  # the import that failed first
+        exc = exc.__cause__
+    return f"redis-py {_installed()} is installed, but the Redis backend cannot import it: {exc}"
+
+
+# First: an older redis-py may import fine and fail only at the first connection.
+require()
+try:
+    from .backend import DEFAULT_PREFIX, RedisBackend
+except ImportError as exc:
+    raise ImportError(explain(exc), name="redis") from exc

@@ -46,12 +46,15 @@ from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
 from ...verdicts import Resumption, Verdict
 from .. import register_backend
-from .._redis_client import build_client, storage_error
 from ..base import Backend
 from ..coordination import OnRedis
+from .client import build_client, storage_error
 from .durability import append_and_wait, appended, check_options, options_from
 from .fastpath import Failed, FastPath
 from .fences import Fences, behind, regressed, regressed_answer
+from .keys import DEFAULT_PREFIX, meta, run_index, session_keys
+from .keys import base as session_base
+from .keys import sequence as sequence_key
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
@@ -59,10 +62,6 @@ from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
 
-DEFAULT_PREFIX = "replaystore:"
-
-#: Keys every script gets, in ``KEYS`` order; sequence lists follow.
-_FIXED = ("m", "i", "g", "t", "k", "k2", "x")
 #: Declared lists per sweep or touch call.
 _CHUNK = 1000
 
@@ -155,21 +154,15 @@ class RedisBackend(Backend):
     # -- keys ----------------------------------------------------------------
 
     def key_base(self, session: str) -> str:
-        """The prefix of every key of ``session``, hash tag included.
+        """The prefix of every key of ``session``, hash tag included (:func:`.keys.base`).
 
-        Redis Cluster hashes the text between the first ``{`` and the next
-        ``}``; a session id containing braces would cut that tag short (or
-        empty it, spreading the keys over several slots), so such ids are
-        written as hex behind a space, which no session id can contain. Other
-        modules put their own keys of a session behind this base to land in
-        the same slot.
+        Other modules put their own keys of a session behind this base to land
+        in the same Redis Cluster slot.
         """
-        tag = session if "{" not in session and "}" not in session else " " + session.encode().hex()
-        return f"{self.prefix}{{{tag}}}"
+        return session_base(self.prefix, session)
 
     def _keys(self, session: str, tags: Sequence[str] = ()) -> list[str]:
-        base = self.key_base(session)
-        return [f"{base}:{name}" for name in _FIXED] + [f"{base}:q:{tag}" for tag in tags]
+        return session_keys(self.key_base(session), tags)
 
     # -- calls ---------------------------------------------------------------
 
@@ -299,7 +292,7 @@ class RedisBackend(Backend):
             return self._keys(session, [tag]), self._append_args(sequence, tag)
         base = self.key_base(session)
         return (
-            [f"{base}:m", f"{base}:i", f"{base}:q:{tag}"],
+            [meta(base), run_index(base), sequence_key(base, tag)],
             [
                 f"s:{tag}",
                 sequence.encode("utf-8"),
@@ -462,8 +455,8 @@ class RedisBackend(Backend):
     def _later(self, session: str, tags: list[bytes]) -> None:
         """The lists of ``tags`` of a torn-down session, to the next batch of leftovers."""
         base = self.key_base(session)
-        lists = [f"{base}:q:{tag}" for tag in sorted({t.decode() for t in tags})]
-        self._leftovers.add(f"{base}:m", lists)
+        lists = [sequence_key(base, tag) for tag in sorted({t.decode() for t in tags})]
+        self._leftovers.add(meta(base), lists)
 
     async def _sweep_lists(self, session: str, tags: list[bytes]) -> None:
         """Delete the lists of a session that is gone (named by the script that removed it)."""
@@ -521,7 +514,7 @@ class RedisBackend(Backend):
         self._disconnected = False
         try:
             return await behind(
-                self._fences, self.client, lambda s: f"{self.key_base(s)}:m", self._end_regressed
+                self._fences, self.client, lambda s: meta(self.key_base(s)), self._end_regressed
             )
         except (RedisError, RedisClusterException) as exc:
             self._disconnected = True  # still unreachable: check again next time

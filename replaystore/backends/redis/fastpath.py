@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..._frozen import builder
 from ..._rules import Judgement, Record, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
 from ...verdicts import Resumption, Verdict
+from .keys import meta, sequence
 from .replies import Facts, StoredState, decode_record, decode_state
 from .scripts import CLOCK_MARGIN_MS
 from .wire import Wire, pack_args
@@ -58,9 +59,27 @@ _Commands = tuple[tuple[Any, ...], tuple[Any, ...]] | None
 #: the offset changes.
 _Read = tuple[_Commands, bytes, int]
 
-#: The meta hash fields every read asks for, in the order ``snapshot`` reads them.
+#: The meta hash fields every read asks for, in the order of :class:`_Meta`'s fields.
 _FIELDS = ("epoch", "top", "floor", "count", "nseq", "rf", "ra")
 _FIXED_FIELDS = pack_args(_FIELDS)
+
+
+class _Meta(NamedTuple):
+    """What a resume's ``HMGET`` of the meta hash returned, field by field, as Redis sent it.
+
+    The fields of ``_FIELDS`` in their order, then the state of the cursor's
+    sequence and, when the resume names another sequence, that one's.
+    """
+
+    epoch: bytes | None
+    top: bytes
+    floor: bytes
+    retained: bytes  # count: events retained
+    nseq: bytes
+    refresh_at: bytes | None  # rf: when the lazy TTL refresh falls due (ms)
+    oldest_run: bytes | None  # ra: when the oldest run started (ms)
+    state: bytes | None  # s:<tag> of the cursor's sequence
+    named_state: bytes | None = None  # s:<tag> of the sequence named, if another
 
 
 class FastPath:
@@ -82,7 +101,8 @@ class FastPath:
         cache_key = (session, tag, named)
         read = self._reads.get(cache_key)
         if read is None:
-            key = self.key_base(session)
+            base = self.key_base(session)
+            hash_key, list_key = meta(base), sequence(base, tag)
             named_tag = sequence_tag(named) if named is not None else tag
             extra = (f"s:{tag}",) if named_tag == tag else (f"s:{tag}", f"s:{named_tag}")
             commands: _Commands = None
@@ -91,16 +111,16 @@ class FastPath:
                 head = b"".join(
                     (
                         b"*%d\r\n$5\r\nHMGET\r\n" % (9 + len(extra)),
-                        pack_args((f"{key}:m",)),
+                        pack_args((hash_key,)),
                         _FIXED_FIELDS,
                         pack_args(extra),
                         b"*4\r\n$6\r\nLRANGE\r\n",
-                        pack_args((f"{key}:q:{tag}",)),
+                        pack_args((list_key,)),
                     )
                 )
             if not self._wire.by_hand:  # redis-py's commands (on a cluster: if by hand fails)
-                hmget = ("HMGET", f"{key}:m", *_FIELDS, *extra)
-                commands = (hmget, ("LRANGE", f"{key}:q:{tag}"))  # the range changes per resume
+                hmget = ("HMGET", hash_key, *_FIELDS, *extra)
+                commands = (hmget, ("LRANGE", list_key))  # the range changes per resume
             if len(self._reads) > 10_000:
                 self._reads.clear()
             read = self._reads[cache_key] = (commands, head, 0)
@@ -132,7 +152,38 @@ class FastPath:
         tag, ordinal = cursor.tag, cursor.ordinal
         assert tag is not None
         assert ordinal is not None
-        r = self.retention
+        got = await self._fetch(session, tag, named, ordinal)
+        if got is None:
+            return None
+        meta, state, elements = got
+        if self._due(meta, state):
+            return None
+        facts = _facts(meta, state, elements, cursor, named)
+        if facts is None:
+            return None
+        judgement = judge(facts, cursor, named)
+        if judgement.verdict is not Verdict.RESUMED:
+            decided = judgement.code in DECIDED_HERE or facts.evicted is not None
+            return Failed(judgement, facts) if decided else None
+        if facts.record_at is None:
+            return None  # only a chain that starts at the cursor's own event was read
+        evidence = evidence_for(
+            session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
+        )
+        return _new_resumption(
+            judgement.verdict, evidence, judgement.sequence, judgement.chain.events(facts.epoch)
+        )
+
+    async def _fetch(
+        self, session: str, tag: str, named: str | None, ordinal: int
+    ) -> tuple[_Meta, StoredState, list[Any]] | None:
+        """The meta hash and the list from the cursor's ordinal on, in one round trip (the
+        ``LRANGE`` by hand where the wire can); ``None`` when in doubt.
+
+        The list is read from the offset this process saw last; a read that
+        finds another offset (the list was compacted) is sent once more from
+        the new one.
+        """
         read = self.read(session, tag, named)
         base = read[2]  # other resumes may learn another one meanwhile: this read's own
         for _ in range(2):
@@ -161,75 +212,77 @@ class FastPath:
                 raise values
             if isinstance(elements, Exception):
                 raise elements
-            if values[0] is None or values[7] is None:
+            meta = _Meta(*values)
+            if meta.epoch is None or meta.state is None:
                 return None
-            state = decode_state(values[7])
+            state = decode_state(meta.state)
             if state.base == base:
-                break
+                return meta, state, elements
             base = state.base
             self._learn(session, tag, named, read, base)
-        else:
-            return None
-        if int(values[3]) > r.max_events:
-            return None
-        # Work that falls due by the clock (a TTL refresh, an age eviction) is
-        # read from the meta hash and compared with this process's clock, with
-        # a margin for the two clocks' difference; near either moment, or when
-        # the newest event was stamped ahead of this clock, the script decides.
+        return None
+
+    def _due(self, meta: _Meta, state: StoredState) -> bool:
+        """Whether the read shows work the scripts do first: an eviction, a TTL refresh.
+
+        Work that falls due by the clock (a TTL refresh, an age eviction) is
+        read from the meta hash and compared with this process's clock, with a
+        margin for the two clocks' difference; near either moment, or when the
+        newest event was stamped ahead of this clock, the script decides.
+        """
+        r = self.retention
+        retained = int(meta.retained)
+        if retained > r.max_events:
+            return True
         now_ms = time.time() * 1000 + CLOCK_MARGIN_MS
-        if values[5] is None or now_ms >= int(values[5]) or int(state.stamp) > now_ms:
-            return None
-        if (
+        if meta.refresh_at is None or now_ms >= int(meta.refresh_at) or int(state.stamp) > now_ms:
+            return True
+        return bool(
             r.max_age_ms
-            and int(values[3])
-            and (values[6] is None or int(values[6]) + r.max_age_ms <= now_ms)
-        ):
+            and retained
+            and (meta.oldest_run is None or int(meta.oldest_run) + r.max_age_ms <= now_ms)
+        )
+
+
+def _facts(
+    meta: _Meta, state: StoredState, elements: list[Any], cursor: Cursor, named: str | None
+) -> Facts | None:
+    """The facts the rules judge, from the read; ``None`` when the read cannot tell."""
+    tag, ordinal, epoch = cursor.tag, cursor.ordinal, meta.epoch
+    assert tag is not None
+    assert ordinal is not None
+    assert epoch is not None  # a read without one is in doubt (``_fetch``)
+    public = state.public
+    states = {tag: public}
+    if meta.named_state is not None:
+        other = decode_state(meta.named_state).public
+        states[other.tag] = other
+    record = decode_record(elements[0], public.name, ordinal) if elements else None
+    if record is not None and (record.position != cursor.position or record.stamp != cursor.stamp):
+        record = None  # not the cursor's event: the script looks it up
+    floor = int(meta.floor)
+    evicted = None
+    if record is not None and cursor.position < floor and _named_is_hinted(named, tag):
+        # The cursor's own event, evicted but still in its list, found at
+        # its ordinal: the sequence's newest evicted event (ordinal
+        # ``first - 1``, at or after the cursor's) came with it in the
+        # same read, as ``facts.lua`` would find it.
+        evicted = _newest_evicted(state, elements, ordinal)
+        if evicted is None:
             return None
-        public = state.public
-        states = {tag: public}
-        if len(values) > 8 and values[8] is not None:
-            other = decode_state(values[8]).public
-            states[other.tag] = other
-        record = decode_record(elements[0], public.name, ordinal) if elements else None
-        if record is not None and (
-            record.position != cursor.position or record.stamp != cursor.stamp
-        ):
-            record = None  # not the cursor's event: the script looks it up
-        floor = int(values[2])
-        evicted = None
-        if record is not None and cursor.position < floor and _named_is_hinted(named, tag):
-            # The cursor's own event, evicted but still in its list, found at
-            # its ordinal: the sequence's newest evicted event (ordinal
-            # ``first - 1``, at or after the cursor's) came with it in the
-            # same read, as ``facts.lua`` would find it.
-            evicted = _newest_evicted(state, elements, ordinal)
-            if evicted is None:
-                return None
-        facts = Facts(
-            values[0].decode(),  # epoch
-            int(values[1]),  # top
-            floor,  # floor
-            int(values[3]),  # retained
-            int(values[4]),  # sequence_count
-            states,
-            tag,  # chain_tag
-            ordinal + 1,  # chain_ordinal
-            elements[1:] if record is not None else [],
-            record,  # record_at
-            evicted,  # the newest evicted event, when the cursor's is evicted
-        )
-        judgement = judge(facts, cursor, named)
-        if judgement.verdict is not Verdict.RESUMED:
-            decided = judgement.code in DECIDED_HERE or evicted is not None
-            return Failed(judgement, facts) if decided else None
-        if record is None:
-            return None  # only a chain that starts at the cursor's own event was read
-        evidence = evidence_for(
-            session, raw_cursor, cursor, facts, judgement, torn_down=False, replay=True
-        )
-        return _new_resumption(
-            judgement.verdict, evidence, judgement.sequence, judgement.chain.events(facts.epoch)
-        )
+    return Facts(
+        epoch.decode(),
+        int(meta.top),
+        floor,
+        int(meta.retained),
+        int(meta.nseq),  # sequence_count
+        states,
+        tag,  # chain_tag
+        ordinal + 1,  # chain_ordinal
+        elements[1:] if record is not None else [],
+        record,  # record_at
+        evicted,  # the newest evicted event, when the cursor's is evicted
+    )
 
 
 def _named_is_hinted(named: str | None, tag: str) -> bool:

@@ -4,17 +4,16 @@
 connections, which costs a fraction of redis-py's own path; that needs
 attributes and methods redis-py does not promise to keep. Each is listed here
 with why it is needed, and checked when this module is imported, the way
-:mod:`replaystore.mcp._sdk.checked` checks the MCP SDK's: if one is missing, every
-client goes through redis-py's public API instead (slower, same results), with
-one :class:`RuntimeWarning` naming what is missing.
+:mod:`replaystore.mcp._sdk.checked` checks the MCP SDK's (both with
+:mod:`replaystore._seams`): if one is missing, every client goes through
+redis-py's public API instead (slower, same results), with one
+:class:`RuntimeWarning` naming what is missing.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -28,22 +27,15 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
+from ... import _seams
+from ..._seams import Requirement
+
 try:
     import redis._parsers.hiredis as _hiredis_parsers
 except ImportError:  # moved: its names are missing (see REQUIREMENTS)
     _hiredis_parsers = None  # type: ignore[assignment]
 
 __all__ = ["BY_HAND", "OWN_CONNECTIONS", "REQUIREMENTS", "Requirement", "missing", "settle"]
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    """One name of redis-py the hand-made path relies on: where it lives, what it is, and why."""
-
-    owner: str
-    name: str
-    kind: str  # "method", "attribute" (on an instance or a class), "parameter" (of a callable)
-    why: str
 
 
 #: The connection classes that are redis-py's own: the ones these names are
@@ -174,21 +166,6 @@ REQUIREMENTS: tuple[Requirement, ...] = (
 )
 
 
-def _missing(requirement: Requirement, owners: dict[str, Callable[[], Any]]) -> bool:
-    try:
-        target = owners[requirement.owner]()
-    except Exception:  # an owner that cannot be built has none of its names
-        return True
-    if requirement.kind == "parameter":
-        try:
-            return requirement.name not in inspect.signature(target).parameters
-        except (TypeError, ValueError):
-            return True
-    if requirement.kind == "method":
-        return not callable(getattr(target, requirement.name, None))
-    return not hasattr(target, requirement.name)
-
-
 def missing(
     reqs: Iterable[Requirement] | None = None,
     owners: dict[str, Callable[[], Any]] | None = None,
@@ -199,7 +176,7 @@ def missing(
     others to see the check find a missing name.
     """
     lookup = _OWNERS if owners is None else {**_OWNERS, **owners}
-    return [r for r in (REQUIREMENTS if reqs is None else reqs) if _missing(r, lookup)]
+    return _seams.missing(REQUIREMENTS if reqs is None else reqs, lookup)
 
 
 def settle(
@@ -214,7 +191,7 @@ def settle(
         version = metadata.version("redis")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    listing = "; ".join(f"{r.owner}.{r.name} ({r.kind}: {r.why})" for r in gone)
+    listing = _seams.describe(gone)
     warnings.warn(
         f"redis-py {version} lacks what the Redis backend's direct path uses, so it sends "
         f"every command through redis-py's public API (same results, more client time per "

@@ -1,6 +1,6 @@
 """The script library: the Lua operations, and the one place that picks how a server runs them.
 
-Every operation is one Lua file in ``replaystore/backends/lua/`` behind the
+Every operation is one Lua file in ``replaystore/backends/redis/lua/`` behind the
 shared helpers of ``_lib.lua``. A server that takes functions (Redis 7+,
 Valkey) runs them as one function library, loaded on first use: the helpers
 are defined once, not on every call as in a script. Elsewhere (a cluster,
@@ -113,7 +113,7 @@ _DIRECT = frozenset({"append_lean"})
 
 
 def _lua(name: str) -> str:
-    return (resources.files("replaystore.backends") / "lua" / name).read_text()
+    return (resources.files(__package__) / "lua" / name).read_text()
 
 
 _LIB = _PRELUDE + _lua("_lib.lua") + "\n"

@@ -56,6 +56,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...cursor import Cursor
+from .keys import meta as meta_key
+from .keys import swept, teardown_keys
+from .keys import tombstone as tombstone_key
 from .wire import Wire, pack_args, pack_one
 
 __all__ = ["Leftovers", "Teardown", "Teardowns", "still_true", "tear_down", "tombstone_head"]
@@ -130,9 +133,9 @@ class Teardown:
         return b"".join(
             (
                 b"*2\r\n$7\r\nHGETALL\r\n",
-                _bulk(f"{self.base}:m"),
+                _bulk(meta_key(self.base)),
                 b"*2\r\n$8\r\nSMEMBERS\r\n",
-                _bulk(f"{self.base}:g"),
+                _bulk(swept(self.base)),
             )
         )
 
@@ -149,7 +152,7 @@ async def tear_down(wire: Wire, requests: Sequence[Teardown]) -> list[bool]:
     nothing (a watched session changed meanwhile) each is tried again alone,
     so that one busy session does not send the others back to be judged.
     """
-    metas = [f"{r.base}:m" for r in requests]
+    metas = [meta_key(r.base) for r in requests]
     reads = b"".join(
         (
             b"*%d\r\n$5\r\nWATCH\r\n" % (len(metas) + 1),
@@ -179,14 +182,15 @@ async def tear_down(wire: Wire, requests: Sequence[Teardown]) -> list[bool]:
                 continue
             going.append(i)
             tags = {f[2:] for f in meta if f.startswith(b"s:")} | set(left)
-            keys += [f"{r.base}:{name}" for name in ("m", "i", "g", "k", "k2", "x")]
-            keys += [f"{r.base}:q:{tag.decode()}" for tag in sorted(tags)]
+            keys += teardown_keys(r.base, [tag.decode() for tag in sorted(tags)])
             stone = f'{r.tombstone},"id":"{r.nonce}","at":{now}}}'
             stones.append(
-                b"*5\r\n$3\r\nSET\r\n" + pack_args((f"{r.base}:t", stone, "PX", r.ttl_ms))
+                b"*5\r\n$3\r\nSET\r\n" + pack_args((tombstone_key(r.base), stone, "PX", r.ttl_ms))
             )
         # The gone sessions' tombstones are read first, outside the transaction.
-        tombs = b"".join(b"*2\r\n$3\r\nGET\r\n" + _bulk(f"{requests[i].base}:t") for i in gone)
+        tombs = b"".join(
+            b"*2\r\n$3\r\nGET\r\n" + _bulk(tombstone_key(requests[i].base)) for i in gone
+        )
         if not going:
             return tombs + _UNWATCH[0], len(gone) + 1
         packet = b"".join(

@@ -336,7 +336,7 @@ class Wire:
 
     async def _exchange_at(self, node: Any, packet: bytes, replies: int) -> list[Any] | None:
         """One packet on a connection of ``node``; ``None`` if the connection failed."""
-        # The client's bound on commands in flight (``_redis_client``'s
+        # The client's bound on commands in flight (``client.py``'s
         # cluster client waits for a place): a connection taken here counts.
         hold = getattr(self.client, "in_flight", None)
         self._in_flight += 1

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -35,6 +34,7 @@ from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
+from ..._seams import Requirement, describe, missing
 from ...errors import ReplayStoreError
 
 __all__ = [
@@ -62,22 +62,6 @@ class SDKCompatibilityError(ReplayStoreError, ImportError):
     An :class:`ImportError` too: it is raised while :mod:`replaystore.mcp` is
     imported, where code that treats the MCP layer as optional looks for one.
     """
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    """One private name: where it lives, what it is, and why it is needed.
-
-    ``source`` is set for a method this package overrides (or, for FastMCP,
-    wraps and depends on): the :func:`source_digest` of the upstream version
-    it was written against.
-    """
-
-    owner: str
-    name: str
-    kind: str  # "method" (or function), "attribute" (on an instance), "parameter" (of a callable)
-    why: str
-    source: str = ""
 
 
 # How to get an object to look a name up on, per owner.
@@ -380,18 +364,6 @@ def changed_sources(
     return changed
 
 
-def _missing(requirement: Requirement, owners: dict[str, Callable[[], Any]]) -> bool:
-    try:
-        target = owners[requirement.owner]()
-    except ImportError:  # an optional package (FastMCP) that is not installed
-        return False
-    if requirement.kind == "parameter":
-        return requirement.name not in inspect.signature(target).parameters
-    if requirement.kind == "method":
-        return not callable(getattr(target, requirement.name, None))
-    return not hasattr(target, requirement.name)
-
-
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
@@ -419,10 +391,11 @@ def check(
             for r in _REQUIREMENTS
             if (fastmcp or not r.owner.startswith("FastMCP")) and r.owner != "MCPServer()"
         ]
-    gone = [r for r in reqs if _missing(r, lookup)]
+    # FastMCP is optional: where it is not installed, nothing uses its names.
+    gone = missing(reqs, lookup, optional=(ImportError,))
     if not gone:
         return
-    listing = "; ".join(f"{r.owner}.{r.name} ({r.kind}: {r.why})" for r in gone)
+    listing = describe(gone)
     raise SDKCompatibilityError(
         f"replaystore.mcp does not support the installed MCP SDK (mcp {_version('mcp')}, "
         f"fastmcp {_version('fastmcp')}; tested: mcp {TESTED_MCP}, fastmcp {TESTED_FASTMCP}): "

@@ -30,6 +30,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -257,19 +258,22 @@ class RedisBus(Bus):
     """Classic pub/sub on one dedicated connection per replica."""
 
     def __init__(self, replica: str, handler: Handler, redis: OnRedis) -> None:
+        # Here, not at the top: an app on a memory store never imports redis-py.
+        from ...backends.redis.keys import all_channel, replica_channel, session_channel
+
         super().__init__(replica, handler)
         self._client = redis.client
-        prefix = redis.prefix
-        self._session_prefix = f"{prefix}mcp:s:"
-        self._all = f"{prefix}mcp:all"
-        self._mine = f"{prefix}mcp:r:{replica}"
+        self._session_channel = partial(session_channel, redis.prefix)
+        self._replica_channel = partial(replica_channel, redis.prefix)
+        self._all = all_channel(redis.prefix)
+        self._mine = self._replica_channel(replica)
         self._pubsub: Any = None  # redis-py's PubSub (untyped)
         self._pending: dict[tuple[str, str], None] = {}
         self._kick = anyio.Event()
         self._confirmed: dict[str, anyio.Event] = {}
 
     def _channel(self, session: str) -> str:
-        return self._session_prefix + session
+        return self._session_channel(session)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         self._pubsub = self._client.pubsub()
@@ -358,7 +362,7 @@ class RedisBus(Bus):
         await self._publish(self._all, message)
 
     async def send(self, replica: str, message: Message) -> None:
-        await self._publish(self._mine.rsplit(":", 1)[0] + ":" + replica, message)
+        await self._publish(self._replica_channel(replica), message)
 
     async def _publish(self, channel: str, message: Message) -> None:
         text = encode(message, self.replica)
@@ -377,6 +381,6 @@ def bus_for(coordination: Coordination, replica: str, handler: Handler) -> Bus:
 
 def _said(what: str, exc: BaseException) -> Exception:
     """What Redis said about a notification, as every Redis-backed part of the package says it."""
-    from ...backends._redis_client import storage_error
+    from ...backends.redis.client import storage_error
 
     return storage_error(what, exc)

@@ -226,21 +226,25 @@ class RedisRegistry(Registry):
     """The registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own."""
 
     def __init__(self, redis: OnRedis) -> None:
+        # Here, not at the top: an app on a memory store never imports redis-py.
+        from ...backends.redis import keys
+
         self._key_base = redis.key_base
         self._client = redis.client
+        self._keys = keys
 
     def _base(self, session: str) -> str:
         """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
         return self._key_base(session)
 
     def _record(self, session: str) -> str:
-        return f"{self._base(session)}:mcp"
+        return self._keys.registry(self._base(session))
 
     def _lease(self, session: str, stream: str) -> str:
-        return f"{self._base(session)}:mcp:lease:{stream}"
+        return self._keys.registry_lease(self._base(session), stream)
 
     def _end(self, session: str, stream: str) -> str:
-        return f"{self._base(session)}:mcp:end:{stream}"
+        return self._keys.registry_end(self._base(session), stream)
 
     async def _call(self, what: str, coro: Any) -> Any:
         try:
@@ -248,7 +252,7 @@ class RedisRegistry(Registry):
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            from ...backends._redis_client import storage_error
+            from ...backends.redis.client import storage_error
 
             raise storage_error(f"session registry {what}", exc) from exc
 

@@ -59,17 +59,9 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
+from redis.maint_notifications import MaintNotificationsConfig
 
-from ..errors import StorageError, UnsupportedURLError
-from ._redis_version import require
-
-try:
-    from redis.maint_notifications import MaintNotificationsConfig
-finally:
-    # Say which redis-py is needed, rather than that this module is missing
-    # (before 7.0) or, at the first connection, that build_client passes an
-    # unknown keyword argument (7.0 to 8.0).
-    require()
+from ...errors import StorageError, UnsupportedURLError
 
 __all__ = ["build_client", "refusal", "storage_error"]
 
@@ -525,7 +517,7 @@ def _function_command(text: str) -> str | None:
     found = re.search(r"@user_function:(\d+)", text)
     if found is None:
         return None
-    from .redis.scripts import LIBRARY
+    from .scripts import LIBRARY
 
     lines = LIBRARY.splitlines()
     number = int(found.group(1))
