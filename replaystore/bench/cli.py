@@ -15,8 +15,7 @@ from typing import Any
 
 from ..buffer import ReplayBuffer
 from ..errors import ReplayStoreError
-from .catalog import CATALOG
-from .stores import is_plain_redis_url, is_redis_url
+from .stores import CATALOG, is_plain_redis_url, is_redis_url
 from .storm import RUN_PREFIX, Options, delete_run_keys, run_storm, storm_meta
 
 __all__ = ["main"]
@@ -122,7 +121,7 @@ def _unreachable(url: str) -> str | None:
     """Why the Redis at ``url`` cannot be used, or ``None`` (checked once, before any replica)."""
     import asyncio
 
-    from .redis_cost import RedisProbe
+    from .stores import RedisProbe
 
     async def ping() -> None:
         probe = RedisProbe(url)
@@ -139,8 +138,8 @@ def _unreachable(url: str) -> str | None:
 
 
 def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
-    from .goals import http_ratios_and_targets
     from .http import HTTP_STORES, run_http_storm
+    from .truth import http_ratios_and_targets
 
     # What the replicas store goes under a prefix of this run, deleted when it
     # ends however it ends: a shared Redis keeps nothing of the benchmark.
@@ -217,8 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
-    from .plots import write_plots
-    from .report import markdown
+    from .report import markdown, write_plots
 
     checks = [
         (args.sessions >= 1, "--sessions must be at least 1"),

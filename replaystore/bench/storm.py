@@ -39,13 +39,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..testing.replicas import ReplicaPool
-from .catalog import CATALOG, available, default_names
-from .goals import storm_ratios, storm_targets
-from .progress import Bar
-from .redis_cost import RedisProbe, Sample
-from .stores import EVICTED_PREFIX, StoreSpec, is_cluster_url, is_redis_url
-from .truth import Tally, judge
-from .workload import PATHOLOGIES, Reconnect, SessionPlan, plan_reconnects, plan_sessions
+from .report import Bar
+from .stores import (
+    CATALOG,
+    RedisProbe,
+    Sample,
+    StoreSpec,
+    available,
+    default_names,
+    is_cluster_url,
+    is_redis_url,
+)
+from .truth import Tally, judge, storm_ratios, storm_targets
+from .workload import (
+    EVICTED_PREFIX,
+    PATHOLOGIES,
+    Reconnect,
+    SessionPlan,
+    plan_reconnects,
+    plan_sessions,
+)
 
 __all__ = ["RUN_PREFIX", "Options", "delete_run_keys", "run_storm", "storm_meta"]
 

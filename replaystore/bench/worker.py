@@ -21,8 +21,7 @@ from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .catalog import build
-from .stores import Reply, Store
+from .stores import Reply, Store, build
 from .workload import Reconnect, SessionPlan, StreamKey
 
 __all__ = ["serve"]
