@@ -29,8 +29,6 @@ import asyncio
 import itertools
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +44,7 @@ import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
+from replaystore.bench.servers import ServerProcess as Process
 from replaystore.tasks import task_store_for
 from replaystore.testing import TcpProxy
 from replaystore.testing.servers import find_free_port
@@ -74,54 +73,16 @@ _META = {
 _ids = itertools.count(1)
 
 
-class Process:
-    """One server process on loopback serving one or more ports (always stopped)."""
-
-    def __init__(self, args: list[str], ports: list[int], log: Path) -> None:
-        self.ports = ports
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        for port in self.ports:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"server on {port} not ready") from None
-                    time.sleep(0.1)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
 def ours_process(store: str, logs: Path, name: str, replicas: int = 1) -> Process:
     ports = [find_free_port() for _ in range(replicas)]
     args = [sys.executable, "-m", "benchmarks.tasks_server", store, str(LEASE_SECONDS)]
-    return Process([*args, *map(str, ports)], ports, logs / f"{name}.log")
+    return Process([*args, *map(str, ports)], ports, logs / f"{name}.log", cwd=ROOT).start()
 
 
 def peer_process(python: str, url: str, logs: Path, name: str) -> Process:
     port = find_free_port()
-    return Process([python, str(PEER_SCRIPT), str(port), url], [port], logs / f"{name}.log")
+    argv = [python, str(PEER_SCRIPT), str(port), url]
+    return Process(argv, [port], logs / f"{name}.log", cwd=ROOT).start()
 
 
 @dataclass
