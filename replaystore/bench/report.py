@@ -257,7 +257,6 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     directory.mkdir(parents=True, exist_ok=True)
     stores = report["stores"]
@@ -265,7 +264,18 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
         f"{report['meta']['options']['sessions']:,} sessions, "
         f"{report['meta']['options']['replicas']} replica(s), {report['meta']['backend']}"
     )
-    paths = []
+    drawn = [
+        _latency_plot(stores, title, directory),
+        _throughput_plot(stores, title, directory),
+        _cpu_plot(stores, title, directory),
+        _history_plot(stores, title, directory),
+    ]
+    return [path for path in drawn if path is not None]
+
+
+def _latency_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path:
+    """The resume latency CDF, one curve per store that resumed anything."""
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     latencies = []
@@ -283,7 +293,12 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     ax.set_title(f"Resume latency CDF: {title}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    paths.append(_save(fig, directory / "latency_cdf.png"))
+    return _save(fig, directory / "latency_cdf.png")
+
+
+def _throughput_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path:
+    """Resumes/s and appends/s per store (appends/s only where measured)."""
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     names = [s["name"] for s in stores]
@@ -309,11 +324,12 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     ax.set_ylabel("per second")
     ax.set_title(f"Throughput: {title}", fontsize=10)
     ax.legend(fontsize=8)
-    paths.append(_save(fig, directory / "throughput.png"))
+    return _save(fig, directory / "throughput.png")
 
-    cpu = _cpu_plot(stores, title, directory)
-    if cpu is not None:
-        paths.append(cpu)
+
+def _history_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path | None:
+    """The latency of one resume against the history the session holds (None: not measured)."""
+    import matplotlib.pyplot as plt
 
     curves = {
         s["name"]: sorted((int(k), v["p50_ms"]) for k, v in s["resume_by_history"].items())
@@ -321,7 +337,7 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     }
     curves = {name: points for name, points in curves.items() if points}
     if not curves:
-        return paths
+        return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, points in curves.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
@@ -336,8 +352,7 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     ax.set_title(f"Resume cost against history size: {title}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    paths.append(_save(fig, directory / "cost_by_history.png"))
-    return paths
+    return _save(fig, directory / "cost_by_history.png")
 
 
 def cpu_series(stores: list[dict[str, Any]]) -> list[tuple[str, list[float | None]]]:

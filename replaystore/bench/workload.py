@@ -166,25 +166,7 @@ def plan_reconnects(
     a replica other than the session's writer unless ``sticky``.
     """
     rng = random.Random(seed + 1)
-    normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
-    evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
-    n = len(normal)
-    per_kind = _per_kind(n, pathology_rate)
-    order = list(range(n))
-    rng.shuffle(order)
-    picks = [normal[i] for i in order]
-    # Sessions of the pathologies first, then the normal reconnects; the rest stay quiet.
-    cut = 0
-    chosen: dict[str, list[SessionPlan]] = {}
-    for kind in ("conflated", "ahead", "foreign", "second"):
-        chosen[kind] = picks[cut : cut + per_kind]
-        cut += per_kind
-    lenders = picks[cut : cut + per_kind]  # whose cursors the foreign reconnects present
-    cut += per_kind
-    n_normal = max(0, round(n * share) - 4 * per_kind)
-    chosen["normal"] = picks[cut : cut + n_normal]
-    chosen["evicted"] = evicted
-
+    chosen, lenders = _choose(sessions, rng, share, pathology_rate)
     out: list[Reconnect] = []
 
     def add(kind: str, plan: SessionPlan, stream: str, cursor: str, held: int) -> None:
@@ -220,3 +202,28 @@ def plan_reconnects(
         add("evicted", plan, STREAMS[0], truth[(plan.session, STREAMS[0])][2], 2)
     rng.shuffle(out)  # the storm hits in no particular order
     return out
+
+
+def _choose(
+    sessions: list[SessionPlan], rng: random.Random, share: float, pathology_rate: float
+) -> tuple[dict[str, list[SessionPlan]], list[SessionPlan]]:
+    """Which sessions reconnect, by kind, and whose cursors the foreign reconnects present."""
+    normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
+    evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
+    n = len(normal)
+    per_kind = _per_kind(n, pathology_rate)
+    order = list(range(n))
+    rng.shuffle(order)
+    picks = [normal[i] for i in order]
+    # Sessions of the pathologies first, then the normal reconnects; the rest stay quiet.
+    cut = 0
+    chosen: dict[str, list[SessionPlan]] = {}
+    for kind in ("conflated", "ahead", "foreign", "second"):
+        chosen[kind] = picks[cut : cut + per_kind]
+        cut += per_kind
+    lenders = picks[cut : cut + per_kind]  # whose cursors the foreign reconnects present
+    cut += per_kind
+    n_normal = max(0, round(n * share) - 4 * per_kind)
+    chosen["normal"] = picks[cut : cut + n_normal]
+    chosen["evicted"] = evicted
+    return chosen, lenders
