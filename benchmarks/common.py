@@ -22,9 +22,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 # every stored event: a 200-byte JSON-RPC notification, the same as the storm's
-from replaystore.bench.payloads import PAYLOAD_BYTES as PAYLOAD_BYTES
-from replaystore.bench.payloads import message as message
-from replaystore.bench.payloads import payload as payload
+from replaystore.bench.workload import PAYLOAD_BYTES as PAYLOAD_BYTES
+from replaystore.bench.workload import message as message
+from replaystore.bench.workload import payload as payload
 from replaystore.testing.servers import ServerHandle, redis_server_binary, start_standalone
 
 

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -36,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from replaystore.bench.servers import Servers
 from replaystore.testing.servers import find_free_port, redis_server_binary, start_standalone
 from replaystore.testing.sse import sse_events
 
@@ -43,40 +43,21 @@ PV = "2025-11-25"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Replica:
-    port: int
-    proc: subprocess.Popen[bytes]
+    """One ``python -m replaystore.mcp.example`` process: where it serves MCP, its pid."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+    url: str
+    pid: int
 
 
-def _spawn(url: str, log: Path) -> Replica:
-    port = find_free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "replaystore.mcp.example", "--port", str(port), "--url", url],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        )
-    return Replica(port, proc)
-
-
-async def _ready(replicas: list[Replica]) -> None:
-    deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(timeout=2) as http:
-        for replica in replicas:
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(replica.url)).status_code == 400:
-                        break
-                if time.monotonic() > deadline or replica.proc.poll() is not None:
-                    raise RuntimeError(f"replica on port {replica.port} did not start")
-                await asyncio.sleep(0.1)
+def _commands(url: str) -> list[tuple[list[str], list[int]]]:
+    commands = []
+    for _ in range(2):
+        port = find_free_port()
+        argv = [sys.executable, "-m", "replaystore.mcp.example", "--port", str(port), "--url", url]
+        commands.append((argv, [port]))
+    return commands
 
 
 # ---------------------------------------------------------------- a raw MCP client
@@ -294,8 +275,8 @@ async def measure_connections(
             rows.append(
                 {
                     "attached_clients": target,
-                    "replica_a": redis_connections(a.proc.pid, redis_port),
-                    "replica_b": redis_connections(b.proc.pid, redis_port),
+                    "replica_a": redis_connections(a.pid, redis_port),
+                    "replica_b": redis_connections(b.pid, redis_port),
                 }
             )
         for task in holders:
@@ -306,26 +287,21 @@ async def measure_connections(
 
 async def run(quick: bool, clients: int, logs: Path) -> dict[str, Any]:
     handle = start_standalone(redis_server_binary(), "redis")
-    replicas: list[Replica] = []
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     try:
-        replicas = [_spawn(handle.url, logs / f"replica-{i}.log") for i in range(2)]
-        await _ready(replicas)
-        a, b = replicas
-        return {
-            "resume": await measure_resume(a, b, 3 if quick else 7, 5 if quick else 30),
-            "live_tail": await measure_tail(a, b, 20 if quick else 300),
-            "connections": await measure_connections(
-                a, b, handle.ports[0], [10, 30] if quick else [10, clients // 10, clients]
-            ),
-        }
+        with Servers(_commands(handle.url), cwd=ROOT, env=env, logs=logs) as servers:
+            a, b = (
+                Replica(f"http://{h}:{p}/mcp", s.pid)
+                for s, (h, p) in zip(servers.servers, servers.addresses, strict=True)
+            )
+            return {
+                "resume": await measure_resume(a, b, 3 if quick else 7, 5 if quick else 30),
+                "live_tail": await measure_tail(a, b, 20 if quick else 300),
+                "connections": await measure_connections(
+                    a, b, handle.ports[0], [10, 30] if quick else [10, clients // 10, clients]
+                ),
+            }
     finally:
-        for replica in replicas:
-            replica.proc.terminate()
-        for replica in replicas:
-            try:
-                replica.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                replica.proc.kill()
         handle.stop()
 
 

@@ -74,25 +74,14 @@ async def _measure(
 async def run(
     url: str, *, sessions: int, events: int, rounds: int, concurrency: int
 ) -> dict[str, Any]:
+    """Fill the sessions, then alternate passes of both sides; the medians and their ratios."""
     admin = aioredis.Redis.from_url(url)
     raw = aioredis.Redis.from_url(url)  # as the storm's raw-streams store builds it
     buf = ReplayBuffer.from_url(url, prefix="rc:", max_events=1000)
     try:
         await buf.backend.connect()
         names = [f"s{i:06d}" for i in range(sessions)]
-        cursors: dict[str, list[str]] = {}
-        raw_cursors: dict[str, list[str]] = {}
-        for name in names:
-            await buf.open_session(name)
-            ids: dict[str, list[str]] = {s: [] for s in STREAMS}
-            raw_ids: dict[str, list[str]] = {s: [] for s in STREAMS}
-            for k in range(events):
-                for s in STREAMS:
-                    ids[s].append(await buf.append(name, s, payload(k)))
-                    key = f"rc-raw:{name}:{s}"
-                    raw_ids[s].append(text(await raw.xadd(key, {"d": payload(k)})))
-            cursors[name] = [ids[s][-3] for s in STREAMS]
-            raw_cursors[name] = [raw_ids[s][-3] for s in STREAMS]
+        cursors, raw_cursors = await _fill(buf, raw, names, events)
 
         async def ours(name: str, k: int) -> object:
             res = await buf.resolve_and_replay(name, cursors[name][k], sequence=STREAMS[k])
@@ -123,12 +112,48 @@ async def run(
         await buf.aclose()
         await raw.aclose()
         await admin.aclose()
+    return {
+        "meta": {
+            "sessions": sessions,
+            "events_per_stream": events,
+            "rounds": rounds,
+            "concurrency": concurrency,
+        },
+        "summary": _summary(subject, baseline),
+        "rounds": {"replaystore": subject, "raw": baseline},
+    }
+
+
+async def _fill(
+    buf: ReplayBuffer, raw: aioredis.Redis, names: list[str], events: int
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Each session's streams on both sides; the cursor each stream is resumed from."""
+    cursors: dict[str, list[str]] = {}
+    raw_cursors: dict[str, list[str]] = {}
+    for name in names:
+        await buf.open_session(name)
+        ids: dict[str, list[str]] = {s: [] for s in STREAMS}
+        raw_ids: dict[str, list[str]] = {s: [] for s in STREAMS}
+        for k in range(events):
+            for s in STREAMS:
+                ids[s].append(await buf.append(name, s, payload(k)))
+                key = f"rc-raw:{name}:{s}"
+                raw_ids[s].append(text(await raw.xadd(key, {"d": payload(k)})))
+        cursors[name] = [ids[s][-3] for s in STREAMS]
+        raw_cursors[name] = [raw_ids[s][-3] for s in STREAMS]
+    return cursors, raw_cursors
+
+
+def _summary(
+    subject: list[dict[str, float]], baseline: list[dict[str, float]]
+) -> dict[str, dict[str, Any]]:
+    """Per figure: the median of each side over the rounds, their ratio, each round's ratio."""
 
     def median(rows: list[dict[str, float]], key: str) -> float:
         return statistics.median(row[key] for row in rows)
 
     figures = ("client_us", "redis_us", "commandstats_us", "resumes_per_s")
-    summary = {
+    return {
         key: {
             "replaystore": round(median(subject, key), 2),
             "raw": round(median(baseline, key), 2),
@@ -138,16 +163,6 @@ async def run(
             ],
         }
         for key in figures
-    }
-    return {
-        "meta": {
-            "sessions": sessions,
-            "events_per_stream": events,
-            "rounds": rounds,
-            "concurrency": concurrency,
-        },
-        "summary": summary,
-        "rounds": {"replaystore": subject, "raw": baseline},
     }
 
 

@@ -214,202 +214,228 @@ async def _memory(r: aioredis.Redis, sizes: Sizes) -> dict[str, Any]:
     return out
 
 
-async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
-    r = client(url)
-    admin = client(url)
-    results: dict[str, Any] = {}
-    cpu_calls = 300 if sizes.quick else 3000
-    rounds = 3 if sizes.quick else 5
-    payloads = [payload(i) for i in range(256)]
+class _Run:
+    """What every section of :func:`measure` shares: the clients, the sizes, the results."""
+
+    def __init__(self, url: str, sizes: Sizes) -> None:
+        self.url = url
+        self.sizes = sizes
+        self.r = client(url)
+        self.admin = client(url)
+        self.results: dict[str, Any] = {}
+        self.cpu_calls = 300 if sizes.quick else 3000
+        self.rounds = 3 if sizes.quick else 5
+        self.payloads = [payload(i) for i in range(256)]
 
     async def wall_and_cpu(
-        key: str, subject: tuple[str, Op], baseline: tuple[str, Op], *, ops: int, calls: int
+        self, key: str, subject: tuple[str, Op], baseline: tuple[str, Op], *, ops: int, calls: int
     ) -> None:
         """One subject against its baseline: wall clock (``paired``) and Redis CPU."""
-        row = await paired(key, "targets", subject, baseline, ops=ops, sizes=sizes)
-        results[f"{key}.wall"] = row.as_dict()
-        results[f"{key}.cpu"] = await cpu_pair(
-            admin, subject[1], baseline[1], calls=calls, rounds=rounds
+        row = await paired(key, "targets", subject, baseline, ops=ops, sizes=self.sizes)
+        self.results[f"{key}.wall"] = row.as_dict()
+        self.results[f"{key}.cpu"] = await cpu_pair(
+            self.admin, subject[1], baseline[1], calls=calls, rounds=self.rounds
         )
 
+    async def cpu_pair(self, key: str, subject: Op, baseline: Op) -> None:
+        """Redis CPU alone, subject against baseline in alternating rounds."""
+        self.results[key] = await cpu_pair(
+            self.admin, subject, baseline, calls=self.cpu_calls, rounds=self.rounds
+        )
+
+
+async def measure(url: str, sizes: Sizes) -> dict[str, Any]:
+    """Every target's figures, section by section, on the Redis at ``url``."""
+    run = _Run(url, sizes)
     try:
         async with ReplayBuffer.from_url(
-            "redis://", client=r, prefix="t:", max_events=10**7
+            "redis://", client=run.r, prefix="t:", max_events=10**7
         ) as buf:
-            # -- replay of 10 and 100 --------------------------------------------
-            for n in (10, 100):
-                session = f"replay{n}"
-                await buf.open_session(session)
-                ids = await buf.append_many(session, "s1", payloads[: n + 1])
-                check = await buf.resolve_and_replay(session, ids[0])
-                assert check.ok and len(check.events) == n, check
-                raw_key = f"raw:replay{n}"
-                pipe = r.pipeline(transaction=False)
-                for p in payloads[: n + 1]:
-                    pipe.xadd(raw_key, {"d": p})
-                raw_ids = await pipe.execute()
-                after = b"(" + raw_ids[0]
-
-                async def rs(i: int, s: str = session, c: str = ids[0]) -> object:
-                    return await buf.resolve_and_replay(s, c)
-
-                async def raw(i: int, k: str = raw_key, a: bytes = after, n: int = n) -> object:
-                    return await r.xrange(k, min=a, count=n)
-
-                await wall_and_cpu(
-                    f"replay{n}",
-                    ("replay", rs),
-                    ("raw", raw),
-                    ops=sizes.replay_ops * (4 if n == 10 else 2),
-                    calls=cpu_calls // (4 if n == 100 else 1),
-                )
-
-            # -- append ----------------------------------------------------------
-            await buf.open_session("append")
-
-            async def rs_append(i: int) -> object:
-                return await buf.append("append", "s1", payloads[i % 256])
-
-            async def raw_xadd(i: int) -> object:
-                return await r.xadd("raw:xadd", {"d": payloads[i % 256]})
-
-            await wall_and_cpu(
-                "append",
-                ("append", rs_append),
-                ("raw", raw_xadd),
-                ops=sizes.append_ops,
-                calls=cpu_calls,
-            )
-
-            # The floor under any atomic append in Lua: the four commands an
-            # append needs (read the bookkeeping, the clock, push, write the
-            # bookkeeping) with no other logic. Not a target: it shows how much
-            # of the append's cost is Redis's script machinery itself.
-            await r.function_load(_FLOOR_LIBRARY, replace=True)
-            await r.hset("floor:{f}:m", mapping={"epoch": "e", "top": 0, "count": 0})
-
-            async def lua_floor(i: int) -> object:
-                return await r.fcall(
-                    "replaystore_bench_floor", 2, "floor:{f}:m", "floor:{f}:q", payloads[i % 256]
-                )
-
-            await wall_and_cpu(
-                "append_floor",
-                ("floor", lua_floor),
-                ("raw", raw_xadd),
-                ops=sizes.append_ops,
-                calls=cpu_calls,
-            )
-
-            # The append against that floor directly, in alternating rounds (a
-            # ratio of two ratios to XADD would carry the noise of both). Also
-            # with three sequences written in turn, as an MCP session's
-            # streams are: each append then starts a run of its sequence.
-            results["append_vs_floor.cpu"] = await cpu_pair(
-                admin, rs_append, lua_floor, calls=cpu_calls, rounds=rounds
-            )
-            await buf.open_session("in-turn")
-            turn = ("_GET_stream", "1", "2")
-
-            async def rs_in_turn(i: int) -> object:
-                return await buf.append("in-turn", turn[i % 3], payloads[i % 256])
-
-            results["append_in_turn_vs_floor.cpu"] = await cpu_pair(
-                admin, rs_in_turn, lua_floor, calls=cpu_calls, rounds=rounds
-            )
-
-        cap = sizes.capped_retention
-        async with ReplayBuffer.from_url(
-            "redis://", client=r, prefix="c:", max_events=cap
-        ) as capped:
-            await capped.open_session("capped")
-            for start in range(0, cap, 100):
-                await capped.append_many("capped", "s1", payloads[: min(100, cap - start)])
-            pipe = r.pipeline(transaction=False)
-            for _ in range(cap):
-                pipe.xadd("raw:capped", {"d": payloads[0]}, maxlen=cap, approximate=False)
-            await pipe.execute()
-
-            async def rs_capped(i: int) -> object:
-                return await capped.append("capped", "s1", payloads[i % 256])
-
-            async def raw_capped(i: int) -> object:
-                return await r.xadd(
-                    "raw:capped", {"d": payloads[i % 256]}, maxlen=cap, approximate=False
-                )
-
-            await wall_and_cpu(
-                "append_at_cap",
-                ("capped", rs_capped),
-                ("raw", raw_capped),
-                ops=sizes.append_ops,
-                calls=cpu_calls,
-            )
-
-        # -- history independence ------------------------------------------------
-        others = 2000 if sizes.quick else 100_000
-        async with ReplayBuffer.from_url(
-            "redis://", client=r, prefix="h:", max_events=others + 1000
-        ) as hist:
-            for session in ("fresh", "old"):
-                await hist.open_session(session)
-            for k, start in enumerate(range(0, others, 500)):
-                await hist.append_many(
-                    "old", f"other{k % 5}", payloads[:1] * min(500, others - start)
-                )
-            cursors = {}
-            for session in ("fresh", "old"):
-                ids = await hist.append_many(session, "mine", payloads[:11])
-                cursors[session] = ids[0]
-
-            async def fresh(i: int) -> object:
-                return await hist.resolve_and_replay("fresh", cursors["fresh"])
-
-            async def old(i: int) -> object:
-                return await hist.resolve_and_replay("old", cursors["old"])
-
-            await wall_and_cpu(
-                "history",
-                ("after 100,000 others", old),
-                ("fresh", fresh),
-                ops=sizes.replay_ops * 4,
-                calls=cpu_calls,
-            )
-
-        # -- 32 concurrent callers -----------------------------------------------
-        wide = aioredis.Redis.from_url(url, max_connections=64)
-        try:
-            async with ReplayBuffer.from_url(url, prefix="w:", max_events=10**7) as many:
-                await many.open_session("wide")
-                ids = await many.append_many("wide", "s1", payloads[:11])
-                raw_key = "raw:replay10"
-                first = (await wide.xrange(raw_key, count=1))[0][0]
-
-                async def rs_wide(i: int) -> object:
-                    return await many.resolve_and_replay("wide", ids[0])
-
-                async def raw_wide(i: int) -> object:
-                    return await wide.xrange(raw_key, min=b"(" + first, count=10)
-
-                results["concurrent32.cpu"] = await _concurrent_cpu(
-                    url,
-                    admin,
-                    rs_wide,
-                    raw_wide,
-                    tasks=32,
-                    calls=10 if sizes.quick else 100,
-                    rounds=rounds,
-                )
-        finally:
-            await wide.aclose()
-
-        # -- memory ----------------------------------------------------------------
-        memory = await _memory(admin, sizes)
-        results["memory"] = memory
+            await _replays(run, buf)
+            await _appends(run, buf)
+        await _append_at_cap(run)
+        await _history(run)
+        await _concurrent(run)
+        run.results["memory"] = await _memory(run.admin, sizes)
     finally:
-        await r.aclose()
-        await admin.aclose()
-    return results
+        await run.r.aclose()
+        await run.admin.aclose()
+    return run.results
+
+
+async def _replays(run: _Run, buf: ReplayBuffer) -> None:
+    """Replay of 10 and 100 events against a raw ``XRANGE`` of as many."""
+    r, payloads, sizes = run.r, run.payloads, run.sizes
+    for n in (10, 100):
+        session = f"replay{n}"
+        await buf.open_session(session)
+        ids = await buf.append_many(session, "s1", payloads[: n + 1])
+        check = await buf.resolve_and_replay(session, ids[0])
+        assert check.ok and len(check.events) == n, check
+        raw_key = f"raw:replay{n}"
+        pipe = r.pipeline(transaction=False)
+        for p in payloads[: n + 1]:
+            pipe.xadd(raw_key, {"d": p})
+        raw_ids = await pipe.execute()
+        after = b"(" + raw_ids[0]
+
+        async def rs(i: int, s: str = session, c: str = ids[0]) -> object:
+            return await buf.resolve_and_replay(s, c)
+
+        async def raw(i: int, k: str = raw_key, a: bytes = after, n: int = n) -> object:
+            return await r.xrange(k, min=a, count=n)
+
+        await run.wall_and_cpu(
+            f"replay{n}",
+            ("replay", rs),
+            ("raw", raw),
+            ops=sizes.replay_ops * (4 if n == 10 else 2),
+            calls=run.cpu_calls // (4 if n == 100 else 1),
+        )
+
+
+async def _appends(run: _Run, buf: ReplayBuffer) -> None:
+    """An append against a raw ``XADD`` and against the Lua floor; the floor against ``XADD``."""
+    r, payloads, sizes = run.r, run.payloads, run.sizes
+    await buf.open_session("append")
+
+    async def rs_append(i: int) -> object:
+        return await buf.append("append", "s1", payloads[i % 256])
+
+    async def raw_xadd(i: int) -> object:
+        return await r.xadd("raw:xadd", {"d": payloads[i % 256]})
+
+    await run.wall_and_cpu(
+        "append",
+        ("append", rs_append),
+        ("raw", raw_xadd),
+        ops=sizes.append_ops,
+        calls=run.cpu_calls,
+    )
+
+    # The floor under any atomic append in Lua: the four commands an
+    # append needs (read the bookkeeping, the clock, push, write the
+    # bookkeeping) with no other logic. Not a target: it shows how much
+    # of the append's cost is Redis's script machinery itself.
+    await r.function_load(_FLOOR_LIBRARY, replace=True)
+    await r.hset("floor:{f}:m", mapping={"epoch": "e", "top": 0, "count": 0})
+
+    async def lua_floor(i: int) -> object:
+        return await r.fcall(
+            "replaystore_bench_floor", 2, "floor:{f}:m", "floor:{f}:q", payloads[i % 256]
+        )
+
+    await run.wall_and_cpu(
+        "append_floor",
+        ("floor", lua_floor),
+        ("raw", raw_xadd),
+        ops=sizes.append_ops,
+        calls=run.cpu_calls,
+    )
+
+    # The append against that floor directly, in alternating rounds (a
+    # ratio of two ratios to XADD would carry the noise of both). Also
+    # with three sequences written in turn, as an MCP session's
+    # streams are: each append then starts a run of its sequence.
+    await run.cpu_pair("append_vs_floor.cpu", rs_append, lua_floor)
+    await buf.open_session("in-turn")
+    turn = ("_GET_stream", "1", "2")
+
+    async def rs_in_turn(i: int) -> object:
+        return await buf.append("in-turn", turn[i % 3], payloads[i % 256])
+
+    await run.cpu_pair("append_in_turn_vs_floor.cpu", rs_in_turn, lua_floor)
+
+
+async def _append_at_cap(run: _Run) -> None:
+    """An append that evicts one event against ``XADD ... MAXLEN = cap``."""
+    r, payloads, sizes = run.r, run.payloads, run.sizes
+    cap = sizes.capped_retention
+    async with ReplayBuffer.from_url("redis://", client=r, prefix="c:", max_events=cap) as capped:
+        await capped.open_session("capped")
+        for start in range(0, cap, 100):
+            await capped.append_many("capped", "s1", payloads[: min(100, cap - start)])
+        pipe = r.pipeline(transaction=False)
+        for _ in range(cap):
+            pipe.xadd("raw:capped", {"d": payloads[0]}, maxlen=cap, approximate=False)
+        await pipe.execute()
+
+        async def rs_capped(i: int) -> object:
+            return await capped.append("capped", "s1", payloads[i % 256])
+
+        async def raw_capped(i: int) -> object:
+            return await r.xadd(
+                "raw:capped", {"d": payloads[i % 256]}, maxlen=cap, approximate=False
+            )
+
+        await run.wall_and_cpu(
+            "append_at_cap",
+            ("capped", rs_capped),
+            ("raw", raw_capped),
+            ops=sizes.append_ops,
+            calls=run.cpu_calls,
+        )
+
+
+async def _history(run: _Run) -> None:
+    """A replay of 10 after 100,000 events of other sequences against one in a fresh session."""
+    r, payloads, sizes = run.r, run.payloads, run.sizes
+    others = 2000 if sizes.quick else 100_000
+    async with ReplayBuffer.from_url(
+        "redis://", client=r, prefix="h:", max_events=others + 1000
+    ) as hist:
+        for session in ("fresh", "old"):
+            await hist.open_session(session)
+        for k, start in enumerate(range(0, others, 500)):
+            await hist.append_many("old", f"other{k % 5}", payloads[:1] * min(500, others - start))
+        cursors = {}
+        for session in ("fresh", "old"):
+            ids = await hist.append_many(session, "mine", payloads[:11])
+            cursors[session] = ids[0]
+
+        async def fresh(i: int) -> object:
+            return await hist.resolve_and_replay("fresh", cursors["fresh"])
+
+        async def old(i: int) -> object:
+            return await hist.resolve_and_replay("old", cursors["old"])
+
+        await run.wall_and_cpu(
+            "history",
+            ("after 100,000 others", old),
+            ("fresh", fresh),
+            ops=sizes.replay_ops * 4,
+            calls=run.cpu_calls,
+        )
+
+
+async def _concurrent(run: _Run) -> None:
+    """Redis CPU per resume of 10 with 32 callers at once, against 32 raw readers."""
+    url, payloads, sizes = run.url, run.payloads, run.sizes
+    wide = aioredis.Redis.from_url(url, max_connections=64)
+    try:
+        async with ReplayBuffer.from_url(url, prefix="w:", max_events=10**7) as many:
+            await many.open_session("wide")
+            ids = await many.append_many("wide", "s1", payloads[:11])
+            raw_key = "raw:replay10"  # written by _replays
+            first = (await wide.xrange(raw_key, count=1))[0][0]
+
+            async def rs_wide(i: int) -> object:
+                return await many.resolve_and_replay("wide", ids[0])
+
+            async def raw_wide(i: int) -> object:
+                return await wide.xrange(raw_key, min=b"(" + first, count=10)
+
+            run.results["concurrent32.cpu"] = await _concurrent_cpu(
+                url,
+                run.admin,
+                rs_wide,
+                raw_wide,
+                tasks=32,
+                calls=10 if sizes.quick else 100,
+                rounds=run.rounds,
+            )
+    finally:
+        await wide.aclose()
 
 
 def summary(results: dict[str, Any]) -> list[dict[str, Any]]:

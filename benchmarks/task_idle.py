@@ -21,10 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +31,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
+from replaystore.bench.servers import HOST, Servers
 from replaystore.testing.servers import find_free_port
 
 from .common import commandstats, redis_server
@@ -64,42 +62,17 @@ async def _measure(r: aioredis.Redis, seconds: float) -> dict[str, Any]:
     }
 
 
-class _Replica:
-    """An example-server replica run from ``src`` (so ``-m replaystore`` is that checkout's)."""
-
-    def __init__(self, src: Path, url: str, log: Path) -> None:
-        self.port = find_free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        args = [
-            sys.executable, "-m", "replaystore", "example-server", "--host", "127.0.0.1",
-            "--port", str(self.port), "--url", f"{url}?prefix=ti:", "--log-level", "error",
+def _replicas(src: Path, url: str, count: int, logs: Path) -> Servers:
+    """Example-server replicas run from ``src`` (so ``-m replaystore`` is that checkout's)."""
+    commands = []
+    for _ in range(count):
+        port = find_free_port()
+        argv = [
+            sys.executable, "-m", "replaystore", "example-server", "--host", HOST,
+            "--port", str(port), "--url", f"{url}?prefix=ti:", "--log-level", "error",
         ]  # fmt: skip
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                args, cwd=src, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"replica on {self.port} exited")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"replica on {self.port} not ready") from None
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        commands.append((argv, [port]))
+    return Servers(commands, cwd=src, logs=logs, ready_timeout=120.0, stop_timeout=15.0)
 
 
 async def _start_task(http: httpx.AsyncClient, url: str) -> None:
@@ -128,26 +101,20 @@ async def _one(src: Path, sizes: argparse.Namespace, logs: Path) -> dict[str, An
         r = aioredis.Redis.from_url(server.url)
         try:
             out["redis_alone"] = await _measure(r, sizes.seconds)
-            replicas = [
-                _Replica(src, server.url, logs / f"r{i}.log") for i in range(sizes.replicas)
-            ]
+            replicas = _replicas(src, server.url, sizes.replicas, logs)
             try:
-                for replica in replicas:
-                    await asyncio.to_thread(replica.wait_ready)
+                await asyncio.to_thread(replicas.start)
                 await asyncio.sleep(sizes.settle)  # connections open, first scans done
                 out["idle"] = await _measure(r, sizes.seconds)
                 if sizes.tasks:
                     async with httpx.AsyncClient(timeout=30) as http:
-                        for replica in replicas:
+                        for host, port in replicas.addresses:
                             for _ in range(sizes.tasks):
-                                await _start_task(http, replica.url)
+                                await _start_task(http, f"http://{host}:{port}/mcp")
                     await asyncio.sleep(sizes.settle)
                     out["running"] = await _measure(r, sizes.seconds)
-            finally:
-                for replica in replicas:  # all at once, then wait for each
-                    replica.proc.send_signal(signal.SIGTERM)
-                for replica in replicas:
-                    await asyncio.to_thread(replica.stop)
+            finally:  # all at once, then wait for each
+                await asyncio.to_thread(replicas.stop)
         finally:
             await r.aclose()
     return out

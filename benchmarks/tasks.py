@@ -29,8 +29,6 @@ import asyncio
 import itertools
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +44,7 @@ import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
+from replaystore.bench.servers import ServerProcess as Process
 from replaystore.taskstore import task_store_for
 from replaystore.testing import TcpProxy
 from replaystore.testing.servers import find_free_port
@@ -74,54 +73,16 @@ _META = {
 _ids = itertools.count(1)
 
 
-class Process:
-    """One server process on loopback serving one or more ports (always stopped)."""
-
-    def __init__(self, args: list[str], ports: list[int], log: Path) -> None:
-        self.ports = ports
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        for port in self.ports:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"server on {port} not ready") from None
-                    time.sleep(0.1)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
 def ours_process(store: str, logs: Path, name: str, replicas: int = 1) -> Process:
     ports = [find_free_port() for _ in range(replicas)]
     args = [sys.executable, "-m", "benchmarks.tasks_server", store, str(LEASE_SECONDS)]
-    return Process([*args, *map(str, ports)], ports, logs / f"{name}.log")
+    return Process([*args, *map(str, ports)], ports, logs / f"{name}.log", cwd=ROOT).start()
 
 
 def peer_process(python: str, url: str, logs: Path, name: str) -> Process:
     port = find_free_port()
-    return Process([python, str(PEER_SCRIPT), str(port), url], [port], logs / f"{name}.log")
+    argv = [python, str(PEER_SCRIPT), str(port), url]
+    return Process(argv, [port], logs / f"{name}.log", cwd=ROOT).start()
 
 
 @dataclass
@@ -643,6 +604,27 @@ def _cell(value: Any, unit: str = "") -> str:
 
 def render(results: dict[str, Any]) -> str:
     """The figures as one markdown table (a column per deployment), then the goals."""
+    return "\n".join([*_table(results), *_notes(results)])
+
+
+def _kill_cell(m: dict[str, Any], ours: bool) -> str:
+    k = m["kill"]
+    if k is None:
+        return "n/a (the store dies with the runner)"
+    text = f"{k['status_before_kill']} -> {k['status']} after {k['seconds']} s"
+    return text + (f" (lease {LEASE_SECONDS} s)" if ours else "")
+
+
+def _life_cell(m: dict[str, Any], which: str) -> str:
+    x = m[which]
+    if x["cpu_us_per_life"] is None:
+        return "n/a"
+    net = x["cpu_net_of_idle_us_per_life"]
+    return f"{x['cpu_us_per_life']} us ({net} net of idle), {x['commands_per_life']} commands"
+
+
+def _table(results: dict[str, Any]) -> list[str]:
+    """The title and the table: a row per figure, a column per deployment measured."""
     meta = results["meta"]
     mode = "quick" if meta["quick"] else "full"
     names = [n for n in (OURS, MEMORY, PEER) if results["systems"][n] is not None]
@@ -660,24 +642,10 @@ def render(results: dict[str, Any]) -> str:
             values.append(_cell(ratio[key], "x") if key else "-")
         return f"| {label} | " + " | ".join(values) + " |"
 
-    def kill(m: dict[str, Any]) -> str:
-        k = m["kill"]
-        if k is None:
-            return "n/a (the store dies with the runner)"
-        text = f"{k['status_before_kill']} -> {k['status']} after {k['seconds']} s"
-        return text + (f" (lease {LEASE_SECONDS} s)" if m is systems.get(OURS) else "")
-
-    def life(m: dict[str, Any], which: str) -> str:
-        x = m[which]
-        if x["cpu_us_per_life"] is None:
-            return "n/a"
-        net = x["cpu_net_of_idle_us_per_life"]
-        return f"{x['cpu_us_per_life']} us ({net} net of idle), {x['commands_per_life']} commands"
-
     header = ["figure", *(columns[n] for n in names)]
     if ratio is not None:
         header.append("replaystore / peer")
-    lines = [
+    return [
         f"tasks benchmark ({mode}), {meta['replicas']} replicas each behind a round-robin "
         f"TcpProxy, a new connection per request; redis-server {meta['redis_server']}; "
         "indicative, shared machine",
@@ -698,7 +666,7 @@ def render(results: dict[str, Any]) -> str:
         row(
             f"Redis CPU per full life (create, {2 * ROUNDS} status changes, result, "
             f"{FINAL_POLLS} polls)",
-            lambda m: life(m, "full_life"),
+            lambda m: _life_cell(m, "full_life"),
             "full_life_cpu",
         ),
         row(
@@ -708,17 +676,25 @@ def render(results: dict[str, Any]) -> str:
         ),
         row(
             f"Redis CPU per short life (create, result, {FINAL_POLLS} polls)",
-            lambda m: life(m, "short_life"),
+            lambda m: _life_cell(m, "short_life"),
             "short_life_cpu",
         ),
         row(
             "Redis CPU per second, replicas idle",
             lambda m: _cell(m["idle_cpu_us_per_s"], " us"),
         ),
-        row("runner SIGKILL, polling survivors", kill),
+        row(
+            "runner SIGKILL, polling survivors",
+            lambda m: _kill_cell(m, m is systems.get(OURS)),
+        ),
     ]
+
+
+def _notes(results: dict[str, Any]) -> list[str]:
+    """What the table leaves out: the task store alone, the commands, the goals."""
+    meta = results["meta"]
     store = results["replaystore_store_life"]
-    lines += [
+    lines = [
         "",
         f"replaystore task store alone (create, {2 * ROUNDS} status changes, result, "
         f"{FINAL_POLLS} gets; no HTTP): CPU {store['cpu_us_per_life']} us, "
@@ -732,7 +708,7 @@ def render(results: dict[str, Any]) -> str:
         lines.append(f"fastmcp-tasks: not measured ({meta.get('peer_skipped')})")
     lines.append("goals:")
     lines += [f"  {g['goal']}: {g['measured']}: {g['verdict']}" for g in results["goals"]]
-    return "\n".join(lines)
+    return lines
 
 
 def run_all(

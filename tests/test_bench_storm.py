@@ -452,7 +452,7 @@ def test_plots_without_matplotlib_are_refused_before_the_run(
 
 def test_plots_of_latencies_that_round_to_zero(tmp_path: Path) -> None:
     """A log axis takes only positive values: a 0.000 ms latency must not cost the plot."""
-    from replaystore.bench.plots import write_plots
+    from replaystore.bench.report import write_plots
 
     store = {
         "name": "fast",
@@ -474,7 +474,7 @@ def test_plots_of_latencies_that_round_to_zero(tmp_path: Path) -> None:
 
 def test_plots_draw_no_redis_bar_for_an_in_process_store(tmp_path: Path) -> None:
     """An in-process store has no Redis: no Redis bar (not a zero), and a labelled tick."""
-    from replaystore.bench.plots import cpu_series, wide, write_plots
+    from replaystore.bench.report import cpu_series, wide, write_plots
 
     def row(name: str, redis_us: float | None, cdf: list[float | None]) -> dict[str, Any]:
         r: dict[str, Any] = {

@@ -15,8 +15,7 @@ from typing import Any
 
 from ..buffer import ReplayBuffer
 from ..errors import ReplayStoreError
-from .catalog import CATALOG
-from .stores import is_plain_redis_url, is_redis_url
+from .stores import CATALOG, is_plain_redis_url, is_redis_url
 from .storm import RUN_PREFIX, Options, delete_run_keys, run_storm, storm_meta
 
 __all__ = ["main"]
@@ -35,6 +34,15 @@ def _parser() -> argparse.ArgumentParser:
         "keep appending. Every store answers the same reconnects; each answer is judged "
         "against what was stored. Prints a markdown table; the progress bar goes to stderr.",
     )
+    _where(storm)
+    _workload(storm)
+    _modes(storm)
+    _output(storm)
+    return parser
+
+
+def _where(storm: argparse.ArgumentParser) -> None:
+    """Which backend the storm runs on: a URL, or a Redis it starts and stops itself."""
     storm.add_argument(
         "--url",
         default="memory://",
@@ -52,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         help="start a throw-away Redis Cluster of 3 masters (redis-server from PATH) on "
         "loopback ports and use it (redis+cluster://)",
     )
+
+
+def _workload(storm: argparse.ArgumentParser) -> None:
+    """How many sessions, replicas and calls, which stores, how many reconnect and how."""
     storm.add_argument("--sessions", type=int, default=1000, help="sessions (default: 1000)")
     storm.add_argument(
         "--replicas",
@@ -91,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
         default=400.0,
         help="appends per second, all replicas together, during the storm (default: 400)",
     )
+
+
+def _modes(storm: argparse.ArgumentParser) -> None:
+    """Over the MCP wire or on the bare stores; one storm or several pooled; the seed."""
     storm.add_argument(
         "--http",
         action="store_true",
@@ -112,17 +128,20 @@ def _parser() -> argparse.ArgumentParser:
         "each round's ratios are reported beside the pooled ones (default: 1)",
     )
     storm.add_argument("--seed", type=int, default=20_251_202, help="workload seed")
+
+
+def _output(storm: argparse.ArgumentParser) -> None:
+    """Where the figures go besides the table on stdout."""
     storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
     storm.add_argument("--plots", type=Path, help="write PNG plots into this directory")
     storm.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
 
 
 def _unreachable(url: str) -> str | None:
     """Why the Redis at ``url`` cannot be used, or ``None`` (checked once, before any replica)."""
     import asyncio
 
-    from .redis_cost import RedisProbe
+    from .stores import RedisProbe
 
     async def ping() -> None:
         probe = RedisProbe(url)
@@ -139,8 +158,8 @@ def _unreachable(url: str) -> str | None:
 
 
 def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
-    from .goals import http_ratios_and_targets
     from .http import HTTP_STORES, run_http_storm
+    from .truth import http_ratios_and_targets
 
     # What the replicas store goes under a prefix of this run, deleted when it
     # ends however it ends: a shared Redis keeps nothing of the benchmark.
@@ -217,9 +236,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
-    from .plots import write_plots
-    from .report import markdown
+    """Check the options, run the storm, then write and print what it found."""
+    problem = _invalid(args) or _unusable(args)
+    if problem is not None:
+        print(f"replaystore bench: {problem}", file=sys.stderr)
+        return 2
+    report = _run(args, _options(args))
+    report["meta"]["command"] = shlex.join(["replaystore", "bench", *argv])
+    return _report(args, report)
 
+
+def _invalid(args: argparse.Namespace) -> str | None:
+    """The first option that cannot work, said as the user wrote it; ``None`` if all can."""
     checks = [
         (args.sessions >= 1, "--sessions must be at least 1"),
         (args.replicas >= 1, "--replicas must be at least 1"),
@@ -240,18 +268,29 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             "--http runs on one Redis: use --spawn-redis, not --spawn-cluster",
         ),
     ]
-    spawn = args.spawn_redis or args.spawn_cluster
-    if not spawn:
+    if not (args.spawn_redis or args.spawn_cluster):
         why = _bad_url(args.url)
         checks.append((why is None, why or ""))
     if args.plots is not None:
         why = _no_plots()
         checks.append((why is None, why or ""))
-    for ok, message in checks:
-        if not ok:
-            print(f"replaystore bench: {message}", file=sys.stderr)
-            return 2
-    options = Options(
+    return next((message for ok, message in checks if not ok), None)
+
+
+def _unusable(args: argparse.Namespace) -> str | None:
+    """Why the Redis the options name cannot carry this storm, or ``None``."""
+    spawn = args.spawn_redis or args.spawn_cluster
+    if is_redis_url(args.url) and not spawn:
+        problem = _unreachable(args.url)
+        if problem:
+            return f"cannot reach {args.url}: {problem}"
+    if args.http and not args.spawn_redis and not is_plain_redis_url(args.url):
+        return "--http needs --url redis://... or --spawn-redis"
+    return None
+
+
+def _options(args: argparse.Namespace) -> Options:
+    return Options(
         url=args.url,
         sessions=args.sessions,
         replicas=args.replicas,
@@ -266,28 +305,29 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         rounds=args.rounds,
     )
 
+
+def _run(args: argparse.Namespace, options: Options) -> dict[str, Any]:
+    """The storm's report, on a Redis started for it when asked (and stopped after)."""
+
     def run(o: Options) -> dict[str, Any]:
         return _run_http(o, args.kill_replica) if args.http else run_storm(o)
 
-    if is_redis_url(args.url) and not spawn:
-        problem = _unreachable(args.url)
-        if problem:
-            print(f"replaystore bench: cannot reach {args.url}: {problem}", file=sys.stderr)
-            return 2
-    if args.http and not args.spawn_redis and not is_plain_redis_url(args.url):
-        print("replaystore bench: --http needs --url redis://... or --spawn-redis", file=sys.stderr)
-        return 2
-    if spawn:
-        from ..testing.servers import redis_server_binary, start_cluster, start_standalone
+    if not (args.spawn_redis or args.spawn_cluster):
+        return run(options)
+    from ..testing.servers import redis_server_binary, start_cluster, start_standalone
 
-        binary = redis_server_binary()
-        with start_cluster(binary) if args.spawn_cluster else start_standalone(binary) as handle:
-            options.url = handle.url
-            report = run(options)
-        report["meta"]["redis_started_by_command"] = True
-    else:
+    binary = redis_server_binary()
+    with start_cluster(binary) if args.spawn_cluster else start_standalone(binary) as handle:
+        options.url = handle.url
         report = run(options)
-    report["meta"]["command"] = shlex.join(["replaystore", "bench", *argv])
+    report["meta"]["redis_started_by_command"] = True
+    return report
+
+
+def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    """Write the JSON and the plots asked for, print the table; the exit status."""
+    from .report import markdown, write_plots
+
     written = []
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

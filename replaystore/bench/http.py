@@ -42,25 +42,38 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
 from ..cursor import Cursor
 from ..testing.proxy import TcpProxy
+from ..testing.servers import find_free_port
 from ..testing.sse import sse_events
-from .http_servers import Servers, without_prefix
-from .progress import Bar
-from .redis_cost import RedisProbe
-from .stores import Reply
+from .report import Bar
+from .servers import HOST, Servers
+from .stores import RedisProbe, Reply
 from .truth import Tally
+from .worker import bounded
 from .workload import Reconnect
 
-__all__ = ["HTTP_STORES", "HttpStore", "run_http_storm"]
+__all__ = [
+    "HTTP_STORES",
+    "HttpStore",
+    "run_http_storm",
+    "store_servers",
+    "with_prefix",
+    "without_prefix",
+]
 
 PROTOCOL = "2025-11-25"
 NOTIFICATIONS = 8  # progress notifications per tool call
@@ -304,6 +317,41 @@ def _judge(client: _Client, reconnect: Reconnect, reply: Reply, possible: bool) 
     return "exact"
 
 
+def with_prefix(url: str, prefix: str) -> str:
+    """``url`` with its ``prefix`` query parameter set to ``prefix``."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("prefix", prefix)])))
+
+
+def without_prefix(url: str) -> str:
+    """``url`` without a ``prefix`` query parameter (what a plain Redis client takes)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "prefix"]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def store_servers(store: HttpStore, count: int, url: str, prefix: str) -> Servers:
+    """``count`` server replicas of ``store`` on free loopback ports, keys under ``prefix``."""
+    commands = []
+    for _ in range(count):
+        port = find_free_port()
+        if store.server == "replaystore":
+            argv = [
+                sys.executable, "-m", "replaystore", "example-server", "--host", HOST,
+                "--port", str(port), "--url", with_prefix(url, prefix),
+                "--log-level", "error",
+            ]  # fmt: skip
+        else:
+            argv = [
+                sys.executable, "-m", "replaystore.bench.peer_server", store.server,
+                "--host", HOST, "--port", str(port), "--url", without_prefix(url),
+                "--prefix", prefix,
+            ]  # fmt: skip
+        commands.append((argv, [port]))
+    return Servers(commands, logs=Path(tempfile.mkdtemp(prefix="replaystore-bench-http-")))
+
+
 def run_http_storm(
     url: str,
     *,
@@ -327,7 +375,7 @@ def run_http_storm(
             if stores and store.store not in stores:
                 continue
             store_prefix = f"{prefix}{store.server}:"
-            with Servers(store, replicas, url, store_prefix) as servers:
+            with store_servers(store, replicas, url, store_prefix) as servers:
                 proxy = None if store.sticky else TcpProxy(servers.addresses).start()
                 try:
                     bases = [f"http://{h}:{p}/mcp" for h, p in servers.addresses]
@@ -352,20 +400,6 @@ def run_http_storm(
                         proxy.stop()
             rows.append(row)
     return rows
-
-
-async def _bounded(jobs: list[Any], concurrency: int) -> None:
-    it = iter(jobs)
-
-    async def work() -> None:
-        for job in it:
-            await job
-
-    try:
-        await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
-    finally:
-        for job in it:  # interrupted: jobs never started are closed, not left to warn
-            job.close()
 
 
 def _plan(clients: list[_Client], rng: random.Random, rate: float) -> list[Reconnect]:
@@ -406,6 +440,7 @@ async def _storm(
     bar: Bar,
     kill_replica: bool,
 ) -> dict[str, Any]:
+    """One store's storm: open the sessions, plan the reconnects, run them, make its row."""
     rng = random.Random(seed)
     replicas = len(servers.ports)
     clients = [_Client(i, i % replicas) for i in range(sessions)]
@@ -417,102 +452,151 @@ async def _storm(
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
             began = time.monotonic()
             with bar.task(f"{store.name}: sessions", sessions) as advance:
-                busy = 0
-
-                async def setup(c: _Client) -> None:
-                    # A replica that sheds load answers 503 with Retry-After:
-                    # the client starts over with a new session, as a real
-                    # client does, a few times before the run gives up.
-                    nonlocal busy
-                    for attempt in range(_SETUP_ATTEMPTS):
-                        try:
-                            await _setup(http, c, routes.base(c))
-                            break
-                        except _Busy as exc:
-                            if attempt == _SETUP_ATTEMPTS - 1:
-                                raise RuntimeError(str(exc)) from None
-                            busy += 1
-                            fresh = _Client(c.index, c.home)
-                            c.session_id, c.progress, c.tokens = "", fresh.progress, fresh.tokens
-                            c.results, c.last_event_id = 0, None
-                            await asyncio.sleep(exc.retry_after)
-                    advance(1)
-
-                await _bounded([setup(c) for c in clients], concurrency)
+                busy = await _open_sessions(http, clients, routes, concurrency, advance)
             setup_s = time.monotonic() - began
             plan = _plan(clients, rng, pathology_rate)
-
-            tally = Tally()
-            latencies: list[float] = []
-            attempts = 0
-            killed: dict[str, Any] = {}
-            cpu_at_kill: list[float | None] = []
-            done = 0
-            kill_at = len(plan) // 2 if kill_replica and replicas > 1 else -1
-
-            killed_at = [float("inf")]
-
-            def kill() -> None:
-                cpu_at_kill.extend(servers.cpu_seconds())
-                killed_at[0] = time.monotonic()
-                servers.kill(0)
-                routes.live.remove(0)
-                if proxy is not None:  # the balancer's health check takes it out
-                    proxy.set_upstreams(servers.addresses[1:])
-                killed.update(replica=0, after_resumes=done, at_s=round(time.monotonic() - t0, 3))
-
+            run = _Resumes(store, servers, routes, proxy, len(plan), kill_replica and replicas > 1)
             with bar.task(f"{store.name}: storm", len(plan)) as advance:
-
-                async def resume(c: _Client, r: Reconnect) -> None:
-                    nonlocal attempts, done
-                    t = time.monotonic()
-                    reply, n, answered = await _resume(http, c, routes, r.cursor)
-                    latencies.append(time.monotonic() - t)
-                    attempts += n
-                    # Asked after its replica died: a store in process memory lost the session.
-                    gone = store.process_local and c.home == 0 and answered >= killed_at[0]
-                    possible = r.kind == "normal" and not gone
-                    tally.add(r, reply, _judge(c, r, reply, possible), possible=possible)
-                    done += 1
-                    if done == kill_at:
-                        kill()
-                    advance(1)
-
-                cpu_before = servers.cpu_seconds()
-                redis_before = None if probe is None else await probe.sample()
-                t0 = time.monotonic()
-                await _bounded([resume(c, r) for c, r in zip_plan(clients, plan)], concurrency)
-                wall = time.monotonic() - t0
-                cpu_after = servers.cpu_seconds()
-                redis_cost = (
-                    None if probe is None or redis_before is None
-                    else (await probe.sample()).minus(redis_before)
-                )  # fmt: skip
+                await run.run(http, [(clients[r.id], r) for r in plan], probe, concurrency, advance)
     finally:
         if probe is not None:
             await probe.aclose()
-    if cpu_at_kill:
-        cpu_after[0] = cpu_at_kill[0]
     return _row(
         store,
-        tally,
-        latencies,
-        wall=wall,
+        run.tally,
+        run.latencies,
+        wall=run.wall,
         setup_s=setup_s,
-        attempts=attempts,
-        cpu=[
-            None if a is None or b is None else round(a - b, 3)
-            for a, b in zip(cpu_after, cpu_before, strict=True)
-        ],
-        redis_cost=redis_cost,
-        killed=killed,
+        attempts=run.attempts,
+        cpu=run.cpu(),
+        redis_cost=run.redis_cost,
+        killed=run.killed,
         sessions=sessions,
         setup_retries=busy,
     )
 
 
-def zip_plan(clients: list[_Client], plan: list[Reconnect]) -> list[tuple[_Client, Reconnect]]:
-    return [(clients[r.id], r) for r in plan]
+async def _open_sessions(
+    http: httpx.AsyncClient,
+    clients: list[_Client],
+    routes: _Routes,
+    concurrency: int,
+    advance: Callable[[int], None],
+) -> int:
+    """Every client's session and tool call, ``concurrency`` at once; the 503s retried.
+
+    A replica that sheds load answers 503 with Retry-After: the client starts
+    over with a new session, as a real client does, a few times before the run
+    gives up. Returns how many sessions were started over.
+    """
+    busy = 0
+
+    async def setup(c: _Client) -> None:
+        nonlocal busy
+        for attempt in range(_SETUP_ATTEMPTS):
+            try:
+                await _setup(http, c, routes.base(c))
+                break
+            except _Busy as exc:
+                if attempt == _SETUP_ATTEMPTS - 1:
+                    raise RuntimeError(str(exc)) from None
+                busy += 1
+                fresh = _Client(c.index, c.home)
+                c.session_id, c.progress, c.tokens = "", fresh.progress, fresh.tokens
+                c.results, c.last_event_id = 0, None
+                await asyncio.sleep(exc.retry_after)
+        advance(1)
+
+    await bounded([partial(setup, c) for c in clients], concurrency)
+    return busy
+
+
+class _Resumes:
+    """The storm of one store: every planned reconnect resumed and judged, a replica killed."""
+
+    def __init__(
+        self,
+        store: HttpStore,
+        servers: Servers,
+        routes: _Routes,
+        proxy: TcpProxy | None,
+        planned: int,
+        kill_replica: bool,
+    ) -> None:
+        self._store = store
+        self._servers = servers
+        self._routes = routes
+        self._proxy = proxy
+        self.tally = Tally()
+        self.latencies: list[float] = []
+        self.attempts = 0
+        self.killed: dict[str, Any] = {}
+        self.wall = 0.0
+        self.redis_cost: dict[str, Any] | None = None
+        self._done = 0
+        self._kill_at = planned // 2 if kill_replica else -1
+        self._killed_at = float("inf")
+        self._t0 = 0.0
+        self._cpu_at_kill: list[float | None] = []
+        self._cpu_before: list[float | None] = []
+        self._cpu_after: list[float | None] = []
+
+    async def run(
+        self,
+        http: httpx.AsyncClient,
+        plan: list[tuple[_Client, Reconnect]],
+        probe: RedisProbe | None,
+        concurrency: int,
+        advance: Callable[[int], None],
+    ) -> None:
+        """Every reconnect, ``concurrency`` at once; the replicas' and Redis's CPU around them."""
+
+        async def resume(c: _Client, r: Reconnect) -> None:
+            await self._resume(http, c, r)
+            advance(1)
+
+        self._cpu_before = self._servers.cpu_seconds()
+        redis_before = None if probe is None else await probe.sample()
+        self._t0 = time.monotonic()
+        await bounded([partial(resume, c, r) for c, r in plan], concurrency)
+        self.wall = time.monotonic() - self._t0
+        self._cpu_after = self._servers.cpu_seconds()
+        if probe is not None and redis_before is not None:
+            self.redis_cost = (await probe.sample()).minus(redis_before)
+
+    async def _resume(self, http: httpx.AsyncClient, c: _Client, r: Reconnect) -> None:
+        t = time.monotonic()
+        reply, n, answered = await _resume(http, c, self._routes, r.cursor)
+        self.latencies.append(time.monotonic() - t)
+        self.attempts += n
+        # Asked after its replica died: a store in process memory lost the session.
+        gone = self._store.process_local and c.home == 0 and answered >= self._killed_at
+        possible = r.kind == "normal" and not gone
+        self.tally.add(r, reply, _judge(c, r, reply, possible), possible=possible)
+        self._done += 1
+        if self._done == self._kill_at:
+            self._kill()
+
+    def _kill(self) -> None:
+        self._cpu_at_kill.extend(self._servers.cpu_seconds())
+        self._killed_at = time.monotonic()
+        self._servers.kill(0)
+        self._routes.live.remove(0)
+        if self._proxy is not None:  # the balancer's health check takes it out
+            self._proxy.set_upstreams(self._servers.addresses[1:])
+        self.killed.update(
+            replica=0, after_resumes=self._done, at_s=round(time.monotonic() - self._t0, 3)
+        )
+
+    def cpu(self) -> list[float | None]:
+        """Each replica's CPU seconds over the storm (the killed one's until it died)."""
+        after = list(self._cpu_after)
+        if self._cpu_at_kill:
+            after[0] = self._cpu_at_kill[0]
+        return [
+            None if a is None or b is None else round(a - b, 3)
+            for a, b in zip(after, self._cpu_before, strict=True)
+        ]
 
 
 def _quantiles(latencies: list[float]) -> Callable[[float], float | None]:

@@ -22,8 +22,8 @@ import time
 import uuid
 from typing import Any
 
-from .payloads import message
-from .stores import EVICTED_PREFIX, Reply, StoreSpec, is_redis_url, redis_client
+from .stores import Reply, StoreSpec, is_redis_url, redis_client
+from .workload import EVICTED_PREFIX, message
 
 __all__ = ["FastMCPStore", "McpPersistStore", "SdkExampleStore"]
 

@@ -7,36 +7,43 @@ has no place for it ignores it. What each store answers is judged elsewhere
 (:mod:`replaystore.bench.truth`) against the ground truth the storm recorded.
 
 This module holds replaystore and the two raw floors (Redis Streams, and plain
-lists in memory); the MCP peers are in :mod:`replaystore.bench.peers`.
+lists in memory); the MCP peers are in :mod:`replaystore.bench.peers`. The
+catalog (:data:`CATALOG`) names every store the storm knows and what each
+needs; :class:`RedisProbe` reads what a phase cost the Redis under them.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..buffer import ReplayBuffer
 from ..cursor import Cursor
-from .payloads import payload
+from .workload import EVICTED_PREFIX, payload
 
 __all__ = [
+    "CATALOG",
     "EVICTED_PREFIX",
+    "Entry",
     "RawMemoryStore",
     "RawStreamStore",
+    "RedisProbe",
     "ReplaystoreStore",
     "Reply",
+    "Sample",
     "Store",
     "StoreSpec",
+    "available",
+    "build",
+    "default_names",
     "is_cluster_url",
     "is_plain_redis_url",
     "is_redis_url",
     "node_urls",
 ]
-
-EVICTED_PREFIX = "ev-"
-"""Sessions whose names start with this live in each store's small-retention instance."""
 
 _PAYLOADS = 64  # distinct payloads cycled through (all 200 bytes)
 
@@ -258,3 +265,211 @@ class RawMemoryStore:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- the catalog ----------------------------------------------------------------
+#
+# ``sticky``: the store can only resume a session in the process that created
+# it, so its reconnects go back to that replica (sticky routing, as a deployment
+# of it must); the others get each reconnect on another replica than the writer.
+# ``evicts``: it has a retention limit, so an evicted cursor is really gone.
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    name: str
+    target: str  # "module:Class"
+    redis: bool | None  # True: Redis only, False: memory only, None: either
+    sticky: bool
+    evicts: bool
+    what: str
+    backend: bool = True  # uses the URL's backend (False: process memory whatever the URL)
+
+
+CATALOG = {
+    e.name: e
+    for e in (
+        Entry(
+            "replaystore",
+            "replaystore.bench.stores:ReplaystoreStore",
+            None,
+            False,
+            True,
+            "replaystore ReplayBuffer (resolve_and_replay, the stream named)",
+        ),
+        Entry(
+            "raw-streams",
+            "replaystore.bench.stores:RawStreamStore",
+            True,
+            False,
+            True,
+            "Redis Streams: XADD MAXLEN / XRANGE from the cursor, one stream per SSE stream, "
+            "no checks (the speed floor)",
+        ),
+        Entry(
+            "raw-memory",
+            "replaystore.bench.stores:RawMemoryStore",
+            False,
+            False,
+            True,
+            "a list per SSE stream and bisect, no checks (the speed floor in memory)",
+        ),
+        Entry(
+            "fastmcp",
+            "replaystore.bench.peers:FastMCPStore",
+            None,
+            True,
+            True,
+            "FastMCP 4 EventStore on py-key-value (Redis or memory), FastMCP's session scoping",
+        ),
+        Entry(
+            "mcp-persist",
+            "replaystore.bench.peers:McpPersistStore",
+            True,
+            False,
+            True,
+            "mcp-persist RedisEventStore behind its SessionScopedEventStore",
+        ),
+        Entry(
+            "sdk-example",
+            "replaystore.bench.peers:SdkExampleStore",
+            None,
+            True,
+            False,
+            "the MCP Python SDK example's InMemoryEventStore (one per process, no retention)",
+            backend=False,
+        ),
+    )
+}
+
+
+def default_names(redis: bool) -> list[str]:
+    """Every store that runs on this kind of URL, replaystore first, the raw floor second."""
+    return [e.name for e in CATALOG.values() if e.redis is None or e.redis == redis]
+
+
+def build(spec: StoreSpec) -> Store:
+    module, _, cls = CATALOG[spec.name].target.partition(":")
+    store: Store = getattr(importlib.import_module(module), cls)(spec)
+    return store
+
+
+def available(name: str, redis: bool, *, cluster: bool = False) -> str | None:
+    """``None`` if the store can run here, otherwise why not (said in the output)."""
+    entry = CATALOG[name]
+    if entry.redis is True and not redis:
+        return "needs a redis:// URL"
+    if entry.redis is False and redis:
+        return "memory:// only (the Redis floor is raw-streams)"
+    if cluster and name in ("fastmcp", "mcp-persist"):
+        return "not run on redis+cluster:// here (its adapter builds a single-node client)"
+    module, _, cls = entry.target.partition(":")
+    try:
+        getattr(importlib.import_module(module), cls)
+        if name == "fastmcp":
+            importlib.import_module("fastmcp.server.event_store")
+        elif name == "mcp-persist":
+            importlib.import_module("mcp_persist")
+    except ImportError as exc:  # say which package is missing
+        return f"not installed ({exc})"
+    return None
+
+
+# -- what a phase costs the Redis ------------------------------------------------
+#
+# What the storm costs Redis: server CPU, memory, and where the time went.
+#
+# Redis CPU is the server's own (``INFO cpu``: ``used_cpu_user`` +
+# ``used_cpu_sys``), as a delta over a phase. It is what sets how many resumes
+# one Redis core can serve, whatever the clients cost. Memory is the delta of
+# ``used_memory`` over the phase that stored the events. ``INFO commandstats``
+# (calls and microseconds per command) shows where the server time went. All of
+# it is only meaningful on a Redis nobody else is using during the run.
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    cpu_s: float
+    used_memory: int
+    commands: dict[str, tuple[int, int]]  # command -> (calls, usec)
+
+    def minus(self, before: Sample) -> dict[str, Any]:
+        stats = {}
+        for name, (calls, usec) in self.commands.items():
+            c0, u0 = before.commands.get(name, (0, 0))
+            if calls - c0 > 0 and name not in ("info", "scan", "unlink", "ping"):
+                stats[name] = {"calls": calls - c0, "usec": usec - u0}
+        return {
+            "cpu_s": self.cpu_s - before.cpu_s,
+            "memory_bytes": self.used_memory - before.used_memory,
+            "commandstats": dict(sorted(stats.items(), key=lambda kv: -kv[1]["usec"])),
+        }
+
+
+class RedisProbe:
+    """Side connections to the storm's Redis for INFO and for cleaning up a store's keys.
+
+    On a Redis Cluster one connection per node the URL lists (every master, as
+    the storm expects), and every figure is the sum over them.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._nodes: list[Any] = [redis_client(u) for u in node_urls(url)]
+
+    async def aclose(self) -> None:
+        for r in self._nodes:
+            await r.aclose()
+
+    async def server(self) -> dict[str, Any]:
+        info: dict[str, Any] = await self._nodes[0].info("server")
+        out = {k: info.get(k) for k in ("redis_version", "os", "arch_bits", "process_id")}
+        if len(self._nodes) > 1:
+            out["nodes"] = len(self._nodes)
+        return out
+
+    async def sample(self) -> Sample:
+        cpu_s = 0.0
+        used = 0
+        commands: dict[str, tuple[int, int]] = {}
+        for r in self._nodes:
+            cpu: dict[str, Any] = await r.info("cpu")
+            memory: dict[str, Any] = await r.info("memory")
+            stats: dict[str, Any] = await r.info("commandstats")
+            cpu_s += float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+            used += int(memory["used_memory"])
+            for key, v in stats.items():
+                if isinstance(v, dict):
+                    name = key.removeprefix("cmdstat_")
+                    calls, usec = commands.get(name, (0, 0))
+                    commands[name] = (calls + int(v["calls"]), usec + int(v["usec"]))
+        return Sample(cpu_s, used, commands)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with ``prefix`` (SCAN + UNLINK); return how many.
+
+        One key per UNLINK: a cluster node refuses a command whose keys are in
+        different slots, even slots of its own.
+        """
+        deleted = 0
+        for r in self._nodes:
+            batch: list[Any] = []
+            async for key in r.scan_iter(match=_escape(prefix) + "*", count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += await _unlink(r, batch)
+                    batch.clear()
+            if batch:
+                deleted += await _unlink(r, batch)
+        return deleted
+
+
+async def _unlink(r: Any, keys: list[Any]) -> int:
+    pipe = r.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+    return sum(int(n) for n in await pipe.execute())
+
+
+def _escape(prefix: str) -> str:
+    """A glob that matches ``prefix`` literally."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)

@@ -39,13 +39,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..testing.replicas import ReplicaPool
-from .catalog import CATALOG, available, default_names
-from .goals import storm_ratios, storm_targets
-from .progress import Bar
-from .redis_cost import RedisProbe, Sample
-from .stores import EVICTED_PREFIX, StoreSpec, is_cluster_url, is_redis_url
-from .truth import Tally, judge
-from .workload import PATHOLOGIES, Reconnect, SessionPlan, plan_reconnects, plan_sessions
+from .report import Bar
+from .stores import (
+    CATALOG,
+    RedisProbe,
+    Sample,
+    StoreSpec,
+    available,
+    default_names,
+    is_cluster_url,
+    is_redis_url,
+)
+from .truth import Tally, judge, storm_ratios, storm_targets
+from .workload import (
+    EVICTED_PREFIX,
+    PATHOLOGIES,
+    Reconnect,
+    SessionPlan,
+    plan_reconnects,
+    plan_sessions,
+)
 
 __all__ = ["RUN_PREFIX", "Options", "delete_run_keys", "run_storm", "storm_meta"]
 
@@ -133,16 +146,7 @@ def run_storm(options: Options) -> dict[str, Any]:
     """Run the storm against every selected store; return the report (``docs/benchmarks.md``)."""
     redis = is_redis_url(options.url)
     replicas = options.replicas if redis else 1
-    names = options.stores or default_names(redis)
-    cluster = is_cluster_url(options.url)
-    unavailable = {
-        n: why for n in names if (why := available(n, redis, cluster=cluster)) is not None
-    }
-    if not options.stores:  # say why a peer is missing (a floor has its twin instead)
-        for name in CATALOG:
-            if name not in names and not name.startswith("raw"):
-                unavailable[name] = available(name, redis, cluster=cluster) or ""
-    runnable = [n for n in names if n not in unavailable]
+    runnable, unavailable = _stores(options, redis)
     sessions = plan_sessions(
         options.sessions,
         replicas=replicas,
@@ -159,43 +163,16 @@ def run_storm(options: Options) -> dict[str, Any]:
     }
     began = time.monotonic()
     try:
-        with (
-            asyncio.Runner() as runner,
-            Bar(enabled=options.progress) as bar,
-            ReplicaPool(_WORKER, replicas, threads=not redis) as pool,
-        ):
-            probe = RedisProbe(options.url) if redis else None
-            try:
-                if probe is not None:
-                    report["meta"]["redis"] = runner.run(probe.server())
-                pooled = {name: _Pooled() for name in runnable}
-                for n in range(options.rounds):
-                    # alternate the order, so that no store always runs first
-                    for name in runnable if n % 2 == 0 else runnable[::-1]:
-                        spec = StoreSpec(
-                            name,
-                            options.url,
-                            f"{RUN_PREFIX}{run_id}:{name}:",
-                            options.retention,
-                            options.small_retention,
-                        )
-                        measure = _Measure(runner, probe if CATALOG[name].backend else None)
-                        into = pooled[name]
-                        _run_one(pool, spec, sessions, options, replicas, bar, measure, into)
-                        if probe is not None:
-                            runner.run(probe.delete_prefix(spec.prefix))
-                for name in runnable:
-                    entry = CATALOG[name]
-                    report["stores"].append(_figures(name, entry.what, entry.sticky, pooled[name]))
-            finally:
-                if probe is not None:
-                    runner.run(probe.aclose())
+        pooled = _run_rounds(options, runnable, sessions, replicas, run_id, report["meta"])
     except BaseException:
         # Interrupted (Ctrl-C) or failed: the replicas are stopped by now, so
         # nothing writes any more; delete what this run stored on a shared Redis.
         if redis:
             delete_run_keys(options.url, f"{RUN_PREFIX}{run_id}:")
         raise
+    for name in runnable:
+        entry = CATALOG[name]
+        report["stores"].append(_figures(name, entry.what, entry.sticky, pooled[name]))
     report["meta"]["seconds"] = round(time.monotonic() - began, 1)
     report["meta"]["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ratios"] = storm_ratios(report["stores"])
@@ -206,6 +183,60 @@ def run_storm(options: Options) -> dict[str, Any]:
         ]
     report["targets"] = storm_targets(report)
     return report
+
+
+def _stores(options: Options, redis: bool) -> tuple[list[str], dict[str, str]]:
+    """The stores that run here, and why each of the others does not."""
+    names = options.stores or default_names(redis)
+    cluster = is_cluster_url(options.url)
+    unavailable = {
+        n: why for n in names if (why := available(n, redis, cluster=cluster)) is not None
+    }
+    if not options.stores:  # say why a peer is missing (a floor has its twin instead)
+        for name in CATALOG:
+            if name not in names and not name.startswith("raw"):
+                unavailable[name] = available(name, redis, cluster=cluster) or ""
+    return [n for n in names if n not in unavailable], unavailable
+
+
+def _run_rounds(
+    options: Options,
+    runnable: list[str],
+    sessions: list[SessionPlan],
+    replicas: int,
+    run_id: str,
+    meta: dict[str, Any],
+) -> dict[str, _Pooled]:
+    """Every round of every store on one pool of replica processes; each store's keys deleted."""
+    redis = is_redis_url(options.url)
+    with (
+        asyncio.Runner() as runner,
+        Bar(enabled=options.progress) as bar,
+        ReplicaPool(_WORKER, replicas, threads=not redis) as pool,
+    ):
+        probe = RedisProbe(options.url) if redis else None
+        try:
+            if probe is not None:
+                meta["redis"] = runner.run(probe.server())
+            pooled = {name: _Pooled() for name in runnable}
+            for n in range(options.rounds):
+                # alternate the order, so that no store always runs first
+                for name in runnable if n % 2 == 0 else runnable[::-1]:
+                    spec = StoreSpec(
+                        name,
+                        options.url,
+                        f"{RUN_PREFIX}{run_id}:{name}:",
+                        options.retention,
+                        options.small_retention,
+                    )
+                    measure = _Measure(runner, probe if CATALOG[name].backend else None)
+                    _run_one(pool, spec, sessions, options, replicas, bar, measure, pooled[name])
+                    if probe is not None:
+                        runner.run(probe.delete_prefix(spec.prefix))
+            return pooled
+        finally:
+            if probe is not None:
+                runner.run(probe.aclose())
 
 
 class _Measure:
@@ -225,6 +256,17 @@ class _Measure:
             into.update(self._runner.run(self._probe.sample()).minus(before))
 
 
+@dataclass(slots=True)
+class _Fill:
+    """What the fill of one round stored and cost."""
+
+    truth: dict[tuple[str, str], list[str]]  # every stream's ids, in append order
+    appends: int  # of the measured sessions (the evicted case's are not timed)
+    wall: float
+    latencies: list[float]
+    cost: dict[str, Any]  # Redis figures over the measured part (empty on memory://)
+
+
 def _run_one(
     pool: ReplicaPool,
     spec: StoreSpec,
@@ -239,32 +281,16 @@ def _run_one(
     entry = CATALOG[spec.name]
     pool.call_all([("open", spec)] * replicas)
     try:
-        normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
-        evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
-        fill_cost: dict[str, Any] = {}
-        total = sum(len(s.streams) * s.events_per_stream for s in sessions)
-        _per_replica(pool, "open_sessions", sessions, replicas, options, lambda n: None)
-        with bar.task(f"{spec.name}: fill", total) as advance:
-            with measure.phase(fill_cost):
-                fills = _per_replica(pool, "fill", normal, replicas, options, advance)
-            fills += _per_replica(pool, "fill", evicted, replicas, options, advance)
-        truth: dict[tuple[str, str], list[str]] = {}
-        for f in fills:
-            truth.update(f["truth"])
-        normal_fills = fills[:replicas]
-        appends = sum(f["appends"] for f in normal_fills)
-        fill_wall = max(f["ended"] for f in normal_fills) - min(f["began"] for f in normal_fills)
-
+        fill = _fill(pool, spec.name, sessions, options, replicas, bar, measure)
         reconnects = plan_reconnects(
             sessions,
-            truth,
+            fill.truth,
             replicas=replicas,
             share=options.share,
             pathology_rate=options.pathology_rate,
             sticky=entry.sticky,
             seed=options.seed,
         )
-        by_id = {r.id: r for r in reconnects}
         storm_cost: dict[str, Any] = {}
         with bar.task(f"{spec.name}: storm", len(reconnects)) as advance, measure.phase(storm_cost):
             storms = pool.call_all(
@@ -280,7 +306,54 @@ def _run_one(
                 )[0]
     finally:
         pool.call_all([("close", None)] * replicas)
+    latencies = _judge_storms(entry.evicts, reconnects, storms, fill.truth, into)
+    _pool_round(into, fill, storms, storm_cost, latencies)
 
+
+def _fill(
+    pool: ReplicaPool,
+    name: str,
+    sessions: list[SessionPlan],
+    options: Options,
+    replicas: int,
+    bar: Bar,
+    measure: _Measure,
+) -> _Fill:
+    """Open every session, then append their events; the evicted case's outside the measure."""
+    normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
+    evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
+    cost: dict[str, Any] = {}
+    total = sum(len(s.streams) * s.events_per_stream for s in sessions)
+    _per_replica(pool, "open_sessions", sessions, replicas, options, lambda n: None)
+    with bar.task(f"{name}: fill", total) as advance:
+        with measure.phase(cost):
+            fills = _per_replica(pool, "fill", normal, replicas, options, advance)
+        fills += _per_replica(pool, "fill", evicted, replicas, options, advance)
+    truth: dict[tuple[str, str], list[str]] = {}
+    for f in fills:
+        truth.update(f["truth"])
+    normal_fills = fills[:replicas]
+    return _Fill(
+        truth,
+        appends=sum(f["appends"] for f in normal_fills),
+        wall=max(f["ended"] for f in normal_fills) - min(f["began"] for f in normal_fills),
+        latencies=[x for f in normal_fills for x in f["latencies"]],
+        cost=cost,
+    )
+
+
+def _judge_storms(
+    evicts: bool,
+    reconnects: list[Reconnect],
+    storms: list[dict[str, Any]],
+    truth: dict[tuple[str, str], list[str]],
+    into: _Pooled,
+) -> list[float]:
+    """Judge every answer of the storm against the truth, the storm's appends added to it.
+
+    Tallied into ``into``; returns the resume latencies of this round.
+    """
+    by_id = {r.id: r for r in reconnects}
     done_at: dict[str, float] = {}
     for s in storms:
         for key, event_id, at in s["appended"]:
@@ -290,36 +363,47 @@ def _run_one(
     for s in storms:
         for rid, reply, t0, t1 in s["results"]:
             r = by_id[rid]
-            possible = r.possible or (r.kind == "evicted" and not entry.evicts)
+            possible = r.possible or (r.kind == "evicted" and not evicts)
             outcome = judge(r, reply, t0, truth[(r.session, r.stream)], done_at, possible=possible)
             into.tally.add(r, reply, outcome, possible=possible)
             latencies.append(t1 - t0)
             into.by_kind.setdefault(r.kind, []).append(t1 - t0)
+    return latencies
+
+
+def _pool_round(
+    into: _Pooled,
+    fill: _Fill,
+    storms: list[dict[str, Any]],
+    storm_cost: dict[str, Any],
+    latencies: list[float],
+) -> None:
+    """Add one round's figures to the store's pool, and keep the round's own beside them."""
     storm_wall = max(s["ended"] for s in storms) - min(s["began"] for s in storms)
     storm_appends = sum(len(s["appended"]) for s in storms)
     into.latencies += latencies
     into.storm_wall += storm_wall
     into.replica_cpu_s += sum(s["cpu_s"] for s in storms)
-    into.appends += appends
-    into.fill_wall += fill_wall
-    into.fill_latencies += [x for f in normal_fills for x in f["latencies"]]
+    into.appends += fill.appends
+    into.fill_wall += fill.wall
+    into.fill_latencies += fill.latencies
     into.storm_appends += storm_appends
-    _add_cost(into.fill_cost, fill_cost)
+    _add_cost(into.fill_cost, fill.cost)
     _add_cost(into.storm_cost, storm_cost)
     failed = [w for s in storms for w in s["failed_writes"]]
     into.failed_writes += failed[: 10 - len(into.failed_writes)]
     this: dict[str, Any] = {
         "resumes": len(latencies),
         "resumes_per_s": round(len(latencies) / storm_wall, 1) if storm_wall > 0 else None,
-        "appends_per_s": round(appends / fill_wall, 1) if fill_wall > 0 else None,
+        "appends_per_s": round(fill.appends / fill.wall, 1) if fill.wall > 0 else None,
         "p50_ms": round(_quantile(sorted(latencies), 0.50) * 1e3, 3),
         "storm_seconds": round(storm_wall, 3),
     }
-    if fill_cost:
+    if fill.cost:
         this["redis"] = _redis_cost(
-            fill_cost,
+            fill.cost,
             storm_cost,
-            appends=appends,
+            appends=fill.appends,
             storm_appends=storm_appends,
             resumes=len(latencies),
         )

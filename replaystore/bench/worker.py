@@ -17,12 +17,11 @@ import gc
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .catalog import build
-from .stores import Reply, Store
+from .stores import Reply, Store, build
 from .workload import Reconnect, SessionPlan, StreamKey
 
 __all__ = ["serve"]
@@ -102,8 +101,14 @@ class _Reporter:
             self._pending = 0
 
 
-async def bounded(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -> None:
-    """Run ``jobs`` with at most ``concurrency`` in flight (workers pulling from one list)."""
+async def bounded(jobs: Sequence[Callable[[], Awaitable[object]]], concurrency: int) -> None:
+    """Run ``jobs`` with at most ``concurrency`` in flight (workers pulling from one list).
+
+    Every benchmark that keeps many calls in flight runs them through this: the
+    storm's replicas, the HTTP storm's clients, ``benchmarks.resume_cpu``. A job
+    is a function called when its turn comes, so an interrupted run leaves no
+    coroutine behind that was created and never awaited.
+    """
     it = iter(jobs)
 
     async def work() -> None:
@@ -173,54 +178,20 @@ async def storm(
     appended: list[tuple[StreamKey, str, float]] = []
     results: list[tuple[int, Reply, float, float]] = []
     failed_writes: list[str] = []
-
-    async def writer(w: int) -> None:
-        mine = writes[w::writers]
-        if not mine or rate <= 0:
-            return
-        rng = random.Random(seed * 7919 + w)
-        pause = writers / rate
-        due = time.monotonic()
-        n = 0
-        while not done.is_set() and mine:
-            key = rng.choice(mine)
-            try:
-                event_id = await store.append(key[0], key[1], n)
-            except Exception as exc:  # reported, and that stream gets no more writes
-                failed_writes.append(f"{key}: {exc!r}"[:200])
-                mine.remove(key)
-                continue
-            appended.append((key, event_id, time.monotonic()))
-            n += 1
-            due += pause
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-
-    async def resume(r: Reconnect) -> None:
-        cursor = store.forge_ahead(r.cursor) if r.kind == "ahead" else r.cursor
-        began = time.monotonic()
-        reply = await store.resume(r.session, r.stream, cursor)
-        results.append((r.id, reply, began, time.monotonic()))
-        progress(1)
-
-    def job(group: list[Reconnect]) -> Callable[[], Awaitable[None]]:
-        async def run() -> None:
-            await asyncio.gather(*(resume(r) for r in group))
-
-        return run
-
-    # The two connections of a "second" reconnect start together.
-    groups: dict[tuple[str, str], list[Reconnect]] = {}
-    for r in reconnects:
-        key = (r.session, r.stream) if r.kind == "second" else (str(r.id), "")
-        groups.setdefault(key, []).append(r)
-    jobs = [job(g) for g in groups.values()]
+    jobs = _resume_jobs(store, reconnects, results, progress)
     # Every store starts its storm from a collected heap: what the fill left
     # behind (ids, latencies, the store's own garbage) is not collected by
     # chance in the middle of one store's storm and not another's. Done
     # before the common start time, so it costs the storm nothing.
     gc.collect()
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-    tasks = [asyncio.create_task(writer(w)) for w in range(writers)]
+    tasks = [
+        asyncio.create_task(
+            _write(store, writes[w::writers], writers / rate if rate > 0 else 0.0,
+                   random.Random(seed * 7919 + w), done, appended, failed_writes)
+        )
+        for w in range(writers)
+    ]  # fmt: skip
     began = time.monotonic()
     cpu = time.process_time()
     try:
@@ -238,6 +209,65 @@ async def storm(
         "ended": ended,
         "cpu_s": cpu,  # this process's CPU over the storm (its writers' appends included)
     }
+
+
+async def _write(
+    store: Store,
+    mine: list[StreamKey],
+    pause: float,
+    rng: random.Random,
+    done: asyncio.Event,
+    appended: list[tuple[StreamKey, str, float]],
+    failed: list[str],
+) -> None:
+    """One writer: an append to one of ``mine`` every ``pause`` seconds until ``done``.
+
+    A stream whose append fails is reported and gets no more writes.
+    """
+    if not mine or pause <= 0:
+        return
+    due = time.monotonic()
+    n = 0
+    while not done.is_set() and mine:
+        key = rng.choice(mine)
+        try:
+            event_id = await store.append(key[0], key[1], n)
+        except Exception as exc:  # reported, and that stream gets no more writes
+            failed.append(f"{key}: {exc!r}"[:200])
+            mine.remove(key)
+            continue
+        appended.append((key, event_id, time.monotonic()))
+        n += 1
+        due += pause
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+
+def _resume_jobs(
+    store: Store,
+    reconnects: list[Reconnect],
+    results: list[tuple[int, Reply, float, float]],
+    progress: Progress,
+) -> list[Callable[[], Awaitable[None]]]:
+    """One job per reconnect; the two connections of a "second" reconnect start together."""
+
+    async def resume(r: Reconnect) -> None:
+        cursor = store.forge_ahead(r.cursor) if r.kind == "ahead" else r.cursor
+        began = time.monotonic()
+        reply = await store.resume(r.session, r.stream, cursor)
+        results.append((r.id, reply, began, time.monotonic()))
+        progress(1)
+
+    def job(group: list[Reconnect]) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            await asyncio.gather(*(resume(r) for r in group))
+
+        return run
+
+    groups: dict[tuple[str, str], list[Reconnect]] = {}
+    for r in reconnects:
+        key = (r.session, r.stream) if r.kind == "second" else (str(r.id), "")
+        groups.setdefault(key, []).append(r)
+    return [job(g) for g in groups.values()]
 
 
 SWEEP_REPLAY = 10  # events of the stream that is resumed in the history sweep

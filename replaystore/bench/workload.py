@@ -28,25 +28,63 @@ The reconnects (``Reconnect.kind``):
 For the four pathologies of a cursor (conflated, evicted, ahead, foreign) no
 store can bring the client back in step exactly: the correct answer is an
 explicit failure. ``normal`` and ``second`` reconnects can and must resume.
+
+Every event is a 200-byte JSON-RPC notification (:func:`message`, :func:`payload`):
+the MCP stores take a message object and serialise it themselves; replaystore
+and the raw floor take the bytes the SDK would put on the wire. Both forms come
+from here so that every store, and every benchmark of ``benchmarks/``, stores
+the same bytes.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cache
 
-from .stores import EVICTED_PREFIX
+from mcp_types import JSONRPCNotification
 
 __all__ = [
+    "EVICTED_PREFIX",
     "KINDS",
     "PATHOLOGIES",
+    "PAYLOAD_BYTES",
     "STREAMS",
     "Reconnect",
     "SessionPlan",
-    "Workload",
+    "message",
+    "payload",
     "plan_reconnects",
     "plan_sessions",
 ]
+
+PAYLOAD_BYTES = 200
+"""Serialized size of every event."""
+
+_FRAME = len(
+    JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/message", params={"level": "info", "data": ""}
+    ).model_dump_json(by_alias=True)
+)
+
+
+@cache
+def message(i: int) -> JSONRPCNotification:
+    """A notification whose serialized form is exactly :data:`PAYLOAD_BYTES` long."""
+    data = f"{i % 10**8:08d}".ljust(PAYLOAD_BYTES - _FRAME, "x")
+    return JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/message", params={"level": "info", "data": data}
+    )
+
+
+@cache
+def payload(i: int) -> bytes:
+    """The wire bytes of :func:`message` (what replaystore and the raw floor store)."""
+    return message(i).model_dump_json(by_alias=True).encode()
+
+
+EVICTED_PREFIX = "ev-"
+"""Sessions whose names start with this live in each store's small-retention instance."""
 
 STREAMS = ("_GET_stream", "1", "2")
 PATHOLOGIES = ("conflated", "evicted", "ahead", "foreign", "second")
@@ -81,12 +119,6 @@ class Reconnect:
     def possible(self) -> bool:
         """Whether an exact resumption can exist (evicted: yes on a store that keeps all)."""
         return self.kind not in IMPOSSIBLE
-
-
-@dataclass(slots=True)
-class Workload:
-    sessions: list[SessionPlan]
-    reconnects: list[Reconnect] = field(default_factory=list)
 
 
 def plan_sessions(
@@ -134,25 +166,7 @@ def plan_reconnects(
     a replica other than the session's writer unless ``sticky``.
     """
     rng = random.Random(seed + 1)
-    normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
-    evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
-    n = len(normal)
-    per_kind = _per_kind(n, pathology_rate)
-    order = list(range(n))
-    rng.shuffle(order)
-    picks = [normal[i] for i in order]
-    # Sessions of the pathologies first, then the normal reconnects; the rest stay quiet.
-    cut = 0
-    chosen: dict[str, list[SessionPlan]] = {}
-    for kind in ("conflated", "ahead", "foreign", "second"):
-        chosen[kind] = picks[cut : cut + per_kind]
-        cut += per_kind
-    lenders = picks[cut : cut + per_kind]  # whose cursors the foreign reconnects present
-    cut += per_kind
-    n_normal = max(0, round(n * share) - 4 * per_kind)
-    chosen["normal"] = picks[cut : cut + n_normal]
-    chosen["evicted"] = evicted
-
+    chosen, lenders = _choose(sessions, rng, share, pathology_rate)
     out: list[Reconnect] = []
 
     def add(kind: str, plan: SessionPlan, stream: str, cursor: str, held: int) -> None:
@@ -188,3 +202,28 @@ def plan_reconnects(
         add("evicted", plan, STREAMS[0], truth[(plan.session, STREAMS[0])][2], 2)
     rng.shuffle(out)  # the storm hits in no particular order
     return out
+
+
+def _choose(
+    sessions: list[SessionPlan], rng: random.Random, share: float, pathology_rate: float
+) -> tuple[dict[str, list[SessionPlan]], list[SessionPlan]]:
+    """Which sessions reconnect, by kind, and whose cursors the foreign reconnects present."""
+    normal = [s for s in sessions if not s.session.startswith(EVICTED_PREFIX)]
+    evicted = [s for s in sessions if s.session.startswith(EVICTED_PREFIX)]
+    n = len(normal)
+    per_kind = _per_kind(n, pathology_rate)
+    order = list(range(n))
+    rng.shuffle(order)
+    picks = [normal[i] for i in order]
+    # Sessions of the pathologies first, then the normal reconnects; the rest stay quiet.
+    cut = 0
+    chosen: dict[str, list[SessionPlan]] = {}
+    for kind in ("conflated", "ahead", "foreign", "second"):
+        chosen[kind] = picks[cut : cut + per_kind]
+        cut += per_kind
+    lenders = picks[cut : cut + per_kind]  # whose cursors the foreign reconnects present
+    cut += per_kind
+    n_normal = max(0, round(n * share) - 4 * per_kind)
+    chosen["normal"] = picks[cut : cut + n_normal]
+    chosen["evicted"] = evicted
+    return chosen, lenders
