@@ -49,7 +49,8 @@ The package by idea: ``backend.py`` (the five operations), ``wire.py``
 (packing, sending, dropping, reading replies, and the redis-py names that
 path relies on), ``scripts.py`` (the Lua library, ``lua/*.lua``, and how a
 server runs it), ``replies.py`` (reply decoding), ``fastpath.py`` (the resume
-fast path), ``client.py`` (clients from URLs: how to reach Redis).
+fast path), ``client.py`` (clients from URLs: how to reach Redis),
+``keys.py`` (every key and channel name, of every part).
 
 Importing the package first checks the installed redis-py (below), before
 anything of it is imported. The backend turns maintenance notifications off
