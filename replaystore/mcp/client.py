@@ -20,6 +20,10 @@ session. This module gives a client the verdict and a way back:
 - :class:`ResumingSession` runs an SDK ``ClientSession`` and, when a call fails
   after a failed resumption, opens a fresh session and raises the verdict.
   The failed call is not retried: it may already have had effects.
+
+Tools run as durable tasks (2026-07-28) have their own client,
+:class:`~replaystore.mcp.task_client.TaskClient`; it and its exceptions are
+importable from here too, so that one module holds what a client needs.
 """
 
 from __future__ import annotations
@@ -32,10 +36,24 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from ..verdicts import Evidence, Resumption, ResumptionDesyncError, Tombstone, Verdict
+from .task_client import (
+    TaskCancelledError,
+    TaskClient,
+    TaskError,
+    TaskFailedError,
+    TaskRequestError,
+    TaskUnavailableError,
+)
 
 __all__ = [
     "DesyncWatch",
     "ResumingSession",
+    "TaskCancelledError",
+    "TaskClient",
+    "TaskError",
+    "TaskFailedError",
+    "TaskRequestError",
+    "TaskUnavailableError",
     "desync_error",
     "raise_for_desync",
 ]
@@ -276,23 +294,3 @@ class ResumingSession:
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kw: Any) -> Any:
         """``session.call_tool`` through :meth:`run`."""
         return await self.run(lambda session: session.call_tool(name, arguments, **kw))
-
-
-# Tools run as durable tasks (2026-07-28): see ``task_client``.
-from .task_client import (  # noqa: E402
-    TaskCancelledError,
-    TaskClient,
-    TaskError,
-    TaskFailedError,
-    TaskRequestError,
-    TaskUnavailableError,
-)
-
-__all__ += [
-    "TaskCancelledError",
-    "TaskClient",
-    "TaskError",
-    "TaskFailedError",
-    "TaskRequestError",
-    "TaskUnavailableError",
-]
