@@ -3,7 +3,7 @@
     python -m benchmarks.replicas [--quick] [--clients N] [--json out.json]
 
 Starts its own ``redis-server`` (never the machine's 6379) and two
-``python -m replaystore.mcp.example`` processes, A and B, on it: replicas of
+``replaystore example-server`` processes, A and B, on it: replicas of
 each other. Everything is measured from a client over real HTTP, and every
 figure is a ratio against a baseline measured in the same run:
 
@@ -55,9 +55,10 @@ class Replica:
 
 def _spawn(url: str, log: Path) -> Replica:
     port = find_free_port()
+    command = [sys.executable, "-m", "replaystore", "example-server", "--port", str(port)]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "replaystore.mcp.example", "--port", str(port), "--url", url],
+            [*command, "--url", url],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -21,7 +21,14 @@ from replaystore import ResumptionDesyncError, Verdict
 from replaystore.mcp.client import DesyncWatch, ResumingSession, desync_error, raise_for_desync
 from replaystore.testing.servers import ServerHandle
 from replaystore.verdicts import Evidence, Tombstone
-from tests.mcp._support import RawSession, ServerProcess, spawn, sse_events, wait_ready
+from tests.mcp._support import (
+    EXAMPLE_SERVER,
+    RawSession,
+    ServerProcess,
+    spawn,
+    sse_events,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +42,7 @@ def small_server(
 ) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp("client-helper")
     url = f"{mcp_redis.url}?prefix=clienthelper:"
-    server = spawn("client-helper", "replaystore.mcp.example", url, MAX_EVENTS, logs)
+    server = spawn("client-helper", EXAMPLE_SERVER, url, MAX_EVENTS, logs)
     try:
         wait_ready([server])
         yield server
