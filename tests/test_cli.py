@@ -408,6 +408,23 @@ def test_the_module_refuses_an_unreachable_store_in_one_line() -> None:
     assert lines[0].startswith("replaystore: ") and str(port) in lines[0], lines[0]
 
 
+def test_example_server_without_the_mcp_extra_is_one_line() -> None:
+    """The MCP SDK is optional: without it the command says what to install."""
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from replaystore.cli import main\n"
+        "sys.exit(main(['example-server', '--url', 'memory://']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("replaystore: example-server needs the MCP extra"), lines[0]
+    assert "pip install 'replaystore[mcp]'" in lines[0]
+
+
 def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "S", "--url", "nope://"]) == 2
     assert "no backend for scheme" in capsys.readouterr().err
