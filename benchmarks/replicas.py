@@ -3,7 +3,7 @@
     python -m benchmarks.replicas [--quick] [--clients N] [--json out.json]
 
 Starts its own ``redis-server`` (never the machine's 6379) and two
-``python -m replaystore.mcp.example`` processes, A and B, on it: replicas of
+``replaystore example-server`` processes, A and B, on it: replicas of
 each other. Everything is measured from a client over real HTTP, and every
 figure is a ratio against a baseline measured in the same run:
 
@@ -55,7 +55,16 @@ def _commands(url: str) -> list[tuple[list[str], list[int]]]:
     commands = []
     for _ in range(2):
         port = find_free_port()
-        argv = [sys.executable, "-m", "replaystore.mcp.example", "--port", str(port), "--url", url]
+        argv = [
+            sys.executable,
+            "-m",
+            "replaystore",
+            "example-server",
+            "--port",
+            str(port),
+            "--url",
+            url,
+        ]
         commands.append((argv, [port]))
     return commands
 

@@ -119,12 +119,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def test_every_option_and_argument_has_help_text() -> None:
     from replaystore.bench.cli import _parser as bench_parser
+    from replaystore.mcp.example import parser as example_parser
 
     parser = _parser()
     commands = _subparsers(parser)
     assert {"demo", "example-server", "inspect", "probe", "bench"} <= set(commands)
     bench = bench_parser()
     every = [("replaystore", parser), *commands.items(), ("bench", bench)]
+    every += [("example-server", example_parser())]
     every += [(f"bench {name}", p) for name, p in _subparsers(bench).items()]
     for name, command in every:
         for action in command._actions:
@@ -277,6 +279,150 @@ def test_example_server_refuses_bad_options_before_it_starts(
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
     assert f"error: argument {option}: " in out.stderr, out.stderr
+
+
+def _example_server_main(command: str, argv: list[str]) -> int:
+    """One of the example server's two command lines, run in this process."""
+    from replaystore.mcp import example
+
+    if command == "example-server":
+        return main([command, *argv])
+    return example.main(argv)
+
+
+#: What ``serve`` gets with no option at all: the defaults README.md and
+#: docs/deployment.md document.
+DOCUMENTED_DEFAULTS: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "port": 8000,
+    "url": "memory://",
+    "max_events": 10_000,
+    "log_level": "warning",
+    "lease_ttl": 5.0,
+    "max_payload": 8 << 20,
+    "task_ttl": 3600.0,
+    "drain_seconds": 10.0,
+    "ping_seconds": 15.0,
+    "allowed_hosts": [],
+    "check_store": False,  # main checked it first
+}
+
+EVERY_OPTION = [
+    "--host", "0.0.0.0", "--port", "8123", "--url", "memory://every", "--max-events", "7",
+    "--log-level", "trace", "--lease-seconds", "2.5", "--max-payload", "4096",
+    "--task-ttl", "60", "--drain-seconds", "3", "--ping-seconds", "0.5",
+    "--allowed-host", "mcp.example.com", "--allowed-host", "lb:*",
+]  # fmt: skip
+
+
+def _served_with(
+    command: str, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], dict[str, Any]]:
+    """The log level set up and what ``serve`` was called with, for one command line.
+
+    The start-up store check runs for real (on a memory store it finds nothing).
+    """
+    from replaystore.mcp import example
+
+    levels: list[str] = []
+    served: dict[str, Any] = {}
+
+    def fake_serve(host: str, port: int, **options: Any) -> None:
+        served.update(host=host, port=port, **options)
+
+    monkeypatch.setattr(example, "configure_logging", levels.append)
+    monkeypatch.setattr(example, "serve", fake_serve)
+    assert _example_server_main(command, argv) == 0
+    return levels, served
+
+
+@pytest.mark.parametrize("command", ["example-server", "replaystore.mcp.example"])
+def test_both_example_server_command_lines_have_the_documented_defaults(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    levels, served = _served_with(command, [], monkeypatch)
+    assert levels == ["warning"]
+    assert served == DOCUMENTED_DEFAULTS
+
+
+def test_both_example_server_command_lines_parse_every_option_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cli = _served_with("example-server", EVERY_OPTION, monkeypatch)
+    module = _served_with("replaystore.mcp.example", EVERY_OPTION, monkeypatch)
+    assert cli == module
+    levels, served = cli
+    assert levels == ["trace"]
+    assert served == {
+        "host": "0.0.0.0",
+        "port": 8123,
+        "url": "memory://every",
+        "max_events": 7,
+        "log_level": "trace",
+        "lease_ttl": 2.5,
+        "max_payload": 4096,
+        "task_ttl": 60.0,
+        "drain_seconds": 3.0,
+        "ping_seconds": 0.5,
+        "allowed_hosts": ["mcp.example.com", "lb:*"],
+        "check_store": False,
+    }
+
+
+@pytest.mark.parametrize(("option", "value"), [*BAD_SERVER_OPTIONS, ("--log-level", "loud")])
+def test_both_example_server_command_lines_refuse_a_bad_option_alike(
+    option: str,
+    value: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same status and the same message, but for the program name (and the wrapping)."""
+    from replaystore.mcp import example
+
+    monkeypatch.setattr(example, "serve", _server_started)
+    refusals = []
+    for command, prog in [
+        ("example-server", "replaystore example-server"),
+        ("replaystore.mcp.example", "python -m replaystore.mcp.example"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            _example_server_main(command, [option, value])
+        err = capsys.readouterr().err
+        assert prog in err, err
+        refusals.append((exited.value.code, " ".join(err.replace(prog, "PROG").split())))
+    assert refusals[0] == refusals[1]
+    assert refusals[0][0] == 2 and f"error: argument {option}: " in refusals[0][1]
+
+
+def test_the_module_refuses_an_unreachable_store_in_one_line() -> None:
+    """``python -m replaystore.mcp.example`` checks the store at start too."""
+    port = find_free_port()  # nothing listens there
+    out = subprocess.run(
+        [sys.executable, "-m", "replaystore.mcp.example", "--port", "0",
+         "--url", f"redis://127.0.0.1:{port}/0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("replaystore: ") and str(port) in lines[0], lines[0]
+
+
+def test_example_server_without_the_mcp_extra_is_one_line() -> None:
+    """The MCP SDK is optional: without it the command says what to install."""
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from replaystore.cli import main\n"
+        "sys.exit(main(['example-server', '--url', 'memory://']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("replaystore: example-server needs the MCP extra"), lines[0]
+    assert "pip install 'replaystore[mcp]'" in lines[0]
 
 
 def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

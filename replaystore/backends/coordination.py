@@ -6,7 +6,7 @@ request leases kept next to the events, and a channel to notify each other
 (see :mod:`replaystore.mcp.replicas.replica`). Not every store can offer that, so it is
 a capability a backend declares, the way centrifuge's brokers declare their
 optional features: a backend has a ``coordination()`` method returning how
-its replicas reach each other. :class:`~replaystore.mcp.Replica` refuses a
+its replicas reach each other. The MCP layer's ``Replica`` refuses a
 backend without one, naming it, instead of silently keeping a registry that
 replicas in other processes would never see.
 

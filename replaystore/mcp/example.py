@@ -1,4 +1,7 @@
-"""A runnable MCP server that exercises resumption: ``python -m replaystore.mcp.example``.
+"""A runnable MCP server that exercises resumption: ``replaystore example-server``.
+
+The same command runs as ``python -m replaystore.mcp.example``: one option
+parser, one set of defaults, one :func:`main` for both command lines.
 
 Built with the official SDK's ``MCPServer``, served at ``/mcp`` (streamable
 HTTP, resumable through a :class:`~replaystore.ReplayBuffer`) with a short
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -45,7 +50,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._command import run_command
 from ..buffer import ReplayBuffer
+from ..errors import StorageError
+from . import preflight
 from .app import streamable_http_app
 from .metrics import PrometheusObserver, ResumptionObserver
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager
@@ -53,7 +61,7 @@ from .settings import DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
 from .tasks.extension import ReplayTasks, TaskSupport
 
-__all__ = ["build_app", "build_server", "main", "serve"]
+__all__ = ["build_app", "build_server", "configure_logging", "main", "parser", "serve"]
 
 #: Milliseconds a client waits before reconnecting (sent in every priming event).
 RETRY_INTERVAL_MS = 100
@@ -73,26 +81,22 @@ PING_SECONDS = 15.0
 #: Seconds a task is kept after its creation, by default.
 DEFAULT_TASK_TTL = 3600.0
 
-#: Longest log message written, in characters: a client can send megabytes of
+#: Where the server listens and what it stores in, by default: loopback and an
+#: in-process store, so that nothing is exposed or shared unless asked.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_URL = "memory://"
+
+#: Events kept per session before the oldest is evicted, by default.
+DEFAULT_MAX_EVENTS = 10_000
+
+#: The log levels a server accepts (uvicorn's names; ``trace`` is below ``debug``).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+DEFAULT_LOG_LEVEL = "warning"
+
+#: Longest log record written, in characters: a client can send megabytes of
 #: text (a tool name, an id) that libraries echo into their log records.
-LOG_MESSAGE_LIMIT = 500
-
-
-class _BoundedLogMessages(logging.Filter):
-    """Cut overlong log messages, so one request cannot flood the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if len(message) > LOG_MESSAGE_LIMIT:
-            record.msg = f"{message[:LOG_MESSAGE_LIMIT]}… ({len(message)} characters)"
-            record.args = None
-        return True
-
-
-def _bound_log_messages() -> None:
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, _BoundedLogMessages) for f in handler.filters):
-            handler.addFilter(_BoundedLogMessages())
+LOG_RECORD_LIMIT = 2000
 
 
 def build_server(
@@ -161,10 +165,10 @@ def _greeting(answer: object) -> str:
 
 
 def build_app(
-    url: str = "memory://",
-    max_events: int = 10_000,
+    url: str = DEFAULT_URL,
+    max_events: int = DEFAULT_MAX_EVENTS,
     *,
-    host: str = "127.0.0.1",
+    host: str = DEFAULT_HOST,
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     task_ttl: float = DEFAULT_TASK_TTL,
@@ -182,8 +186,7 @@ def build_app(
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
     tasks = example_tasks(task_ttl, lease_ttl)
-    server = build_server(tasks)  # the SDK sets up its log handlers here
-    _bound_log_messages()
+    server = build_server(tasks)
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     registry: Any = None
     if observer is None:
@@ -239,12 +242,12 @@ class _HealthChecksUnlogged(logging.Filter):
 
 
 def serve(
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    url: str = "memory://",
-    max_events: int = 10_000,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    url: str = DEFAULT_URL,
+    max_events: int = DEFAULT_MAX_EVENTS,
     *,
-    log_level: str = "warning",
+    log_level: str = DEFAULT_LOG_LEVEL,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
     task_ttl: float = DEFAULT_TASK_TTL,
@@ -328,57 +331,6 @@ def serve(
     DrainingServer(config).run()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from ..cli import _add_operations_options, _port, _positive_int, _seconds, _task_ttl
-
-    parser = argparse.ArgumentParser(
-        prog="python -m replaystore.mcp.example", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=_port, default=8000)
-    parser.add_argument(
-        "--url", default="memory://", help="replay store URL (memory://, redis://…)"
-    )
-    parser.add_argument(
-        "--max-events", type=_positive_int, default=10_000, help="events kept per session"
-    )
-    parser.add_argument("--log-level", default="warning")
-    parser.add_argument(
-        "--lease-seconds",
-        type=_seconds,
-        default=DEFAULT_LEASE_TTL,
-        help="how long a request's lease lasts unrenewed: a client whose request's replica "
-        "stopped gets an error after about this long",
-    )
-    parser.add_argument(
-        "--max-payload",
-        type=_positive_int,
-        default=DEFAULT_MAX_PAYLOAD,
-        help="largest message stored, in bytes; a larger result is answered with an error",
-    )
-    parser.add_argument(
-        "--task-ttl",
-        type=_task_ttl,
-        default=DEFAULT_TASK_TTL,
-        help="how long a task (and its result) is kept after its creation, in seconds",
-    )
-    _add_operations_options(parser)
-    args = parser.parse_args(argv)
-    serve(
-        args.host,
-        args.port,
-        args.url,
-        args.max_events,
-        log_level=args.log_level,
-        lease_ttl=args.lease_seconds,
-        max_payload=args.max_payload,
-        task_ttl=args.task_ttl,
-        drain_seconds=args.drain_seconds,
-        ping_seconds=args.ping_seconds,
-        allowed_hosts=args.allowed_host,
-    )
-
-
 def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TTL) -> ReplayTasks:
     """``countdown`` and ``ask`` as tasks for clients that declare the extension.
 
@@ -393,5 +345,210 @@ def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TT
     )
 
 
+# ------------------------------------------------------------- command line
+#
+# One parser and one main for ``replaystore example-server`` and ``python -m
+# replaystore.mcp.example``: the replaystore command hands its arguments here.
+
+
+def _port(text: str) -> int:
+    """A TCP port to listen on; 0 lets the system choose one."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite duration: ``nan`` would start a server that fails every request."""
+    seconds = float(text)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return seconds
+
+
+def _task_ttl(text: str) -> float:
+    """A task TTL: a positive duration of at most 366 days."""
+    seconds = _seconds(text)
+    if seconds > 366 * 86400:
+        raise argparse.ArgumentTypeError(f"must be at most 366 days (31622400 s), not {text!r}")
+    return seconds
+
+
+# argparse names the type in its error ("invalid _port value: 'x'"): name them for a person.
+_port.__name__ = "port"
+_positive_int.__name__ = "positive integer"
+_seconds.__name__ = "duration"
+_task_ttl.__name__ = "task TTL"
+
+_DESCRIPTION = (
+    "Serve an example MCP server at /mcp (streamable HTTP, resumable), with Prometheus "
+    "metrics at /metrics (with prometheus_client installed: pip install "
+    "'replaystore[prometheus]'). Processes on one store URL are replicas of each other: any "
+    "of them serves any session."
+)
+_URL_HELP = "store URL: memory://, redis://host:port/db[?prefix=...], redis+cluster://..."
+
+
+def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
+    """The example server's options, for both of its command lines (named ``prog``)."""
+    options = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
+    add = options.add_argument
+    add("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
+    add("--port", type=_port, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
+    add("--url", default=DEFAULT_URL, help=f"{_URL_HELP} (default: %(default)s)")
+    add(
+        "--max-events",
+        type=_positive_int,
+        default=DEFAULT_MAX_EVENTS,
+        help="events kept per session before the oldest is evicted (default: %(default)s)",
+    )
+    add(
+        "--log-level",
+        default=DEFAULT_LOG_LEVEL,
+        choices=LOG_LEVELS,
+        help="server log level (default: %(default)s)",
+    )
+    add(
+        "--lease-seconds",
+        type=_seconds,
+        default=DEFAULT_LEASE_TTL,
+        help="how long a request's lease lasts unrenewed: a client whose request's replica "
+        "stopped gets an error after about this long (default: %(default)s)",
+    )
+    add(
+        "--max-payload",
+        type=_positive_int,
+        default=DEFAULT_MAX_PAYLOAD,
+        help="largest message stored, in bytes; a larger result is answered with an error "
+        "(default: %(default)s)",
+    )
+    add(
+        "--task-ttl",
+        type=_task_ttl,
+        default=DEFAULT_TASK_TTL,
+        help="how long a task of a 2026-07-28 client (and its result) is kept after its "
+        "creation, in seconds (default: %(default)s)",
+    )
+    add(
+        "--drain-seconds",
+        type=_seconds,
+        default=DRAIN_SECONDS,
+        help="on SIGTERM, how long running requests and tasks may finish while no new work "
+        "is taken; what still runs then is handed over (default: %(default)s)",
+    )
+    add(
+        "--ping-seconds",
+        type=_seconds,
+        default=PING_SECONDS,
+        help="keep-alive interval of idle SSE streams; a balancer's read timeout must be "
+        "longer (default: %(default)s)",
+    )
+    add(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT|:*]",
+        help="a Host header a balancer passes through (repeatable): keeps the SDK's "
+        "DNS-rebinding protection on for it",
+    )
+    return options
+
+
+class _BoundedFormatter(logging.Formatter):
+    """One line per record, at most ``limit`` characters, whatever a peer put in it.
+
+    Log records quote what clients send (tool names, ids, cursors); a 2 MB
+    tool name must not become megabytes of log.
+    """
+
+    def __init__(self, limit: int = LOG_RECORD_LIMIT) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.limit = limit
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record).replace("\n", "\n    ")
+        if len(text) > self.limit:
+            text = f"{text[: self.limit]}... ({len(text)} characters)"
+        return text
+
+
+def configure_logging(level: str) -> None:
+    """The server's log: ``level`` for every logger, bounded records on stderr.
+
+    Configured before the MCP server is built, so the SDK's own logging setup
+    (which only applies to an unconfigured process) leaves it alone.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_BoundedFormatter())
+    numeric = 5 if level == "trace" else level.upper()  # uvicorn's TRACE is 5
+    logging.basicConfig(level=numeric, handlers=[handler])
+
+
+async def _check_store(url: str) -> None:
+    """Check the store once before serving: what it refuses is one line, not a traceback.
+
+    An unreachable store, or one whose ACL forbids what a replica needs,
+    stops the command (exit status 2); a store that refuses writes for now
+    (out of memory, read-only) and an eviction policy that may end sessions
+    are one warning line each.
+    """
+    async with ReplayBuffer.from_url(url) as buffer:
+        problems = await preflight.check_store(buffer)
+    for problem in problems:
+        if problem.fatal:
+            raise StorageError(problem.text, kind="noperm", permanent=True)
+        logging.getLogger("replaystore").warning("%s", problem.text)
+
+
+def _say_if_metrics_are_off() -> None:
+    """/metrics exists only with prometheus_client: say so at start, not with a bare 404 later."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        logging.getLogger("replaystore").warning(
+            "no metrics at /metrics: prometheus_client is not installed "
+            "(pip install 'replaystore[prometheus]')"
+        )
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m replaystore.mcp.example") -> int:
+    """Parse the options, set up the log, check the store, then :func:`serve` until stopped.
+
+    An option out of range is an argparse error (status 2) before anything
+    starts; a store that cannot serve is one line and status 2.
+    """
+    args = parser(prog).parse_args(argv)
+
+    def run() -> int:
+        configure_logging(args.log_level)
+        anyio.run(_check_store, args.url)
+        _say_if_metrics_are_off()
+        serve(
+            args.host,
+            args.port,
+            url=args.url,
+            max_events=args.max_events,
+            log_level=args.log_level,
+            lease_ttl=args.lease_seconds,
+            max_payload=args.max_payload,
+            task_ttl=args.task_ttl,
+            drain_seconds=args.drain_seconds,
+            ping_seconds=args.ping_seconds,
+            allowed_hosts=args.allowed_host,
+            check_store=False,  # checked above
+        )
+        return 0
+
+    return run_command(run)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

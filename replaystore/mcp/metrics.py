@@ -126,11 +126,3 @@ class PrometheusObserver:
         self.latency.labels(outcome=outcome).observe(seconds)
         if replayed:
             self.replayed.inc(replayed)
-
-
-def default_observer(registry: CollectorRegistry | None = None) -> ResumptionObserver | None:
-    """A :class:`PrometheusObserver` if ``prometheus_client`` is importable, else None."""
-    try:
-        return PrometheusObserver(registry)
-    except ImportError:
-        return None

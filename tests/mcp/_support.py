@@ -1,7 +1,8 @@
 """Real MCP server processes and a raw HTTP/SSE client for the MCP integration tests.
 
-The servers run as subprocesses (``python -m replaystore.mcp.example`` or the
-FastMCP twin in ``tests/mcp/fastmcp_app.py``) on free loopback ports, so the
+The servers run as subprocesses (``replaystore example-server``, as the docs
+and ``docker-compose.yml`` start it, or the FastMCP twin in
+``tests/mcp/fastmcp_app.py``) on free loopback ports, so the
 tests see real sockets, real disconnects and real Redis round trips. The raw
 client speaks the legacy streamable HTTP protocol (2025-11-25) by hand, which
 is the only way to drop a connection at an exact point and to read the HTTP
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,11 +98,17 @@ def _popen(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def spawn(name: str, module: str, store_url: str, max_events: int, log_dir: Path) -> ServerProcess:
-    """One server process from its command line (``python -m MODULE --port --url --max-events``)."""
+#: The example server's command line (after ``python``), exactly as a user runs it.
+EXAMPLE_SERVER = ("-m", "replaystore", "example-server")
+
+
+def spawn(
+    name: str, command: Sequence[str], store_url: str, max_events: int, log_dir: Path
+) -> ServerProcess:
+    """One server process: ``python COMMAND... --port --url --max-events``."""
     port = find_free_port()
     log_path = log_dir / f"{name}.log"
-    args = ["-m", module, "--port", str(port), "--url", store_url,
+    args = [*command, "--port", str(port), "--url", store_url,
             "--max-events", str(max_events), "--log-level", "warning"]  # fmt: skip
     return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
 
@@ -290,10 +297,10 @@ def stopped_on_exit(servers: list[ServerProcess]) -> Iterator[None]:
 
 
 def spawn_replica(name: str, store_url: str, log_dir: Path, *extra: str) -> ServerProcess:
-    """One ``python -m replaystore.mcp.example`` replica (extra command-line options allowed)."""
+    """One ``replaystore example-server`` replica (extra command-line options allowed)."""
     port = find_free_port()
     log_path = log_dir / f"{name}.log"
-    args = ["-m", "replaystore.mcp.example", "--port", str(port), "--url", store_url,
+    args = [*EXAMPLE_SERVER, "--port", str(port), "--url", store_url,
             "--log-level", "warning", *extra]  # fmt: skip
     return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
 

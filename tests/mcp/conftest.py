@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import ServerProcess, spawn, spawn_many, wait_ready
+from tests.mcp._support import EXAMPLE_SERVER, ServerProcess, spawn, spawn_many, wait_ready
 from tests.plugins.servers import RealServers
 
 #: Events kept per session by the "small" server: a countdown of 40 evicts its start.
@@ -46,13 +46,13 @@ def mcp_servers(
     doomed_redis: ServerHandle,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, ServerProcess]]:
-    """``sdk-redis`` is ``python -m replaystore.mcp.example``; the rest share a second process.
+    """``sdk-redis`` is ``replaystore example-server``; the rest share a second process.
 
     ``sdk-redis`` and ``sdk-replica`` are replicas: two processes, one Redis, one prefix.
     """
     logs = tmp_path_factory.mktemp("mcp-servers")
     shared = f"{mcp_redis.url}?prefix=mcp1:"
-    servers = {"sdk-redis": spawn("sdk-redis", "replaystore.mcp.example", shared, 10_000, logs)}
+    servers = {"sdk-redis": spawn("sdk-redis", EXAMPLE_SERVER, shared, 10_000, logs)}
     apps = {
         "sdk-replica": ("sdk", shared, 10_000),
         "sdk-memory": ("sdk", "memory://", 10_000),

@@ -19,7 +19,7 @@ from replaystore import ReplayBuffer
 from replaystore.mcp.preflight import Problem, check_store
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
-from tests.mcp._support import RawSession, result_text, spawn_replica, wait_ready
+from tests.mcp._support import RawSession, result_text, spawn_many, spawn_replica, wait_ready
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -102,10 +102,18 @@ async def test_each_permission_taken_away_is_named_at_start_up(
     assert "forbids it (ACL)" in fatal[0] and named in fatal[0], fatal[0]
 
 
-def test_the_example_server_refuses_to_start_in_one_line(acl_redis: ServerHandle) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["-m", "replaystore", "example-server"], ["-m", "replaystore.mcp.example"]],
+    ids=["example-server", "module"],
+)
+def test_the_example_server_refuses_to_start_in_one_line(
+    acl_redis: ServerHandle, command: list[str]
+) -> None:
+    """Both command lines run the same start-up check."""
     url = user(acl_redis, "cli-no-time", "-time")
     out = subprocess.run(
-        [sys.executable, "-m", "replaystore", "example-server", "--port", "0", "--url", url],
+        [sys.executable, *command, "--port", "0", "--url", url],
         capture_output=True,
         text=True,
         timeout=60,
@@ -119,8 +127,12 @@ def test_the_example_server_refuses_to_start_in_one_line(acl_redis: ServerHandle
 async def test_health_and_initialize_name_a_forbidden_command(
     acl_redis: ServerHandle, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
-    """A server started anyway (``python -m replaystore.mcp.example``): unhealthy, 503s."""
-    server = spawn_replica("no-time", user(acl_redis, "health-no-time", "-time"), tmp_path)
+    """An app served without the start-up check (``build_app``, as a library serves its own).
+
+    Its session manager checks the store in the background: unhealthy, 503s.
+    """
+    url = user(acl_redis, "health-no-time", "-time")
+    server = spawn_many("no-time", {"no-time": ("sdk", url, 10_000)}, tmp_path)["no-time"]
     try:
         wait_ready([server])
         with anyio.fail_after(10):

@@ -26,7 +26,14 @@ from replaystore.mcp.client.resuming import (
 )
 from replaystore.testing.servers import ServerHandle
 from replaystore.verdicts import Evidence, Tombstone
-from tests.mcp._support import RawSession, ServerProcess, spawn, sse_events, wait_ready
+from tests.mcp._support import (
+    EXAMPLE_SERVER,
+    RawSession,
+    ServerProcess,
+    spawn,
+    sse_events,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +47,7 @@ def small_server(
 ) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp("client-helper")
     url = f"{mcp_redis.url}?prefix=clienthelper:"
-    server = spawn("client-helper", "replaystore.mcp.example", url, MAX_EVENTS, logs)
+    server = spawn("client-helper", EXAMPLE_SERVER, url, MAX_EVENTS, logs)
     try:
         wait_ready([server])
         yield server

@@ -1,6 +1,6 @@
 """Any replica serves any session: real servers on one real Redis behind a round-robin proxy.
 
-Three ``python -m replaystore.mcp.example`` processes share one Redis URL and
+Three ``replaystore example-server`` processes share one Redis URL and
 nothing else; a real TCP proxy hands each new connection to the next one, and
 every client opens a new connection per request, so an ``initialize``, the
 next POST, a reconnect and the client's answer to an elicitation each land on

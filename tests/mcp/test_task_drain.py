@@ -1,6 +1,6 @@
 """Tasks through everyday operations: a graceful stop, a rolling restart, a stalled Redis.
 
-Real ``python -m replaystore.mcp.example`` processes on a real Redis. A
+Real ``replaystore example-server`` processes on a real Redis. A
 replica sent ``SIGTERM`` lets its running tasks go on for ``--drain-seconds``
 and then hands the rest over (an idempotent tool's task is run again by
 another replica, any other ends ``failed`` saying the server shut down); a

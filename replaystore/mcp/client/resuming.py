@@ -20,6 +20,10 @@ session. This module gives a client the verdict and a way back:
 - :class:`ResumingSession` runs an SDK ``ClientSession`` and, when a call fails
   after a failed resumption, opens a fresh session and raises the verdict.
   The failed call is not retried: it may already have had effects.
+
+Tools run as durable tasks (2026-07-28) have their own client,
+:class:`~replaystore.mcp.client.TaskClient`, exported beside this one by
+:mod:`replaystore.mcp.client`.
 """
 
 from __future__ import annotations

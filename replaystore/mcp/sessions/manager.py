@@ -199,10 +199,6 @@ class ReplaySessionManager(ManagerOverrides):
         return adopted
 
     @property
-    def replay_store(self) -> ReplayEventStore:
-        return self._replay_store
-
-    @property
     def replica(self) -> Replica:
         return self._replica
 
