@@ -39,6 +39,7 @@ from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 from ..buffer import ReplayBuffer
 from ..errors import StorageError, UnknownSessionError
 from ..verdicts import Resumption, ResumptionDesyncError
+from .again import note_refusal
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 from .metrics import STORAGE_ERROR, ResumptionObserver
@@ -318,6 +319,7 @@ class SessionView(EventStore):
                     deadline = now + self.settings.lease_ttl / 2
                 wait = self.settings.lease_ttl / 2
                 APPENDS.failed(f"{store_trouble(exc)}; a stream waits up to {wait:g} s")
+                note_refusal(exc)  # told to a client whose request cannot wait that long
                 if self.closed:  # dropped here meanwhile: nothing to say twice
                     raise UnknownSessionError(self.session_id) from exc
                 if now < deadline and not exc.permanent:  # the ACL: no outage to wait out
