@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeAlias
@@ -351,8 +351,8 @@ def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(tail) if tail else "<log is empty>"
 
 
-def _spawn(binary: str, node: _Node) -> subprocess.Popen[bytes]:
-    """Start the server process for ``node`` and register it for cleanup."""
+def _spawn(binary: str, node: _Node, once: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Start the server process for ``node`` (``once``: options of this start only)."""
     args = [
         binary,
         "--port", str(node.port),
@@ -362,6 +362,7 @@ def _spawn(binary: str, node: _Node) -> subprocess.Popen[bytes]:
         "--dir", str(node.workdir),
         "--daemonize", "no",
         *node.extra_args,
+        *once,
     ]  # fmt: skip
     # Append: on restart the previous run's log stays readable for debugging.
     with node.log_path.open("ab") as log:
@@ -479,7 +480,7 @@ class ServerHandle:
         shutil.rmtree(self._root, ignore_errors=True)
         _forget_dir(str(self._root))
 
-    def restart(self, *, keep_data: bool = False) -> None:
+    def restart(self, *, keep_data: bool = False, options: Sequence[str] = ()) -> None:
         """Crash the server with SIGKILL and start it again on the SAME port.
 
         This simulates "the server restarted and the data is gone": with the
@@ -487,7 +488,9 @@ class ServerHandle:
         deleted before the new process starts, so the dataset is empty.  With
         ``keep_data=True`` a synchronous ``SAVE`` is taken just before the kill
         and the restarted server loads that snapshot (a crash after a
-        successful persist).  Only supported for standalone servers -- a
+        successful persist).  ``options`` are added to the command line of
+        the new process only (a hidden setting such as ``--key-load-delay``
+        that makes its start-up slow).  Only supported for standalone servers -- a
         restarted cluster node would need re-joining, which is out of scope.
         """
         if self.kind == "cluster":
@@ -512,7 +515,7 @@ class ServerHandle:
         # in the tiny window after the kill, so retry briefly on the same port.
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            _spawn(self._binary, node)
+            _spawn(self._binary, node, options)
             try:
                 _wait_for_ping(node, self._binary)
             except _AddressInUse as exc:

@@ -8,10 +8,10 @@ The outages use a real Redis behind a proxy that stops answering.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -234,15 +234,19 @@ async def test_a_call_stopped_by_a_long_outage_says_the_store_was_unreachable(
         session = await RawSession(http, proxied.url).initialize()
         request_id, body = session.call("countdown", {"n": 100, "interval_ms": 50}, token="t")
         last = ""
+        ended: dict[str, Any] | None = None
         with anyio.fail_after(20):
             async with session.post(body) as response, anyio.create_task_group() as tg:
-                with contextlib.suppress(httpx.HTTPError):
-                    async for event in sse_events(response):
-                        if progress_of(event) is not None:
-                            last = event.id or last
-                            if progress_of(event) == 3.0:
-                                tg.start_soon(_down, store_proxy, 4.0, mcp_redis)
+                async for event in sse_events(response):
+                    if progress_of(event) is not None:
+                        last = event.id or last
+                        if progress_of(event) == 3.0:
+                            tg.start_soon(_down, store_proxy, 4.0, mcp_redis)
+                    ended = event.message
         assert last
+        # The POST stream itself ends with the call's error, not cut nor silent.
+        assert ended is not None and ended.get("id") == request_id, ended
+        assert "replay store did not answer" in ended["error"]["message"], ended
         final = None
         with anyio.fail_after(20):
             while final is None:

@@ -16,9 +16,16 @@ import httpx
 import pytest
 import redis
 
+from replaystore.cursor import Cursor
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
-from tests.mcp._support import RawSession, ServerProcess, spawn_replica, wait_ready
+from tests.mcp._support import (
+    RawSession,
+    ServerProcess,
+    progress_of,
+    spawn_replica,
+    wait_ready,
+)
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -102,10 +109,13 @@ async def test_a_full_redis_is_503_on_every_path_and_the_sessions_go_on(
                 if response.status_code == 200:
                     replayed = [e.message async for e in sse_events(response) if e.message]
                     assert replayed[-1]["result"]["content"][0]["text"] == "done 3"
+                else:
+                    await response.aread()
+                    _refused(response, out_of_memory)
             # The standalone GET stream: refused (its mark cannot be kept).
             async with session.get() as response:
                 await response.aread()
-                assert response.status_code == 503, response.text
+                _refused(response, out_of_memory)
             headers = doomed.headers()
             _refused(await http.delete(a.url, headers=headers), out_of_memory)
             for server in (a, b):
@@ -121,6 +131,69 @@ async def test_a_full_redis_is_503_on_every_path_and_the_sessions_go_on(
         assert (await http.get(f"{server.base}/healthz")).status_code == 200
         log = server.log_tail(400)
         assert "Traceback" not in log and "without completing response" not in log, log
+
+
+async def test_a_refusal_inside_an_open_stream_answers_the_request_in_it(
+    replicas: list[ServerProcess], full_redis: ServerHandle, http: httpx.AsyncClient
+) -> None:
+    """Redis refuses while a tool's progress streams: the request's error ends the stream.
+
+    The error is the request's response, in the stream, naming what Redis
+    said; the stream ends cleanly (no cut chunk), the session lives on, and a
+    resume from the last event id the client holds is exact: the events after
+    it (stored once Redis takes writes again) with no gap, ending with the
+    request's answer.
+    """
+    a, b = replicas
+    session = await RawSession(http, a.url).initialize()
+    request_id, body = session.call("countdown", {"n": 400, "interval_ms": 10}, token="t")
+    admin = _admin(full_redis)
+    admin.config_set("maxmemory-policy", "noeviction")
+    seen = []
+    try:
+        with anyio.fail_after(30):
+            async with session.post(body) as response:
+                assert response.status_code == 200
+                async for event in sse_events(response):
+                    seen.append(event)
+                    if progress_of(event) == 3:
+                        admin.config_set("maxmemory", 1)  # refused from the next write on
+    finally:
+        admin.config_set("maxmemory", 0)
+    last = seen[-1].message
+    assert last is not None and last.get("id") == request_id, (seen[-3:], a.log_tail(60))
+    assert "out of memory" in last["error"]["message"], last
+    assert last["error"]["data"]["reason"] == "storage_error", last
+    assert seen[-1].id is None  # not stored: nothing to resume after it
+    progress = [p for p in map(progress_of, seen) if p is not None]
+    assert progress == [float(i) for i in range(1, len(progress) + 1)], progress
+    held = [e.id for e in seen if e.id]
+    # The session goes on, on either replica, and the stream resumes exactly.
+    assert await session.ping_status() == 200
+    resumed = RawSession(http, b.url, session.session_id, next_id=100)
+    with anyio.fail_after(30):
+        async with resumed.get(held[-1]) as response:
+            assert response.status_code == 200, await response.aread()
+            replayed = [e async for e in sse_events(response)]
+    # Exact: the stream's events after the client's last id, each once, none skipped.
+    ordinals = [_ordinal(e.id) for e in replayed if e.id]
+    assert ordinals == list(range(_ordinal(held[-1]) + 1, ordinals[-1] + 1)), replayed
+    answer = replayed[-1].message
+    assert answer is not None and answer.get("id") == request_id, replayed
+    assert "out of memory" in answer["error"]["message"], answer  # stored once Redis took it
+    again = [p for p in map(progress_of, replayed) if p is not None]
+    assert not again or again[0] > progress[-1], (again, progress)
+    assert await session.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
+    for server in (a, b):
+        log = server.log_tail(400)
+        assert "Traceback" not in log and "without completing response" not in log, log
+
+
+def _ordinal(event_id: str) -> int:
+    """The place of an event in its stream (1, 2, ...)."""
+    ordinal = Cursor.parse(event_id).ordinal
+    assert ordinal is not None
+    return ordinal
 
 
 def _initialize() -> dict[str, object]:

@@ -299,6 +299,12 @@ class RedisBus(Bus):
                 raw = await self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
             except Exception as exc:
                 logger.warning("replica notifications interrupted (%s); reconnecting", exc)
+                # A subscription sent meanwhile gets no confirmation (Redis may
+                # have refused it: busy, loading): whoever waits for one reads
+                # the store now, and hears what the store says.
+                for confirmed in self._confirmed.values():
+                    confirmed.set()
+                self._confirmed.clear()
                 await anyio.sleep(0.5)
                 self._handler(Gap())  # what was published meanwhile is lost
                 continue

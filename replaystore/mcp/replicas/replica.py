@@ -192,25 +192,27 @@ class Replica:
         """Renew the leases now (the store answers again after an outage), not at the next tick."""
         self._renew_now.set()
 
-    def end_after_outage(self, session: str) -> None:
+    def end_after_outage(self, session: str, trouble: str | None = None) -> None:
         """The session is dropped here because the store failed: end its requests, once it is back.
 
         Each unanswered request of the session gets an error response saying
-        the store was out of reach (not that a replica stopped), stored by
+        the store was out of reach, or ``trouble`` (what the store said), not
+        that a replica stopped; stored by
         this replica as soon as the store answers again, under the same end
         claim other replicas use for lost requests, so exactly one is stored.
         """
         for key in [key for key in self._leases if key[0] == session]:
             del self._leases[key]
-            self.spawn(self._end_after_outage, *key)
+            self.spawn(self._end_after_outage, *key, trouble)
 
-    async def _end_after_outage(self, session: str, stream: str) -> None:
-        from ..sessions.lost import STORE_UNREACHABLE, end_unanswered
+    async def _end_after_outage(self, session: str, stream: str, trouble: str | None) -> None:
+        from ..sessions.lost import STORE_UNREACHABLE, end_unanswered, stopped_by_store
 
+        message = STORE_UNREACHABLE if trouble is None else stopped_by_store(trouble)
         deadline = time.monotonic() + _OUTAGE_PATIENCE
         while True:
             try:
-                await end_unanswered(self, session, stream, STORE_UNREACHABLE)
+                await end_unanswered(self, session, stream, message)
                 return
             except StorageError:
                 if time.monotonic() > deadline:

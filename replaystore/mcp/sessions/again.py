@@ -17,6 +17,7 @@ import enum
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 import anyio
@@ -30,7 +31,7 @@ from .messages import GET_STREAM
 if TYPE_CHECKING:
     from .view import SessionView
 
-__all__ = ["Lease", "bounded", "stream_origin", "take_lease"]
+__all__ = ["Lease", "bounded", "note_refusal", "stream_origin", "take_lease"]
 
 
 class Lease(enum.Enum):
@@ -41,14 +42,38 @@ class Lease(enum.Enum):
     GONE = "gone"  #: the store no longer has the session
 
 
+#: The store's latest refusal inside the innermost :func:`bounded` block (a
+#: holder the block's own tasks share: a context is copied, the holder is not).
+_REFUSED: ContextVar[list[StorageError] | None] = ContextVar("_REFUSED", default=None)
+
+
 @contextmanager
 def bounded(seconds: float) -> Iterator[None]:
-    """Give up on the store after ``seconds``: a :class:`StorageError`, answered 503."""
+    """Give up on the store after ``seconds``: a :class:`StorageError`, answered 503.
+
+    When a call in the block was refused and was being tried again (an
+    append waits out a short outage), the client is told what the store
+    said (see :func:`note_refusal`), not that it did not answer.
+    """
+    refused: list[StorageError] = []
+    token = _REFUSED.set(refused)
     try:
         with anyio.fail_after(seconds):
             yield
     except TimeoutError as exc:
+        if refused:
+            last = refused[-1]
+            raise StorageError(str(last), kind=last.kind, permanent=last.permanent) from exc
         raise StorageError(f"the replay store did not answer within {seconds:g} s") from exc
+    finally:
+        _REFUSED.reset(token)
+
+
+def note_refusal(exc: StorageError) -> None:
+    """A store call failed and is tried again: what the store said, if the bound runs out."""
+    holder = _REFUSED.get()
+    if holder is not None and exc.kind != "unreachable":
+        holder[:] = [exc]
 
 
 async def take_lease(view: SessionView, stream: str) -> Lease:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .tail import Tail
     from .view import SessionView
 
-__all__ = ["LOST_REQUEST", "STORE_UNREACHABLE", "end_if_lost", "end_unanswered"]
+__all__ = ["LOST_REQUEST", "STORE_UNREACHABLE", "end_if_lost", "end_unanswered", "stopped_by_store"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -37,6 +37,11 @@ STORE_UNREACHABLE = (
     "request failed: the server's replay store could not be reached while it ran; "
     "it was stopped and may be sent again"
 )
+
+
+def stopped_by_store(trouble: str) -> str:
+    """The error of a request stopped because the store failed it, in the store's words."""
+    return f"request failed: {trouble}; it was stopped and may be sent again"
 
 
 async def end_if_lost(view: SessionView, tail: Tail) -> None:

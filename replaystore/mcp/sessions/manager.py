@@ -57,7 +57,7 @@ from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's pri
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
 from ..metrics import ResumptionObserver
 from ..preflight import Problem, check_store, probe
-from ..refusals import store_trouble, unavailable_error
+from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
@@ -522,11 +522,16 @@ class _Hosted:
     async def discard(self) -> None:
         await self._manager._discard_session(self._session_id, self._transport)
 
+    async def refused(self, stream: str, exc: StorageError) -> bool:
+        return await answer_in_stream(self._transport, stream, exc)
+
     def failed(self, exc: BaseException) -> None:
         manager = self._manager
         if isinstance(exc, StorageError):
-            # Its requests stopped for the store, not for a replica: say so.
-            manager._replica.end_after_outage(self._session_id)
+            # Its requests stopped for the store, not for a replica: say so,
+            # in the store's words when it answered (out of memory, ...).
+            trouble = None if exc.kind == "unreachable" else store_trouble(exc)
+            manager._replica.end_after_outage(self._session_id, trouble)
         manager._replica.spawn(self.discard)
         if manager._task_group is not None and not manager._replica.running:
             manager._task_group.start_soon(self.discard)

@@ -42,6 +42,7 @@ from ...verdicts import Resumption, ResumptionDesyncError
 from ..metrics import STORAGE_ERROR, ResumptionObserver
 from ..refusals import store_trouble
 from ..settings import Settings
+from .again import note_refusal
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 from .outages import OutageLog
@@ -73,6 +74,12 @@ class SessionHost(Protocol):
 
     async def discard(self) -> None:
         """Forget the session in this process now (it may live on elsewhere)."""
+
+    async def refused(self, stream: str, exc: StorageError) -> bool:
+        """An event of the request of ``stream`` was refused: answer it in its open stream.
+
+        True when a connection here carries the stream and got the answer queued.
+        """
 
 
 class ReplayEventStore(EventStore):
@@ -143,6 +150,9 @@ class SessionView(EventStore):
         self.closed = False
         #: Request streams answered here (bounded).
         self.answered: dict[str, None] = {}
+        #: Request streams (SDK ids) answered in their open connection with
+        #: the store's refusal: their later events are not stored.
+        self.refused: set[str] = set()
         #: The SDK connection of this session's loop (set by the manager), for
         #: its ``initialize`` parameters; and the credential that created it.
         self.connection: Connection | None = None
@@ -164,9 +174,10 @@ class SessionView(EventStore):
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         """Append one event; ``message=None`` is a priming event (a position, never replayed)."""
         sequence = sequence_name(str(stream_id))
-        if self.closed:
+        if self.closed or str(stream_id) in self.refused:
             # The session ended (or is no longer served here) while a tool
-            # still runs: expected, not an error; said once.
+            # still runs: expected, not an error; said once. (Or the request
+            # was answered with the store's refusal: its later events neither.)
             self._say_ended()
             return ""
         payload = None if message is None else encode_message(message)
@@ -176,9 +187,12 @@ class SessionView(EventStore):
             if message is not None and is_response(message) and not self._recorded:
                 await self._record()
             event_id = await self.append(sequence, payload)
-        except Exception:
+        except Exception as exc:
             # Logged once by append; the manager drops the session here. Not
-            # raised: the SDK's message router would die with a traceback.
+            # raised: the SDK's message router would die with a traceback,
+            # and the request's open stream would end without its answer.
+            if isinstance(exc, StorageError) and sequence != GET_STREAM:
+                await self._answer_refused(str(stream_id), exc)
             return ""
         if sequence != GET_STREAM and is_response(message):
             self.answered[sequence] = None
@@ -305,6 +319,7 @@ class SessionView(EventStore):
                     deadline = now + self.settings.lease_ttl / 2
                 wait = self.settings.lease_ttl / 2
                 APPENDS.failed(f"{store_trouble(exc)}; a stream waits up to {wait:g} s")
+                note_refusal(exc)  # told to a client whose request cannot wait that long
                 if self.closed:  # dropped here meanwhile: nothing to say twice
                     raise UnknownSessionError(self.session_id) from exc
                 if now < deadline and not exc.permanent:  # the ACL: no outage to wait out
@@ -335,6 +350,13 @@ class SessionView(EventStore):
             self.live.get_mark = anchor
             return event_id
         return await self.buffer.append(self.session_id, sequence, payload, idempotency_key=key)
+
+    async def _answer_refused(self, stream: str, exc: StorageError) -> None:
+        """The request of ``stream`` gets the refusal as its answer, in its open connection."""
+        if self.host is not None and stream not in self.refused:
+            self.refused.add(stream)
+            if not await self.host.refused(stream, exc):
+                self.refused.discard(stream)
 
     def _give_up(self, sequence: str, exc: Exception) -> None:
         logger.error(
