@@ -22,6 +22,7 @@ ROOT = Path(replaystore.__file__).parent
 #: (``__init__.py`` and ``__main__.py``, a package's doors, not counted).
 MAX_MODULES_PER_FOLDER = 12
 
+
 def _modules() -> dict[str, Path]:
     found = {}
     for path in ROOT.rglob("*.py"):
