@@ -305,6 +305,18 @@ def spawn_replica(name: str, store_url: str, log_dir: Path, *extra: str) -> Serv
     return ServerProcess(name, port, _popen(args, log_path), log_path, store_url)
 
 
+@contextlib.contextmanager
+def replica_pair(store_url: str, log_dir: Path) -> Iterator[list[ServerProcess]]:
+    """Replicas ``a`` and ``b`` on one store, logging at info, ready, always stopped."""
+    started = [spawn_replica(name, store_url, log_dir, "--log-level", "info") for name in "ab"]
+    try:
+        wait_ready(started)
+        yield started
+    finally:
+        for server in started:
+            server.stop()
+
+
 def no_keepalive_client() -> httpx2.AsyncClient:
     """An HTTP client for the SDK's MCP client that opens a new connection per request.
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from replaystore.testing.servers import ServerHandle
-from tests.mcp._support import RawSession, ServerProcess, spawn_replica, wait_ready
+from tests.mcp._support import RawSession, ServerProcess, replica_pair
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -39,13 +39,8 @@ def replicas(
 ) -> Iterator[list[ServerProcess]]:
     logs = tmp_path_factory.mktemp("durable")
     url = f"{lonely_redis.url}?prefix=dr:&wait_replicas=1&wait_timeout=0.2"
-    started = [spawn_replica(name, url, logs, "--log-level", "info") for name in ("a", "b")]
-    try:
-        wait_ready(started)
+    with replica_pair(url, logs) as started:
         yield started
-    finally:
-        for server in started:
-            server.stop()
 
 
 async def test_unacknowledged_writes_are_503_at_once_and_health_says_so(

@@ -38,7 +38,7 @@ import redis
 
 from replaystore.testing.servers import ServerHandle, find_free_port
 from replaystore.testing.sse import sse_events
-from tests.mcp._support import RawSession, ServerProcess, result_text, spawn_replica, wait_ready
+from tests.mcp._support import RawSession, ServerProcess, replica_pair, result_text
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
@@ -62,13 +62,8 @@ def replicas(
 ) -> Iterator[list[ServerProcess]]:
     logs = tmp_path_factory.mktemp("refusal-kinds")
     url = f"{store.url}?prefix=rk:"
-    started = [spawn_replica(name, url, logs, "--log-level", "info") for name in ("a", "b")]
-    try:
-        wait_ready(started)
+    with replica_pair(url, logs) as started:
         yield started
-    finally:
-        for server in started:
-            server.stop()
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ from tests.mcp._support import (
     RawSession,
     ServerProcess,
     progress_of,
-    spawn_replica,
-    wait_ready,
+    replica_pair,
 )
 from tests.plugins.servers import RealServers
 
@@ -44,13 +43,8 @@ def replicas(
 ) -> Iterator[list[ServerProcess]]:
     logs = tmp_path_factory.mktemp("refusals")
     url = f"{full_redis.url}?prefix=rf:"
-    started = [spawn_replica(name, url, logs, "--log-level", "info") for name in ("a", "b")]
-    try:
-        wait_ready(started)
+    with replica_pair(url, logs) as started:
         yield started
-    finally:
-        for server in started:
-            server.stop()
 
 
 @pytest.fixture
