@@ -181,6 +181,9 @@ async def test_a_refusal_inside_an_open_stream_answers_the_request_in_it(
     for server in (a, b):
         log = server.log_tail(400)
         assert "Traceback" not in log and "without completing response" not in log, log
+        # the log says what happened: the session lives on in the store
+        assert "continuity can no longer be proven" not in log, log
+    assert "the session stays in the store" in a.log_tail(400) + b.log_tail(400)
 
 
 def _ordinal(event_id: str) -> int:

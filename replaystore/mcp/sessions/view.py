@@ -359,12 +359,21 @@ class SessionView(EventStore):
                 self.refused.discard(stream)
 
     def _give_up(self, sequence: str, exc: Exception) -> None:
+        # A store that failed or refused keeps the session: the event was
+        # neither stored nor sent, so what the store holds is still whole and
+        # the next request adopts it; only this process lets go of it.
+        outcome = (
+            "its request ends with the store's error; the session stays in the store "
+            "and is served again from there"
+            if isinstance(exc, StorageError)
+            else "the session is dropped here, continuity can no longer be proven"
+        )
         logger.error(
-            "could not store an event of session %s (stream %r): %s; "
-            "the session is dropped here, continuity can no longer be proven",
+            "could not store an event of session %s (stream %r): %s; %s",
             self.session_id,
             sequence[:64],
             str(exc)[:512],
+            outcome,
         )
         self._failed(exc)
 
