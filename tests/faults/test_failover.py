@@ -171,7 +171,11 @@ async def test_after_a_lost_connection_every_session_behind_its_fence_ends(
         await writer.append("whole", "q", b"w1")
         kept, _ = await _lose_two(pair, service, writer)
         assert isinstance(writer.backend, RedisBackend)
-        assert await writer.backend.check_fences() == ["s"]
+        try:
+            ended = await writer.backend.check_fences()
+        except StorageError:  # a pooled connection the move cut: the next call checks again
+            ended = await writer.backend.check_fences()
+        assert ended == ["s"]
         _ended_by_the_loss(await other.resolve_and_replay("s", kept[0]))
         survivor = await other.resolve_and_replay("whole", str(whole.origin))
         assert survivor.verdict is Verdict.RESUMED, survivor
