@@ -358,7 +358,7 @@ async def test_task_client_call_of_a_countdown_rides_an_8s_redis_stall(
 def _nginx(work: Path, upstream: int) -> tuple[subprocess.Popen[bytes], int]:
     """nginx as a plain reverse proxy to ``upstream``: its own HTML 502 when that is down."""
     if shutil.which("nginx") is None:
-        pytest.skip("nginx is not installed")
+        pytest.fail("nginx is required on PATH for this test (apt-get install nginx)")
     work.chmod(0o755)
     port = find_free_port()
     temp = " ".join(
