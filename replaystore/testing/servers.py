@@ -382,11 +382,24 @@ class _AddressInUse(Exception):
     """The server exited because its port was taken in the meantime."""
 
 
-def _wait_for_ping(node: _Node, binary: str, timeout: float = START_TIMEOUT) -> None:
-    """Block until the node answers PING with PONG (see :func:`_wait_until_ready`)."""
-    _wait_until_ready(
-        node, binary, lambda port: _command(port, "PING", timeout=1.0) == b"PONG", timeout
-    )
+def _wait_for_ping(
+    node: _Node, binary: str, timeout: float = START_TIMEOUT, *, loading_is_up: bool = False
+) -> None:
+    """Block until the node answers PING with PONG (see :func:`_wait_until_ready`).
+
+    With ``loading_is_up`` a ``-LOADING`` answer counts too: the process is up
+    and listening, only its data set is not loaded yet.
+    """
+
+    def probe(port: int) -> bool:
+        try:
+            return _command(port, "PING", timeout=1.0) == b"PONG"
+        except _RespError as exc:
+            if loading_is_up and str(exc).startswith("LOADING"):
+                return True
+            raise
+
+    _wait_until_ready(node, binary, probe, timeout)
 
 
 def _start_node(
@@ -480,7 +493,9 @@ class ServerHandle:
         shutil.rmtree(self._root, ignore_errors=True)
         _forget_dir(str(self._root))
 
-    def restart(self, *, keep_data: bool = False, options: Sequence[str] = ()) -> None:
+    def restart(
+        self, *, keep_data: bool = False, options: Sequence[str] = (), loaded: bool = True
+    ) -> None:
         """Crash the server with SIGKILL and start it again on the SAME port.
 
         This simulates "the server restarted and the data is gone": with the
@@ -490,7 +505,10 @@ class ServerHandle:
         and the restarted server loads that snapshot (a crash after a
         successful persist).  ``options`` are added to the command line of
         the new process only (a hidden setting such as ``--key-load-delay``
-        that makes its start-up slow).  Only supported for standalone servers -- a
+        that makes its start-up slow).  With ``loaded=False`` it returns as soon
+        as the new process answers, even if only with ``-LOADING`` (a load slowed
+        down for a test may take longer than any start-up wait should).  Only
+        supported for standalone servers -- a
         restarted cluster node would need re-joining, which is out of scope.
         """
         if self.kind == "cluster":
@@ -517,7 +535,7 @@ class ServerHandle:
         while True:
             _spawn(self._binary, node, options)
             try:
-                _wait_for_ping(node, self._binary)
+                _wait_for_ping(node, self._binary, loading_is_up=not loaded)
             except _AddressInUse as exc:
                 if time.monotonic() >= deadline:
                     raise ServerStartupError(

@@ -200,6 +200,7 @@ def _loading(store: ServerHandle) -> Iterator[None]:
                     "--key-load-delay", "1000",  # microseconds per key: 20 s in all
                     "--loading-process-events-interval-bytes", "1024",  # answer while loading
                 ],
+                loaded=False,  # up while loading: the test decides when loading ends
             )  # fmt: skip
         except BaseException as exc:  # told by the test, not lost in the thread
             failed.append(exc)
@@ -213,6 +214,7 @@ def _loading(store: ServerHandle) -> Iterator[None]:
         with contextlib.suppress(redis.RedisError):
             admin.config_set("key-load-delay", 0)  # served while loading: the rest loads at once
         restarting.join(SETTLE * 3)
+        _until(lambda: not _refuses(admin.ping, "LOADING")(), "loaded")
         admin.delete(*[f"filler:{i}" for i in range(FILLER)])
         admin.close()
     assert not failed and not restarting.is_alive(), failed
