@@ -45,7 +45,6 @@ import redis.asyncio as aioredis
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
 from replaystore.bench.servers import ServerProcess as Process
-from replaystore.taskstore import task_store_for
 from replaystore.testing import TcpProxy
 from replaystore.testing.servers import find_free_port
 
@@ -338,7 +337,7 @@ async def idle_cpu(r: aioredis.Redis, seconds: float) -> float:
 async def store_life(redis_url: str, lives: int, r: aioredis.Redis) -> dict[str, Any]:
     """replaystore's task store alone (no HTTP): create, 10 status changes, result, 20 gets."""
     buffer = ReplayBuffer.from_url(f"{redis_url}?prefix=bs:")
-    store = task_store_for(coordination_of(buffer.backend))
+    store = coordination_of(buffer.backend).task_store()
 
     async def life() -> int:
         task_id = uuid.uuid4().hex

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from .backends.coordination import Coordinated, OnRedis
+from .backends.coordination import Coordinated
 from .buffer import ReplayBuffer
 from .verdicts import Resumption
 
@@ -107,21 +107,13 @@ async def _fresh(url: str, max_events: int, session: str) -> tuple[ReplayBuffer,
 async def _delete_keys(buf: ReplayBuffer, session: str) -> None:
     """Delete every key the demo's session left in a shared store, tombstones included.
 
-    Only a backend on Redis keeps anything beyond the process; it says so, with
-    its client and key layout, through the coordination it declares. Every
-    key of a session carries the session in its cluster hash tag, so one SCAN
-    pattern finds them on a standalone server and on every cluster node.
+    Only a store shared beyond the process keeps anything after it; the
+    coordination its backend declares knows the store's layout and deletes
+    them. A backend declaring none keeps nothing the demo could find.
     """
     backend = buf.backend
-    redis = backend.coordination() if isinstance(backend, Coordinated) else None
-    if not isinstance(redis, OnRedis):
-        return
-    from .backends.redis.keys import matching  # only on Redis: imports redis-py
-
-    pattern = matching(redis.key_base(session))
-    keys = [key async for key in redis.client.scan_iter(match=pattern, count=1000)]
-    for key in keys:  # one by one: a cluster refuses multi-key commands across slots
-        await redis.client.delete(key)
+    if isinstance(backend, Coordinated):
+        await backend.coordination().purge(session)
 
 
 def _describe(res: Resumption) -> list[str]:

@@ -43,7 +43,7 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import HEADER_MISMATCH, SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 
-from ..backends.coordination import OnRedis, coordination_of
+from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
 from .metrics import ResumptionObserver
@@ -204,7 +204,7 @@ def _share_request_state(
         return
     assert isinstance(current, RequestStateSecurity)
     if not share:
-        if isinstance(coordination_of(buffer.backend), OnRedis):
+        if coordination_of(buffer.backend).spans_processes:
             # Said once, when the app is built: never accepted silently.
             logger.warning(
                 "share=False: requestState is sealed under the server's own key; unless "

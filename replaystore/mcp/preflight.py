@@ -12,8 +12,12 @@ calls of the kinds requests make, under the replica's own key prefix:
   that waiting cannot cure was seen): a throwaway session opened, appended
   to (the commands of every append, ``TIME`` included), resumed and closed,
   and a subscription on the notification channels' prefix;
-- :func:`eviction_warning` (start-up): Redis' ``maxmemory-policy``, since
-  an evicted key ends its session.
+- :func:`eviction_warning` (start-up): whether the store may evict keys
+  (Redis' ``maxmemory-policy``), since an evicted key ends its session.
+
+What each store is asked beyond the sessions' operations and the registry
+(the notification channels, the eviction policy) its backend's coordination
+says (:meth:`~replaystore.backends.coordination.Coordination.probe`).
 
 Each failure is the :class:`~replaystore.errors.StorageError` of the call
 that failed, which says what the store said (the ACL's words name the
@@ -22,22 +26,18 @@ command, key or channel).
 
 from __future__ import annotations
 
-import logging
 import secrets
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
 
-from ..backends.coordination import OnRedis, coordination_of
+from ..backends.coordination import coordination_of
+from ..backends.session_registry import Registry
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
 from .refusals import store_trouble
-from .replicas.registry import Registry, registry_for
 from .sessions.again import bounded
 
 __all__ = ["Problem", "check_store", "eviction_warning", "probe"]
-
-logger = logging.getLogger("replaystore.mcp")
 
 #: The stream of the lease the health check takes and drops at once.
 _PROBE_STREAM = "probe"
@@ -60,8 +60,7 @@ async def probe(buffer: ReplayBuffer, registry: Registry, replica: str, *, deep:
     await registry.abandon(session, _PROBE_STREAM, replica)
     await buffer.session_info(session)
     coordination = coordination_of(buffer.backend)
-    if isinstance(coordination, OnRedis):
-        await _publish(coordination, replica)
+    await coordination.probe(replica)
     if not deep:
         return
     throwaway = f"probe.{replica}.{secrets.token_hex(4)}"
@@ -75,81 +74,12 @@ async def probe(buffer: ReplayBuffer, registry: Registry, replica: str, *, deep:
             await buffer.close_session(throwaway)
         raise
     await buffer.close_session(throwaway)
-    if isinstance(coordination, OnRedis):
-        await _subscribe(coordination, replica)
-
-
-async def _publish(redis: OnRedis, replica: str) -> None:
-    from ..backends.redis.keys import probe_channel  # only on Redis: imports redis-py
-
-    try:
-        await redis.client.publish(probe_channel(redis.prefix, replica), "")
-    except Exception as exc:  # redis.RedisError and cluster errors alike
-        raise _storage_error("publishing a notification", exc) from exc
-
-
-async def _subscribe(redis: OnRedis, replica: str) -> None:
-    from ..backends.redis.keys import probe_channel  # only on Redis: imports redis-py
-
-    pubsub = redis.client.pubsub()
-    try:
-        await pubsub.subscribe(probe_channel(redis.prefix, replica))
-        await pubsub.get_message(timeout=0.1)  # the subscription's confirmation or refusal
-    except Exception as exc:
-        raise _storage_error("subscribing to notifications", exc) from exc
-    finally:
-        try:
-            await pubsub.aclose()
-        except Exception:
-            logger.debug("closing the probe's subscription failed", exc_info=True)
-
-
-def _storage_error(what: str, exc: BaseException) -> StorageError:
-    from ..backends.redis.client import storage_error
-
-    return storage_error(what, exc)
+    await coordination.probe(replica, subscribe=True)
 
 
 async def eviction_warning(buffer: ReplayBuffer) -> str | None:
-    """One line when Redis may evict replaystore's keys (or its policy is unknown), else None."""
-    coordination = coordination_of(buffer.backend)
-    if not isinstance(coordination, OnRedis):
-        return None
-    settings = await _memory_settings(coordination.client)
-    if settings is None:
-        return (
-            "the store's maxmemory-policy cannot be read (CONFIG GET and INFO are not "
-            "permitted): make sure it is noeviction, or that maxmemory is 0; an evicted key "
-            "ends its session (its clients get 404 and initialize again)"
-        )
-    policy, maxmemory = settings
-    if policy == "noeviction" or maxmemory == 0:
-        return None
-    also = " (every replaystore key has a TTL)" if policy.startswith("volatile-") else ""
-    return (
-        f"the store's maxmemory-policy is {policy}{also}: once maxmemory is reached Redis "
-        "evicts replaystore's keys, which ends their sessions (clients get 404 and "
-        "initialize again); use noeviction"
-    )
-
-
-async def _memory_settings(client: Any) -> tuple[str, int] | None:
-    """``(maxmemory-policy, maxmemory)`` by CONFIG GET or else INFO; None if neither is allowed."""
-    try:
-        found = await client.config_get("maxmemory*")
-        if found and all(isinstance(v, dict) for v in found.values()):
-            found = next(iter(found.values()))  # a cluster: per node; one node says it
-        return str(found["maxmemory-policy"]), int(found["maxmemory"])
-    except Exception:
-        logger.debug("CONFIG GET maxmemory* failed", exc_info=True)
-    try:
-        info = await client.info("memory")
-        if info and all(isinstance(v, dict) for v in info.values()):
-            info = next(iter(info.values()))
-        return str(info["maxmemory_policy"]), int(info["maxmemory"])
-    except Exception:
-        logger.debug("INFO memory failed", exc_info=True)
-    return None
+    """One line when the store may evict replaystore's keys (or its policy is unknown)."""
+    return await coordination_of(buffer.backend).eviction_warning()
 
 
 async def check_store(buffer: ReplayBuffer, *, seconds: float = 5.0) -> list[Problem]:
@@ -161,7 +91,7 @@ async def check_store(buffer: ReplayBuffer, *, seconds: float = 5.0) -> list[Pro
     policy that may end sessions.
     """
     problems: list[Problem] = []
-    registry = registry_for(coordination_of(buffer.backend))
+    registry = coordination_of(buffer.backend).registry()
     try:
         with bounded(seconds):
             await probe(buffer, registry, f"start.{secrets.token_hex(4)}", deep=True)

@@ -10,7 +10,8 @@ second round of a multi-round call fails on every other replica with
 
 :class:`StoreKeyRing` is a ``RequestStateCodec`` whose key lives in the
 store of the app's buffer: the first replica to start creates it in one
-atomic step (``SET NX`` on Redis), every other replica reads that one.
+atomic step (``SET NX`` on Redis; the backend's coordination keeps it), every
+other replica reads that one.
 Sealing and opening stay the SDK's own AES-256-GCM codec; only where the key
 comes from changes. Each replica checks the key again every
 ``refresh`` seconds, so a store that lost it (restarted empty) gets one again
@@ -22,8 +23,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
-import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -34,7 +33,7 @@ from mcp.server.request_state import (
     RequestStateCodec,
 )
 
-from ..backends.coordination import Coordination, OnRedis, coordination_of
+from ..backends.coordination import Coordination, coordination_of
 from ..buffer import ReplayBuffer
 
 __all__ = ["DEFAULT_REFRESH", "StoreKeyRing"]
@@ -46,9 +45,6 @@ DEFAULT_REFRESH = 30.0
 
 #: Keys a replica keeps to open tokens sealed before the shared key changed.
 _KEPT = 4
-
-_MEMORY_KEYS: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
-_MEMORY_LOCK = threading.Lock()
 
 
 class StoreKeyRing:
@@ -109,22 +105,7 @@ class StoreKeyRing:
         if coordination is None:
             raise RuntimeError("StoreKeyRing has no store: pass the buffer to the app")
         mine = self._keys[0] if self._keys else secrets.token_hex(32)
-        if isinstance(coordination, OnRedis):
-            from ..backends.redis.keys import request_state  # only on Redis: imports redis-py
-
-            key = request_state(coordination.prefix)
-            client = coordination.client
-            try:
-                await client.set(key, mine, nx=True)
-                stored = await client.get(key)
-            except Exception as exc:  # redis.RedisError and cluster errors alike
-                from ..backends.redis.client import storage_error
-
-                raise storage_error("reading the shared requestState key", exc) from exc
-            shared = stored.decode() if isinstance(stored, bytes) else str(stored)
-        else:
-            with _MEMORY_LOCK:
-                shared = _MEMORY_KEYS.setdefault(coordination.scope, mine)
+        shared = await coordination.request_state_key(mine)
         if not self._keys or self._keys[0] != shared:
             if self._keys:
                 logger.info("requestState: the shared key changed; older tokens still open here")

@@ -14,12 +14,15 @@ from fakeredis import FakeAsyncRedis
 
 from replaystore import ReplayBuffer
 from replaystore.backends.memory import MemoryBackend
+from replaystore.backends.memory.bus import MemoryBus
+from replaystore.backends.memory.registry import MemoryRegistry
+from replaystore.backends.notifications import End, Forward, Takeover, Wake, decode, encode
 from replaystore.backends.redis import RedisBackend
+from replaystore.backends.redis.coordination.registry import RedisRegistry
+from replaystore.backends.session_registry import FINISHED, Registry
 from replaystore.mcp._sdk import checked as sdk
 from replaystore.mcp._sdk.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
-from replaystore.mcp.replicas.bus import End, Forward, MemoryBus, Takeover, Wake, decode, encode
 from replaystore.mcp.replicas.forwarding import Route, replica_of, route
-from replaystore.mcp.replicas.registry import FINISHED, MemoryRegistry, RedisRegistry, Registry
 from replaystore.mcp.replicas.replica import Replica
 from replaystore.mcp.sessions.manager import ReplaySessionManager
 from replaystore.mcp.sessions.transport import ReplayTransport
@@ -188,7 +191,9 @@ def _registry(name: str) -> Registry:
     if name == "memory":
         return MemoryRegistry(_Store())
     retention = ReplayBuffer.from_url("memory://").retention
-    return RedisRegistry(RedisBackend(retention, FakeAsyncRedis(), prefix="t:").coordination())
+    registry = RedisBackend(retention, FakeAsyncRedis(), prefix="t:").coordination().registry()
+    assert isinstance(registry, RedisRegistry)
+    return registry
 
 
 @pytest.mark.parametrize("name", ["memory", "fakeredis"])

@@ -13,7 +13,12 @@ import subprocess
 import sys
 import textwrap
 
-TASK_PACKAGES = ("replaystore.mcp.tasks", "replaystore.taskstore")
+TASK_PACKAGES = (
+    "replaystore.mcp.tasks",
+    "replaystore.taskstore",
+    "replaystore.backends.memory.tasks",
+    "replaystore.backends.redis.coordination.tasks",
+)
 
 _SCRIPT = textwrap.dedent(
     """
@@ -75,4 +80,4 @@ def test_an_app_given_tasks_loads_them() -> None:
     """The check above sees the tasks stack when it is loaded."""
     found = _task_modules(_loaded("tasks"))
     assert "replaystore.mcp.tasks.extension" in found
-    assert "replaystore.taskstore.memory" in found
+    assert "replaystore.backends.memory.tasks" in found

@@ -24,7 +24,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from replaystore import ReplayBuffer, StorageError, Verdict
 from replaystore.backends.coordination import coordination_of
 from replaystore.cursor import sequence_tag
-from replaystore.taskstore import new_task_id, task_store_for
+from replaystore.taskstore import new_task_id
 from replaystore.testing.servers import (
     ServerHandle,
     TLSFiles,
@@ -272,8 +272,8 @@ async def test_tasks_through_a_sentinel_url_live_on_the_master(
     heard: list[str] = []
     with anyio.fail_after(20):
         async with ReplayBuffer.from_url(url) as runner_buf, ReplayBuffer.from_url(url) as other:
-            runner_side = task_store_for(coordination_of(runner_buf.backend))
-            client_side = task_store_for(coordination_of(other.backend))
+            runner_side = coordination_of(runner_buf.backend).task_store()
+            client_side = coordination_of(other.backend).task_store()
             task_id = new_task_id()
             await client_side.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
             [key] = await runner_side.ask(task_id, "r1", [{"method": "elicitation/create"}]) or []

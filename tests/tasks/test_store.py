@@ -26,7 +26,6 @@ from replaystore.taskstore import (
     TaskInputError,
     TaskStore,
     new_task_id,
-    task_store_for,
     valid_task_id,
 )
 from replaystore.taskstore.records import MAX_BLOB
@@ -66,7 +65,7 @@ async def make_store(
             buffer = ReplayBuffer.from_url(real_servers.shared(kind).url, prefix=prefix)
         await buffer.__aenter__()
         buffers.append(buffer)
-        return task_store_for(coordination_of(buffer.backend))
+        return coordination_of(buffer.backend).task_store()
 
     yield factory
     for buffer in buffers:
@@ -383,10 +382,10 @@ async def test_wait_replicas_refuses_a_create_no_replica_acknowledged(
     url = f"{real_servers.shared('redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
     async with ReplayBuffer.from_url(url) as buffer:
         coordination = coordination_of(buffer.backend)
-        waiting = task_store_for(coordination, wait_replicas=1, wait_timeout=0.2)
+        waiting = coordination.task_store(wait_replicas=1, wait_timeout=0.2)
         with pytest.raises(StorageError, match="acknowledged by 0 of 1"):
             await waiting.create(new_task_id(), runner="r1", lease=5, ttl_ms=60_000)
-        plain = task_store_for(coordination)
+        plain = coordination.task_store()
         task_id = new_task_id()
         await plain.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
         assert await plain.get(task_id) is not None
@@ -398,8 +397,8 @@ async def test_wait_replicas_covers_every_status_change(real_servers: RealServer
     url = f"{real_servers.shared('redis').url}?prefix=tw{uuid.uuid4().hex[:8]}:"
     async with ReplayBuffer.from_url(url) as buffer:
         coordination = coordination_of(buffer.backend)
-        waiting = task_store_for(coordination, wait_replicas=1, wait_timeout=0.1)
-        plain = task_store_for(coordination)
+        waiting = coordination.task_store(wait_replicas=1, wait_timeout=0.1)
+        plain = coordination.task_store()
         task_id = new_task_id()
         await plain.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
         assert await waiting.ask(task_id, "r1", [{"m": 1}]) == ["r1"]
@@ -430,9 +429,7 @@ async def test_wait_replicas_with_a_real_replica_every_change_is_on_it() -> None
         async with ReplayBuffer.from_url(
             primary.url, prefix="tr:", wait_replicas=1, wait_timeout=2.0
         ) as buffer:
-            store = task_store_for(
-                coordination_of(buffer.backend), wait_replicas=1, wait_timeout=2.0
-            )
+            store = coordination_of(buffer.backend).task_store(wait_replicas=1, wait_timeout=2.0)
             task_id = new_task_id()
             key = f"tr:{{task:{task_id}}}:task"
 

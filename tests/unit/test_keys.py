@@ -14,17 +14,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer, Retention
-from replaystore.backends.coordination import OnRedis
 from replaystore.backends.redis import RedisBackend, keys
+from replaystore.backends.redis.coordination import OnRedis
+from replaystore.backends.redis.coordination.bus import RedisBus
+from replaystore.backends.redis.coordination.registry import RedisRegistry
+from replaystore.backends.redis.coordination.tasks import RedisTaskStore
 from replaystore.backends.redis.teardown import Teardown
 from replaystore.cursor import sequence_tag
 from replaystore.demo import _delete_keys
-from replaystore.mcp.preflight import _publish
-from replaystore.mcp.replicas.bus import RedisBus
-from replaystore.mcp.replicas.registry import RedisRegistry
 from replaystore.mcp.request_state import StoreKeyRing
-from replaystore.mcp.subscriptions import StoreSubscriptionBus
-from replaystore.taskstore.redis import RedisTaskStore
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +78,8 @@ async def test_a_teardown_s_keys(backend: RedisBackend) -> None:
 
 
 def test_the_registry_s_keys(on_redis: OnRedis) -> None:
-    registry = RedisRegistry(on_redis)
+    registry = on_redis.registry()
+    assert isinstance(registry, RedisRegistry)
     assert registry._record("s1") == "rs{s1}:mcp"
     assert registry._lease("s1", "st") == "rs{s1}:mcp:lease:st"
     assert registry._end("s1", "st") == "rs{s1}:mcp:end:st"
@@ -89,22 +88,26 @@ def test_the_registry_s_keys(on_redis: OnRedis) -> None:
 def test_the_bus_channels(on_redis: OnRedis) -> None:
     def handler(*_: object) -> None: ...
 
-    bus = RedisBus("r1", handler, on_redis)
+    bus = on_redis.bus("r1", handler)
+    assert isinstance(bus, RedisBus)
     assert bus._channel("s1") == "rsmcp:s:s1"
     assert bus._all == "rsmcp:all"
     assert bus._mine == "rsmcp:r:r1"
 
 
 def test_the_listen_keys(on_redis: OnRedis) -> None:
-    assert StoreSubscriptionBus._keys(on_redis) == ["rs{listen}:events", "rs{listen}:count"]
+    log = on_redis.listen_events(keep=10, block=None)
+    assert [log._stream, log._counter] == ["rs{listen}:events", "rs{listen}:count"]
 
 
 def test_the_task_keys(on_redis: OnRedis) -> None:
-    store = RedisTaskStore(on_redis, namespace="app")
+    store = on_redis.task_store(namespace="app")
+    assert isinstance(store, RedisTaskStore)
     assert store.keys("t1") == ["rs{task:app:t1}:task", "rs{task:app:t1}:in", "rs{task:app:t1}:ans"]
     assert store._index() == "rs{tasks:app}:running"
     assert store._nudge_prefix() == "rs{tasks:app}:nudge:"
-    bare = RedisTaskStore(on_redis)
+    bare = on_redis.task_store()
+    assert isinstance(bare, RedisTaskStore)
     assert bare.keys("t1") == ["rs{task:t1}:task", "rs{task:t1}:in", "rs{task:t1}:ans"]
     assert bare._index() == "rs{tasks}:running"
     assert bare._nudge_prefix() == "rs{tasks}:nudge:"
@@ -208,7 +211,7 @@ async def test_the_preflight_probe_channel(redis_server: ServerHandle, prefix: s
     try:
         await pubsub.subscribe(f"{prefix}mcp:r:probe.r1")
         await pubsub.get_message(timeout=1)  # the subscription's confirmation
-        await _publish(OnRedis(client, prefix, lambda s: f"{prefix}{{{s}}}"), "r1")
+        await OnRedis(client, prefix, lambda s: f"{prefix}{{{s}}}").probe("r1")
         with anyio.fail_after(5):
             message = None
             while message is None:

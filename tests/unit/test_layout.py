@@ -110,6 +110,8 @@ def test_leaf_modules_import_nothing_else_of_the_package() -> None:
         "replaystore.errors",
         "replaystore.mcp.settings",
         "replaystore.backends.coordination",
+        "replaystore.backends.session_registry",
+        "replaystore.backends.notifications",
         "replaystore._seams",
         "replaystore.backends.redis.keys",
     ):

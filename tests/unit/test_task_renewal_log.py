@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from replaystore.backends.memory.tasks import MemoryTaskStore
 from replaystore.errors import StorageError
 from replaystore.mcp.tasks.leases import RenewalFailures, Run, _beat
-from replaystore.taskstore import Beat, MemoryTaskStore
+from replaystore.taskstore import Beat
 
 pytestmark = pytest.mark.anyio
 

@@ -47,8 +47,8 @@ from ...retention import Retention, run_split_ms
 from ...verdicts import Resumption, Verdict
 from .. import register_backend
 from ..base import Backend
-from ..coordination import OnRedis
 from .client import build_client, storage_error
+from .coordination import OnRedis
 from .durability import append_and_wait, appended, check_options, options_from
 from .fastpath import Failed, FastPath
 from .fences import Fences, behind, regressed, regressed_answer

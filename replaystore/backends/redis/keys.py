@@ -14,14 +14,12 @@ Two roots:
   base of their own the same way.
 - channels, and the one key no slot matters for, hang off the prefix alone.
 
-A part that coordinates through a backend's declared
-:class:`~replaystore.backends.coordination.OnRedis` takes its bases from that
-backend's ``key_base`` (a backend of another author may tag differently) and
-the rest of each name from here.
-
-The module imports nothing, but the package it is in imports redis-py: a
-part that a memory-only application loads too imports it only where it talks
-to Redis.
+The parts replicas coordinate through
+(:class:`~replaystore.backends.redis.coordination.OnRedis` and the modules
+beside it) take their bases from the backend's ``key_base`` (a backend of
+another author may tag differently) and the rest of each name from here.
+Only code under ``backends/redis/`` imports this module: nothing else of the
+package knows a Redis key.
 """
 
 from __future__ import annotations

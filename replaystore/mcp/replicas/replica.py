@@ -33,11 +33,11 @@ import anyio
 import anyio.abc
 
 from ...backends.coordination import coordination_of
+from ...backends.notifications import Bus, End, Forward, Gap, Message, Takeover, Wake
+from ...backends.session_registry import FINISHED, Registry
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
 from ..settings import Settings
-from .bus import Bus, End, Forward, Gap, Message, Takeover, Wake, bus_for
-from .registry import FINISHED, Registry, registry_for
 
 __all__ = ["Followers", "Replica", "Sessions"]
 
@@ -86,8 +86,8 @@ class Replica:
         self.buffer = buffer
         self.sessions = sessions
         self.reads = anyio.CapacityLimiter(self.settings.live_reads)
-        self.registry: Registry = registry_for(coordination)
-        self.bus: Bus = bus_for(coordination, self.id, self._on_message)
+        self.registry: Registry = coordination.registry()
+        self.bus: Bus = coordination.bus(self.id, self._on_message)
         #: The live connections of each session served here, by session id.
         self.followers: dict[str, Followers] = {}
         self._leases: dict[tuple[str, str], None] = {}

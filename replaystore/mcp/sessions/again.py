@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ...backends.session_registry import FINISHED
 from ...errors import StorageError, UnknownSessionError
 from ...info import SessionInfo
-from ..replicas.registry import FINISHED
 from .lost import LOST_REQUEST, end_unanswered
 from .messages import GET_STREAM
 

@@ -73,7 +73,6 @@ from ...taskstore import (
     TaskRecord,
     TaskStore,
     new_task_id,
-    task_store_for,
     valid_task_id,
 )
 from ..sessions.again import bounded
@@ -238,8 +237,7 @@ class ReplayTasks(Extension):
             self._namespace = name if isinstance(name, str) else ""
         if self._store is None:
             backend = buffer.backend
-            self._store = task_store_for(
-                coordination_of(backend),
+            self._store = coordination_of(backend).task_store(
                 namespace=self._namespace,
                 wait_replicas=getattr(backend, "wait_replicas", 0),
                 wait_timeout=getattr(backend, "wait_timeout", 1.0),

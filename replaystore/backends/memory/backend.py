@@ -25,19 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
-from ..cursor import Cursor, event_id, new_epoch, sequence_tag
-from ..errors import (
+from ..._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
+from ...cursor import Cursor, event_id, new_epoch, sequence_tag
+from ...errors import (
     IdempotencyKeyReusedError,
     SequenceTagCollisionError,
     UnknownSessionError,
     UnsupportedURLError,
 )
-from ..info import SessionInfo
-from ..retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_split_ms
-from ..verdicts import Resumption, Tombstone, Verdict, reason_text
-from . import register_backend
-from .base import Backend
+from ...info import SessionInfo
+from ...retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_split_ms
+from ...verdicts import Resumption, Tombstone, Verdict, reason_text
+from .. import register_backend
+from ..base import Backend
 from .coordination import InProcess
 
 __all__ = ["MemoryBackend"]

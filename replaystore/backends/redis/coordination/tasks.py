@@ -38,10 +38,8 @@ from typing import Any
 
 import anyio
 
-from ..backends.coordination import OnRedis
-from ..backends.redis.keys import task_index, task_keys, task_nudges
-from ..errors import StorageError
-from .records import (
+from ....errors import StorageError
+from ....taskstore.records import (
     LOST_ERROR,
     OUTAGE_ERROR,
     TERMINAL,
@@ -52,7 +50,9 @@ from .records import (
     pack,
     unpack,
 )
-from .store import TaskStore
+from ....taskstore.store import TaskStore
+from ..client import storage_error
+from ..keys import task_index, task_keys, task_nudges
 
 __all__ = ["RedisTaskStore"]
 
@@ -166,7 +166,7 @@ class RedisTaskStore(TaskStore):
 
     - the create: otherwise ``StorageError``, and the client gets no task;
     - a client's change (``respond``, ``cancel``): otherwise
-      :class:`~.records.NotReplicatedError`; the change stands on the primary
+      :class:`~replaystore.taskstore.records.NotReplicatedError`; the change stands on the primary
       and is safe to repeat;
     - the runner's changes (``ask``, ``finish``, ``claim``): a warning is
       logged; the change stands on the primary (the runner has no one to tell,
@@ -178,14 +178,15 @@ class RedisTaskStore(TaskStore):
 
     def __init__(
         self,
-        redis: OnRedis,
+        client: Any,
+        key_base: Callable[[str], str],
         *,
         namespace: str = "",
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
     ) -> None:
-        self._client = redis.client
-        self._key_base = redis.key_base
+        self._client = client
+        self._key_base = key_base
         self._space = _space(namespace)
         self._wait_replicas = wait_replicas
         self._wait_timeout = wait_timeout
@@ -547,6 +548,4 @@ def _space(namespace: str) -> str:
 
 def _storage_error(what: str, exc: BaseException) -> StorageError:
     """What Redis said, as every Redis-backed part of the package says it."""
-    from ..backends.redis.client import storage_error
-
     return storage_error(what, exc)

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import (
+from ...taskstore.records import (
     ACTIVE,
     CANCELLED,
     FAILED,
@@ -31,7 +31,7 @@ from .records import (
     pack,
     unpack,
 )
-from .store import TaskStore
+from ...taskstore.store import TaskStore
 
 __all__ = ["MemoryTaskStore"]
 
@@ -125,7 +125,7 @@ class MemoryTaskStore(TaskStore):
     """Tasks of one in-process store; ``scope`` is the object every replica shares.
 
     Stores made with the same ``scope`` (the backend's
-    :class:`~replaystore.backends.coordination.InProcess` scope) and the same
+    :class:`~replaystore.backends.memory.InProcess` scope) and the same
     ``namespace`` see the same tasks; another namespace of that scope is
     another set of tasks (the tasks of another app); with no scope the store
     is private.

@@ -1,0 +1,110 @@
+"""How replicas sharing a Redis coordinate: :class:`OnRedis`, and the parts it builds.
+
+Every part keeps its keys behind the backend's key base (the session's hash
+tag, so on a cluster they land in the slot of the session's events) and
+builds every key and channel name in :mod:`replaystore.backends.redis.keys`:
+
+| module | part |
+|---|---|
+| ``registry.py`` | session records, request leases, end claims |
+| ``bus.py`` | notifications between replicas (pub/sub) |
+| ``tasks.py`` | durable task records (Lua in ``lua/``) |
+| ``listen.py`` | ``subscriptions/listen`` events (a stream read by position) |
+| ``checks.py`` | what a replica asks at start-up and in health checks |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..client import storage_error
+from ..keys import matching, request_state
+
+if TYPE_CHECKING:
+    from ....taskstore.store import TaskStore
+    from ...notifications import Bus, Handler
+    from ...session_registry import Registry
+    from .listen import RedisEventLog
+
+__all__ = ["OnRedis"]
+
+
+class OnRedis:
+    """Replicas share a Redis: ``client`` (redis-py asyncio), the key ``prefix``, and
+    ``key_base(session)``, the hash-tagged base of a session's keys (coordination
+    keys go behind it, so on a cluster they land in the slot of the session's events).
+
+    What :class:`~replaystore.backends.redis.RedisBackend` declares; a
+    third-party backend storing its events in Redis can declare it too. Each
+    part is imported when first built, so an app without tasks never loads
+    the task store.
+    """
+
+    #: Replicas in other processes share the Redis.
+    spans_processes = True
+
+    __slots__ = ("client", "key_base", "prefix")
+
+    def __init__(self, client: Any, prefix: str, key_base: Callable[[str], str]) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.key_base = key_base
+
+    def registry(self) -> Registry:
+        from .registry import RedisRegistry
+
+        return RedisRegistry(self.client, self.key_base)
+
+    def bus(self, replica: str, handler: Handler) -> Bus:
+        from .bus import RedisBus
+
+        return RedisBus(replica, handler, self.client, self.prefix)
+
+    def task_store(
+        self, *, namespace: str = "", wait_replicas: int = 0, wait_timeout: float = 1.0
+    ) -> TaskStore:
+        from .tasks import RedisTaskStore
+
+        return RedisTaskStore(
+            self.client,
+            self.key_base,
+            namespace=namespace,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
+
+    def listen_events(self, *, keep: int, block: float | None) -> RedisEventLog:
+        from .listen import RedisEventLog
+
+        return RedisEventLog(self.client, self.key_base, keep=keep, block=block)
+
+    async def request_state_key(self, candidate: str) -> str:
+        key = request_state(self.prefix)
+        try:
+            await self.client.set(key, candidate, nx=True)
+            stored = await self.client.get(key)
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the shared requestState key", exc) from exc
+        return stored.decode() if isinstance(stored, bytes) else str(stored)
+
+    async def probe(self, replica: str, *, subscribe: bool = False) -> None:
+        from . import checks
+
+        if subscribe:
+            await checks.subscribe(self.client, self.prefix, replica)
+        else:
+            await checks.publish(self.client, self.prefix, replica)
+
+    async def eviction_warning(self) -> str | None:
+        from .checks import eviction_warning
+
+        return await eviction_warning(self.client)
+
+    async def purge(self, session: str) -> None:
+        """Every key of the session carries it in its cluster hash tag, so one ``SCAN``
+        pattern finds them on a standalone server and on every cluster node."""
+        pattern = matching(self.key_base(session))
+        keys = [key async for key in self.client.scan_iter(match=pattern, count=1000)]
+        for key in keys:  # one by one: a cluster refuses multi-key commands across slots
+            await self.client.delete(key)

@@ -1,0 +1,149 @@
+"""Notifications between replicas over Redis pub/sub, on one dedicated connection per replica.
+
+On a cluster, ``PUBLISH`` reaches subscribers on every node. Wake-ups are
+coalesced and published by one background task, so an append never waits
+for them; a lost one costs latency only (tails re-check the store).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ...notifications import Bus, Gap, Handler, Message, Wake, decode, encode
+from ..client import storage_error
+from ..keys import all_channel, replica_channel, session_channel
+
+__all__ = ["RedisBus"]
+
+logger = logging.getLogger("replaystore.mcp")
+
+
+class RedisBus(Bus):
+    """Classic pub/sub on one dedicated connection per replica."""
+
+    def __init__(self, replica: str, handler: Handler, client: Any, prefix: str) -> None:
+        super().__init__(replica, handler)
+        self._client = client
+        self._session_channel = partial(session_channel, prefix)
+        self._replica_channel = partial(replica_channel, prefix)
+        self._all = all_channel(prefix)
+        self._mine = self._replica_channel(replica)
+        self._pubsub: Any = None  # redis-py's PubSub (untyped)
+        self._pending: dict[tuple[str, str], None] = {}
+        self._kick = anyio.Event()
+        self._confirmed: dict[str, anyio.Event] = {}
+
+    def _channel(self, session: str) -> str:
+        return self._session_channel(session)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        self._pubsub = self._client.pubsub()
+        try:
+            try:
+                await self._pubsub.subscribe(self._all, self._mine)
+            except Exception as exc:
+                raise _said("subscribing to the replicas' channels", exc) from exc
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._publisher)
+                task_status.started()
+                await self._listen()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await self._pubsub.aclose()
+                except Exception:
+                    logger.debug("closing the notification connection failed", exc_info=True)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                raw = await self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+            except Exception as exc:
+                logger.warning("replica notifications interrupted (%s); reconnecting", exc)
+                # A subscription sent meanwhile gets no confirmation (Redis may
+                # have refused it: busy, loading): whoever waits for one reads
+                # the store now, and hears what the store says.
+                for confirmed in self._confirmed.values():
+                    confirmed.set()
+                self._confirmed.clear()
+                await anyio.sleep(0.5)
+                self._handler(Gap())  # what was published meanwhile is lost
+                continue
+            if raw is None:
+                continue
+            kind = raw.get("type")
+            channel = raw.get("channel")
+            channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+            if kind == "subscribe":
+                event = self._confirmed.pop(channel, None)
+                if event is not None:
+                    event.set()
+                continue
+            if kind != "message":
+                continue
+            decoded = decode(raw.get("data", b""))
+            if decoded is not None:
+                self._deliver(*decoded)
+
+    async def _publisher(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick = anyio.Event()
+            batch, self._pending = list(self._pending), {}
+            for session, stream in batch:
+                message = encode(Wake(session, stream), self.replica)
+                try:
+                    await self._client.publish(self._channel(session), message)
+                except Exception as exc:
+                    # A lost wake-up costs latency only: tails re-check the store periodically.
+                    logger.debug("wake-up of session %s not published: %s", session, exc)
+
+    async def _subscribe(self, session: str) -> None:
+        if self._pubsub is None:
+            return
+        channel = self._channel(session)
+        confirmed = self._confirmed[channel] = anyio.Event()
+        try:
+            await self._pubsub.subscribe(channel)
+        except Exception as exc:
+            logger.debug("%s", _said(f"subscribing to session {session}", exc))
+            return
+        # Subscribe first, then read the store: wait (briefly) for the
+        # subscription to be active so no wake-up falls in between.
+        with anyio.move_on_after(1.0):
+            await confirmed.wait()
+
+    async def _unsubscribe(self, session: str) -> None:
+        if self._pubsub is None:
+            return
+        try:
+            await self._pubsub.unsubscribe(self._channel(session))
+        except Exception as exc:
+            logger.debug("unsubscribing from session %s failed: %s", session, exc)
+
+    def wake(self, session: str, stream: str) -> None:
+        self._pending[(session, stream)] = None
+        self._kick.set()
+
+    async def broadcast(self, message: Message) -> None:
+        await self._publish(self._all, message)
+
+    async def send(self, replica: str, message: Message) -> None:
+        await self._publish(self._replica_channel(replica), message)
+
+    async def _publish(self, channel: str, message: Message) -> None:
+        text = encode(message, self.replica)
+        try:
+            await self._client.publish(channel, text)
+        except Exception as exc:
+            logger.warning("could not notify the other replicas: %s", _said("publishing", exc))
+
+
+def _said(what: str, exc: BaseException) -> Exception:
+    """What Redis said about a notification, as every Redis-backed part of the package says it."""
+    return storage_error(what, exc)

@@ -1,0 +1,135 @@
+"""The session registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own.
+
+Every key carries the session's hash tag (behind the backend's key base), so
+on a cluster the record, the leases and the end claims live in the slot of
+the session's events. Releasing and renewing a lease compare its holder and
+act in one script: only the holder may.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ....errors import StorageError
+from ...session_registry import FINISHED, FINISHED_TTL, Registry
+from .. import keys
+from ..client import storage_error
+
+__all__ = ["RedisRegistry"]
+
+# Compare-and-delete / compare-and-extend: only the holder may release or renew.
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return 0"
+)
+_ABANDON = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end"
+_RENEW = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+)
+_UPDATE = (
+    "if redis.call('EXISTS', KEYS[1]) == 1 then "
+    "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1 end return 0"
+)
+
+
+class RedisRegistry(Registry):
+    """The registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own."""
+
+    def __init__(self, client: Any, key_base: Callable[[str], str]) -> None:
+        self._key_base = key_base
+        self._client = client
+
+    def _base(self, session: str) -> str:
+        """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
+        return self._key_base(session)
+
+    def _record(self, session: str) -> str:
+        return keys.registry(self._base(session))
+
+    def _lease(self, session: str, stream: str) -> str:
+        return keys.registry_lease(self._base(session), stream)
+
+    def _end(self, session: str, stream: str) -> str:
+        return keys.registry_end(self._base(session), stream)
+
+    async def _call(self, what: str, coro: Any) -> Any:
+        try:
+            return await coro
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error(f"session registry {what}", exc) from exc
+
+    async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
+        key = self._record(session)
+
+        async def write() -> None:
+            await self._client.delete(key)
+            await self._client.hset(key, mapping=fields)
+            if ttl is not None:
+                await self._client.pexpire(key, int(ttl * 1000))
+
+        await self._call("write", write())
+
+    async def get_session(self, session: str) -> dict[str, str] | None:
+        raw = await self._call("read", self._client.hgetall(self._record(session)))
+        if not raw:
+            return None
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def update_session(self, session: str, fields: dict[str, str]) -> None:
+        args = [part for item in fields.items() for part in item]
+        await self._call("update", self._client.eval(_UPDATE, 1, self._record(session), *args))
+
+    async def touch_session(self, session: str, ttl: float) -> None:
+        await self._call("touch", self._client.pexpire(self._record(session), int(ttl * 1000)))
+
+    async def drop_session(self, session: str) -> None:
+        await self._call("drop", self._client.delete(self._record(session)))
+
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
+        key = self._lease(session, stream)
+        taken = await self._call("lease", self._client.set(key, owner, nx=True, px=int(ttl * 1000)))
+        return bool(taken)
+
+    async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
+        kept = []
+        for session, stream in leases:
+            key = self._lease(session, stream)
+            done = await self._call(
+                "renew", self._client.eval(_RENEW, 1, key, owner, int(ttl * 1000))
+            )
+            kept.append(bool(done))
+        return kept
+
+    async def release(self, session: str, stream: str, owner: str) -> None:
+        await self._call(
+            "release",
+            self._client.eval(
+                _RELEASE,
+                1,
+                self._lease(session, stream),
+                owner,
+                FINISHED,
+                int(FINISHED_TTL * 1000),
+            ),
+        )
+
+    async def abandon(self, session: str, stream: str, owner: str) -> None:
+        key = self._lease(session, stream)
+        await self._call("abandon", self._client.eval(_ABANDON, 1, key, owner))
+
+    async def owner(self, session: str, stream: str) -> str | None:
+        raw = await self._call("lease read", self._client.get(self._lease(session, stream)))
+        return None if raw is None else _text(raw)
+
+    async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
+        key = self._end(session, stream)
+        won = await self._call("claim", self._client.set(key, "1", nx=True, px=int(ttl * 1000)))
+        return bool(won)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

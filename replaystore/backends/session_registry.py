@@ -1,0 +1,91 @@
+"""The session registry's contract: what any replica needs to serve a session, and request leases.
+
+Kept next to the session's events, in the same store:
+
+- **the session record**, written when ``initialize`` is answered: the
+  negotiated protocol version and the client's ``initialize`` parameters (so
+  another replica can rebuild the SDK's connection in its initialized
+  state), the credential that created it, and the standalone GET stream's
+  mark. A replica adopts a session only if its record exists: nothing is
+  conjured from a client-chosen id.
+- **leases**: the replica running a request holds a lease on its stream,
+  renewed while it runs. A lease that lapses (replica killed, partition) lets
+  another replica end the stream with an error response, once: the *end
+  claim* is a set-if-absent marker.
+
+A backend's coordination builds its registry
+(:meth:`~replaystore.backends.coordination.Coordination.registry`): on Redis
+every key of a session carries the session's hash tag, so on a cluster they
+live in the slot of the session's events
+(:mod:`replaystore.backends.redis.coordination.registry`); on
+``memory://NAME`` every buffer of the process naming the store shares one
+registry (:mod:`replaystore.backends.memory.registry`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+__all__ = ["FINISHED", "FINISHED_TTL", "Registry"]
+
+#: The lease holder of a request whose response is stored: no replica runs it
+#: any more, and it must not be ended as lost. Replica ids never look like this.
+FINISHED = "-"
+
+#: Seconds a finished request is remembered as such.
+FINISHED_TTL = 3600.0
+
+
+class Registry(ABC):
+    """Session records, leases and end claims of one store."""
+
+    @abstractmethod
+    async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
+        """Create or replace the record of ``session`` (expiring after ``ttl`` seconds)."""
+
+    @abstractmethod
+    async def get_session(self, session: str) -> dict[str, str] | None:
+        """The record, or None if the store does not know the session (or it ended)."""
+
+    @abstractmethod
+    async def update_session(self, session: str, fields: dict[str, str]) -> None:
+        """Change fields of an existing record (never creates one)."""
+
+    @abstractmethod
+    async def touch_session(self, session: str, ttl: float) -> None:
+        """Push the record's expiry back."""
+
+    @abstractmethod
+    async def drop_session(self, session: str) -> None:
+        """Forget the record: every replica answers 404 for the session from now on."""
+
+    @abstractmethod
+    async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
+        """Take the lease of a request's stream for ``ttl`` seconds, if nobody holds it.
+
+        One atomic set-if-absent: of two replicas receiving the same request
+        at once (a balancer retrying a POST), exactly one gets True and runs
+        it. False while another replica runs it, or once it was answered
+        (:data:`FINISHED`).
+        """
+
+    @abstractmethod
+    async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
+        """Extend leases held by ``owner``; False where the lease was lost."""
+
+    @abstractmethod
+    async def release(self, session: str, stream: str, owner: str) -> None:
+        """The request was answered: its lease becomes :data:`FINISHED` (if ``owner`` held it)."""
+
+    @abstractmethod
+    async def abandon(self, session: str, stream: str, owner: str) -> None:
+        """The request stopped unanswered here: drop the lease (if ``owner`` held it)."""
+
+    @abstractmethod
+    async def owner(self, session: str, stream: str) -> str | None:
+        """The replica holding a stream's lease, :data:`FINISHED`, or None (lapsed, unknown)."""
+
+    @abstractmethod
+    async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
+        """True for exactly one caller: the one that ends a stream whose lease lapsed."""
