@@ -284,7 +284,7 @@ def _share_listen(
         bus = given if given is not None else (StoreSubscriptionBus() if share else None)
         if bus is None:
             return
-        from .fastmcp.tasks import ListenMiddleware
+        from .fastmcp.listen import ListenMiddleware
 
         server.add_middleware(ListenMiddleware(_listen_handler(bus, tasks)))
     else:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 TASK_PACKAGES = (
     "replaystore.mcp.tasks",
     "replaystore.taskstore",
@@ -25,24 +27,38 @@ _SCRIPT = textwrap.dedent(
     import json, sys
 
     import anyio
-    from mcp.server.mcpserver import MCPServer
 
     from replaystore import ReplayBuffer
-    from replaystore.mcp import streamable_http_app
 
     WITH_TASKS = sys.argv[1] == "tasks"
+    FASTMCP = sys.argv[2] == "fastmcp"
     kw = {}
     if WITH_TASKS:
         from replaystore.mcp.tasks import ReplayTasks
 
         kw["tasks"] = ReplayTasks({"work": "optional"})
-    server = MCPServer("revisions", extensions=list(kw.values()))
+    buffer = ReplayBuffer.from_url("memory://revisions")
+    if FASTMCP:
+        from fastmcp import FastMCP
 
-    @server.tool()
+        from replaystore.mcp import fastmcp_http_app
+
+        server = FastMCP("revisions")
+    else:
+        from mcp.server.mcpserver import MCPServer
+
+        from replaystore.mcp import streamable_http_app
+
+        server = MCPServer("revisions", extensions=list(kw.values()))
+
     async def work() -> str:
         return "done"
 
-    app = streamable_http_app(server, ReplayBuffer.from_url("memory://revisions"), **kw)
+    server.tool()(work)
+    if FASTMCP:
+        app = fastmcp_http_app(server, buffer, **kw)
+    else:
+        app = streamable_http_app(server, buffer, **kw)
 
     async def main() -> None:
         async with app.router.lifespan_context(app):
@@ -54,9 +70,9 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _loaded(mode: str) -> list[str]:
+def _loaded(mode: str, server: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, mode],
+        [sys.executable, "-c", _SCRIPT, mode, server],
         capture_output=True,
         text=True,
         check=True,
@@ -70,14 +86,17 @@ def _task_modules(modules: list[str]) -> list[str]:
     return [m for m in modules if m == "replaystore.taskstore" or m.startswith(TASK_PACKAGES)]
 
 
-def test_a_2025_app_loads_no_task_module() -> None:
-    modules = _loaded("sessions")
+@pytest.mark.parametrize("server", ["sdk", "fastmcp"])
+def test_a_2025_app_loads_no_task_module(server: str) -> None:
+    """Neither on the SDK's ``MCPServer`` nor on FastMCP (which serves listen streams too)."""
+    modules = _loaded("sessions", server)
     assert "replaystore.mcp.sessions.manager" in modules  # the app was built and run
     assert _task_modules(modules) == []
 
 
-def test_an_app_given_tasks_loads_them() -> None:
+@pytest.mark.parametrize("server", ["sdk", "fastmcp"])
+def test_an_app_given_tasks_loads_them(server: str) -> None:
     """The check above sees the tasks stack when it is loaded."""
-    found = _task_modules(_loaded("tasks"))
+    found = _task_modules(_loaded("tasks", server))
     assert "replaystore.mcp.tasks.extension" in found
     assert "replaystore.backends.memory.tasks" in found

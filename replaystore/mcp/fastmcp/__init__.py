@@ -1,10 +1,10 @@
 """FastMCP 4: resumable apps and durable tasks through FastMCP's own seams.
 
 :func:`fastmcp_http_app` (also exported by :mod:`replaystore.mcp`) builds the
-app. The task names (:class:`FastMCPTasks`, :class:`TaskContexts`,
-:class:`ListenMiddleware`) are loaded on first use: they need the
-``fastmcp`` package and the tasks stack, which an app without tasks never
-imports.
+app. :class:`FastMCPTasks`, :class:`TaskContexts` (they need the tasks
+stack, which an app without tasks never imports) and
+:class:`ListenMiddleware` are loaded on first use: they need the ``fastmcp``
+package.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 from .app import fastmcp_http_app
 
 if TYPE_CHECKING:
-    from .tasks import FastMCPTasks, ListenMiddleware, TaskContexts
+    from .listen import ListenMiddleware
+    from .tasks import FastMCPTasks, TaskContexts
 
 __all__ = ["FastMCPTasks", "ListenMiddleware", "TaskContexts", "fastmcp_http_app"]
 
-_LAZY = frozenset({"FastMCPTasks", "ListenMiddleware", "TaskContexts"})
+_LAZY = frozenset({"FastMCPTasks", "TaskContexts"})
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from . import tasks
 
         return getattr(tasks, name)
+    if name == "ListenMiddleware":
+        from .listen import ListenMiddleware
+
+        return ListenMiddleware
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
