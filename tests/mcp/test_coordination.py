@@ -13,19 +13,31 @@ import pytest
 from fakeredis import FakeAsyncRedis
 
 from replaystore import ReplayBuffer
-from replaystore.backends.memory import MemoryBackend
+from replaystore.backends.coordination import EventLog
+from replaystore.backends.memory import InProcess, MemoryBackend
 from replaystore.backends.memory.bus import MemoryBus
 from replaystore.backends.memory.registry import MemoryRegistry
-from replaystore.backends.notifications import End, Forward, Takeover, Wake, decode, encode
+from replaystore.backends.notifications import (
+    Bus,
+    End,
+    Forward,
+    Handler,
+    Takeover,
+    Wake,
+    decode,
+    encode,
+)
 from replaystore.backends.redis import RedisBackend
 from replaystore.backends.redis.coordination.registry import RedisRegistry
 from replaystore.backends.session_registry import FINISHED, Registry
 from replaystore.mcp._sdk import checked as sdk
 from replaystore.mcp._sdk.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
+from replaystore.mcp.preflight import check_store
 from replaystore.mcp.replicas.forwarding import Route, replica_of, route
 from replaystore.mcp.replicas.replica import Replica
 from replaystore.mcp.sessions.manager import ReplaySessionManager
 from replaystore.mcp.sessions.transport import ReplayTransport
+from replaystore.taskstore import TaskStore
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import (
     ServerHandle,
@@ -276,6 +288,67 @@ async def test_replicas_on_one_memory_store_hear_each_other() -> None:
         await one.announce_end("S")
         await one.forward(two.id, "S", b'{"jsonrpc":"2.0","id":"1@x","result":{}}')
     assert heard.heard == [("end", "S"), ("fwd", '{"jsonrpc":"2.0","id":"1@x","result":{}}')]
+
+
+class _OwnCoordination:
+    """A third party's coordination: a class of its own, whose parts are the memory ones."""
+
+    spans_processes = False
+
+    def __init__(self, scope: object) -> None:
+        self._inner = InProcess(scope)
+        self.built: list[str] = []
+
+    def registry(self) -> Registry:
+        self.built.append("registry")
+        return self._inner.registry()
+
+    def bus(self, replica: str, handler: Handler) -> Bus:
+        self.built.append("bus")
+        return self._inner.bus(replica, handler)
+
+    def task_store(
+        self, *, namespace: str = "", wait_replicas: int = 0, wait_timeout: float = 1.0
+    ) -> TaskStore:
+        return self._inner.task_store(namespace=namespace)
+
+    def listen_events(self, *, keep: int, block: float | None) -> EventLog:
+        return self._inner.listen_events(keep=keep, block=block)
+
+    async def request_state_key(self, candidate: str) -> str:
+        return await self._inner.request_state_key(candidate)
+
+    async def probe(self, replica: str, *, subscribe: bool = False) -> None:
+        self.built.append("probe")
+
+    async def eviction_warning(self) -> str | None:
+        return None
+
+    async def purge(self, session: str) -> None:
+        pass
+
+
+async def test_a_backend_provides_a_coordination_of_its_own() -> None:
+    """The MCP layer asks the backend's coordination for its parts, whatever class it is."""
+    own = _OwnCoordination(_Store())
+
+    class ThirdParty(MemoryBackend):
+        def coordination(self) -> _OwnCoordination:  # type: ignore[override]
+            return own
+
+    retention = ReplayBuffer.from_url("memory://").retention
+    first = ReplayBuffer(ThirdParty(retention))
+    second = ReplayBuffer(ThirdParty(retention))
+    heard = _Heard()
+    one, two = Replica(first, _Heard()), Replica(second, heard)
+    async with one.run(), two.run():
+        await one.registry.put_session("S", {"version": "v"}, None)
+        assert await two.registry.get_session("S") == {"version": "v"}  # one registry
+        await one.announce_end("S")
+    assert heard.heard == [("end", "S")]
+    assert own.built == ["registry", "bus", "registry", "bus"]
+    assert await check_store(first) == []
+    assert own.built[-1] == "probe"
 
 
 def test_a_backend_without_coordination_is_refused_by_name() -> None:
