@@ -9,6 +9,8 @@ ones a test names: Redis then takes everything a request writes before it
   gets ``503`` with ``Retry-After`` naming what Redis said, before any
   ``200``; the lease is given back, so the same request sent again once
   Redis takes writes runs, once, and is answered.
+- An ``initialize`` whose priming event is refused, its session just opened:
+  ``503`` alike.
 - An ``initialize`` whose session record is refused (the write after its
   response started): the response is the request's JSON-RPC error naming
   the refusal, in the stream, which ends cleanly; a new ``initialize``
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -163,6 +166,26 @@ async def test_a_priming_event_refused_after_the_lease_is_503_and_the_retry_runs
         assert "Traceback" not in log and "without completing response" not in log, log
 
 
+async def test_an_initialize_whose_priming_event_is_refused_is_503(
+    replicas: list[ServerProcess], store: ServerHandle, http: httpx.AsyncClient
+) -> None:
+    """The session is opened, then its ``initialize`` stream's first event is refused: 503."""
+    a, _ = replicas
+    await RawSession(http, a.url).initialize()  # an earlier refusal's deeper check is done
+    fresh = RawSession(http, a.url)
+    first = f":q:{sequence_tag(sequence_name('0'))}"  # initialize's stream, in any session
+    with _granted_only(store, _all_not_ending_with(first)):
+        with anyio.fail_after(15):
+            async with http.stream(
+                "POST", a.url, json=_initialize(fresh), headers=fresh.headers()
+            ) as response:
+                await response.aread()
+        _refused(response)
+    again = await RawSession(http, a.url).initialize()
+    assert await again.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
+    assert "Traceback" not in a.log_tail(400), a.log_tail(400)
+
+
 async def test_a_refused_session_record_answers_initialize_in_its_stream(
     replicas: list[ServerProcess], store: ServerHandle, http: httpx.AsyncClient
 ) -> None:
@@ -177,19 +200,11 @@ async def test_a_refused_session_record_answers_initialize_in_its_stream(
     a, _ = replicas
     await RawSession(http, a.url).initialize()  # an earlier refusal's deeper check is done
     fresh = RawSession(http, a.url)
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": fresh.version,
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
     with _granted_only(store, _all_not_ending_with(":mcp")):
         with anyio.fail_after(15):
-            async with http.stream("POST", a.url, json=body, headers=fresh.headers()) as response:
+            async with http.stream(
+                "POST", a.url, json=_initialize(fresh), headers=fresh.headers()
+            ) as response:
                 assert response.status_code == 200, await response.aread()
                 events = [event async for event in sse_events(response)]
     assert events[0].priming and events[0].id, events
@@ -200,3 +215,16 @@ async def test_a_refused_session_record_answers_initialize_in_its_stream(
     again = await RawSession(http, a.url).initialize()
     assert await again.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
     assert "Traceback" not in a.log_tail(400), a.log_tail(400)
+
+
+def _initialize(session: RawSession) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": session.version,
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
