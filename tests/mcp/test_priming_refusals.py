@@ -29,7 +29,7 @@ import pytest
 import redis
 
 from replaystore.backends.redis import keys
-from replaystore.cursor import sequence_tag
+from replaystore.cursor import Cursor, sequence_tag
 from replaystore.mcp.sessions.messages import sequence_name
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
@@ -149,6 +149,8 @@ async def test_a_priming_event_refused_after_the_lease_is_503_and_the_retry_runs
             events = [event async for event in sse_events(response)]
     assert result_text(events[-1], request_id) == "done 3", events
     assert events[0].priming and events[0].id, events
+    # One priming event, the one sent: the stream's events are the ones on the wire.
+    assert [Cursor.parse(e.id).ordinal for e in events if e.id] == [0, 1, 2, 3, 4], events
     # Run once: its stream, read back from the store, holds one run's events.
     with anyio.fail_after(15):
         async with session.get(events[0].id) as response:
