@@ -318,8 +318,9 @@ class SessionView(EventStore):
         ``503`` the client retries (raises :class:`StorageError`, or
         :class:`UnknownSessionError` for a session ended meanwhile), and the
         session is kept: nothing of the request was sent or run. The SDK's
-        own store of it then sends the id stored here (:meth:`store_event`),
-        so the events on the wire are the ones it would have sent.
+        own store of it then sends the id stored here (:meth:`store_event`)
+        without a second write, which the store could refuse once the 200 is
+        under way; the events on the wire are the ones it would have sent.
         """
         self.primed[stream_id] = await self._store(sequence_name(stream_id), None)
 
