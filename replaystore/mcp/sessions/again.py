@@ -31,7 +31,7 @@ from .messages import GET_STREAM
 if TYPE_CHECKING:
     from .view import SessionView
 
-__all__ = ["Lease", "bounded", "note_refusal", "stream_origin", "take_lease"]
+__all__ = ["Lease", "bounded", "give_back", "note_refusal", "stream_origin", "take_lease"]
 
 
 class Lease(enum.Enum):
@@ -109,8 +109,7 @@ async def take_lease(view: SessionView, stream: str) -> Lease:
         # lease taken for a request that is not run is given back, so that
         # the client's retry runs it.
         if taken:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0), suppress(StorageError):
-                await replica.give_back(view.session_id, stream)
+            await give_back(view, stream)
         raise _first(group) from None
     if info is None:
         if taken:
@@ -126,6 +125,19 @@ async def take_lease(view: SessionView, stream: str) -> Lease:
         # following its stream then answers it as lost.
         await replica.give_back(view.session_id, stream)
     return Lease.RECEIVED
+
+
+async def give_back(view: SessionView, stream: str) -> None:
+    """Give back the lease of a request that is not run after all, so that its retry runs it.
+
+    Shielded and bounded: it runs while the request is answered with an error
+    (or cancelled). A store that refuses it leaves the lease to lapse: until
+    then, a retry is taken for the same request received before.
+    """
+    replica = view.replica
+    assert replica is not None
+    with anyio.CancelScope(shield=True), anyio.move_on_after(1.0), suppress(StorageError):
+        await replica.give_back(view.session_id, stream)
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -54,7 +54,7 @@ from mcp.server.streamable_http import (
     check_accept_headers,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import DEFAULT_NEGOTIATED_VERSION, INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, INTERNAL_ERROR, INVALID_REQUEST, JSONRPCRequest
 from mcp_types.version import is_version_at_least
 from sse_starlette import EventSourceResponse
 from starlette.requests import ClientDisconnect, Request
@@ -67,7 +67,7 @@ from .._sdk.overrides import TransportOverrides
 from ..preflight import probe
 from ..refusals import store_trouble, unavailable_error
 from ..replicas.forwarding import route
-from .again import Lease, stream_origin, take_lease
+from .again import Lease, give_back, stream_origin, take_lease
 from .again import bounded as _bounded
 from .live import Attachment, _vanished
 from .lost import end_if_lost
@@ -152,12 +152,11 @@ class ReplayTransport(TransportOverrides):
         message = _peek(body)
         request_id = _request_id(message)
         initialize = message is not None and message.get("method") == "initialize"
-        leased = (
-            request_id is not None
-            and message is not None
-            and not initialize
-            and not self._refused_by_sdk(request, body)
-        )
+        runs = request_id is not None and message is not None and self._runs(request, body)
+        leased = runs and not initialize
+        # The SDK stores the request's priming event once its 200 is under
+        # way; stored first here, a store refusing it is a 503 as well.
+        primes = runs and message is not None and self._sdk_primes(request, message)
         if replica.draining and request_id is not None:
             # New work goes to another replica; answers and notifications for
             # the requests still running here are taken.
@@ -194,12 +193,14 @@ class ReplayTransport(TransportOverrides):
                         again = stream
                     else:
                         taken = stream
+                if primes and (initialize or taken is not None) and not view.closed:
+                    assert request_id is not None
+                    await view.prime(request_id)
             if view.closed or self.is_terminated:
                 # This replica dropped its copy of the session meanwhile (a
                 # store error, an end elsewhere): a retry is served afresh, by
                 # whichever replica adopts it again, or answered 404.
-                if taken is not None:
-                    await replica.give_back(view.session_id, taken)
+                await _let_go(view, taken, request_id)
                 await self._unavailable(request, send, dropped=True)
                 return True
             if again is not None:
@@ -210,7 +211,11 @@ class ReplayTransport(TransportOverrides):
                     await replica.forward(destination, view.session_id, body)
                     await self._json(request, send, HTTPStatus.ACCEPTED, None)
                 return True
-        except StorageError as exc:
+        except (StorageError, UnknownSessionError) as exc:
+            await _let_go(view, taken, request_id)
+            if isinstance(exc, UnknownSessionError):  # ended while its priming event was stored
+                await self._unavailable(request, send, dropped=True)
+                return True
             logger.warning(
                 "request of session %s answered 503: %s", view.session_id, store_trouble(exc)
             )
@@ -279,24 +284,40 @@ class ReplayTransport(TransportOverrides):
 
     # ------------------------------------------------------------ internals
 
-    def _refused_by_sdk(self, request: Request, body: bytes) -> bool:
-        """True when the SDK will answer this POST with an error, without running it.
+    def _runs(self, request: Request, body: bytes) -> bool:
+        """True when the SDK will run this POST as a request (not answer it with an error).
 
-        The checks of the SDK's POST handler, before it dispatches: such a
-        request takes no lease (a lease nobody releases would make the
-        corrected request look like one received before).
+        The checks of the SDK's POST handler, before it stores the request's
+        priming event and dispatches it (the session's headers are checked
+        apart). A request it refuses takes no lease (a lease nobody releases
+        would make the corrected request look like one received before) and
+        gets no priming event stored (the SDK would never send it).
         """
         has_json, has_sse = check_accept_headers(request)
         if not (has_json if self.is_json_response_enabled else has_json and has_sse):
-            return True
+            return False
         content_type = request.headers.get("content-type", "").split(";")[0]
         if not any(part.strip() == CONTENT_TYPE_JSON for part in content_type.split(",")):
-            return True
+            return False
         try:
-            decode_message(body)
+            return isinstance(decode_message(body), JSONRPCRequest)
         except ValueError:
-            return True
-        return False
+            return False
+
+    def _sdk_primes(self, request: Request, message: dict[str, Any]) -> bool:
+        """Whether the SDK's POST handler stores (and sends) a priming event for this request.
+
+        Its rule: an SSE response (not JSON-response mode), to a client of
+        :data:`PRIMING_SINCE` or later, the version of an ``initialize``
+        read from its parameters. Older clients get none, here too.
+        """
+        if self.is_json_response_enabled:
+            return False
+        params = message.get("params")
+        if message.get("method") == "initialize" and isinstance(params, dict) and params:
+            version = str(params.get("protocolVersion", DEFAULT_NEGOTIATED_VERSION))
+            return is_version_at_least(version, PRIMING_SINCE)
+        return _primes(request)
 
     async def _answer_again(
         self, view: SessionView, stream: str, request: Request, send: Send
@@ -613,6 +634,22 @@ class ReplayTransport(TransportOverrides):
             if ends_with_response and not caught.events and now - last_check >= interval:
                 last_check = now
                 await end_if_lost(view, tail)
+
+
+async def _let_go(view: SessionView, taken: str | None, request_id: str | None) -> None:
+    """A request leased (or primed) here is not run after all: its retry must run it.
+
+    Its lease is given back (shielded: it runs as the request is answered
+    503; a store refusing it too leaves the lease to lapse). A priming event
+    stored already stays stored: only a close of the session in this process
+    during that very write leaves one (or a write whose answer came too late),
+    and the retry, finding the request's stream started and nobody holding
+    its lease, answers it as lost: never run twice, never a cut response.
+    """
+    if request_id is not None:
+        view.primed.pop(request_id, None)
+    if taken is not None:
+        await give_back(view, taken)
 
 
 def _primes(request: Request) -> bool:

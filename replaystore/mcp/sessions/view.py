@@ -153,6 +153,9 @@ class SessionView(EventStore):
         #: Request streams (SDK ids) answered in their open connection with
         #: the store's refusal: their later events are not stored.
         self.refused: set[str] = set()
+        #: Priming events stored before the SDK starts a request's response
+        #: (SDK stream id -> event id): see :meth:`prime`.
+        self.primed: dict[str, str] = {}
         #: The SDK connection of this session's loop (set by the manager), for
         #: its ``initialize`` parameters; and the credential that created it.
         self.connection: Connection | None = None
@@ -172,8 +175,16 @@ class SessionView(EventStore):
     # ------------------------------------------------------------------ SDK API
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        """Append one event; ``message=None`` is a priming event (a position, never replayed)."""
+        """Append one event; ``message=None`` is a priming event (a position, never replayed).
+
+        A priming event :meth:`prime` stored already is not stored again: its
+        id is the one the SDK sends.
+        """
         sequence = sequence_name(str(stream_id))
+        primed = self.primed.pop(str(stream_id), None) if message is None else None
+        if primed is not None:
+            self._stored(sequence, None)
+            return primed
         if self.closed or str(stream_id) in self.refused:
             # The session ended (or is no longer served here) while a tool
             # still runs: expected, not an error; said once. (Or the request
@@ -194,6 +205,11 @@ class SessionView(EventStore):
             if isinstance(exc, StorageError) and sequence != GET_STREAM:
                 await self._answer_refused(str(stream_id), exc)
             return ""
+        self._stored(sequence, message)
+        return event_id
+
+    def _stored(self, sequence: str, message: JSONRPCMessage | None) -> None:
+        """An event of ``sequence`` is in the store: wake its readers; a response ends the lease."""
         if sequence != GET_STREAM and is_response(message):
             self.answered[sequence] = None
             if len(self.answered) > _ANSWERED_MEMORY:
@@ -204,7 +220,6 @@ class SessionView(EventStore):
                 self.replica.release(self.session_id, sequence)
         else:
             self.live.wake(sequence)
-        return event_id
 
     async def replay_events_after(
         self, last_event_id: EventId, send_callback: EventCallback
@@ -294,8 +309,33 @@ class SessionView(EventStore):
             await self.buffer.open_session(self.session_id)
             self._opened = True
 
+    async def prime(self, stream_id: str) -> None:
+        """Store the priming event of a request before the SDK starts its response (status 200).
+
+        The SDK stores it once its response is under way, through
+        :meth:`store_event`: a store refusing that write would leave a 200
+        that ends without its answer. Stored here first, a refusal is a
+        ``503`` the client retries (raises :class:`StorageError`, or
+        :class:`UnknownSessionError` for a session ended meanwhile), and the
+        session is kept: nothing of the request was sent or run. The SDK's
+        own store of it then sends the id stored here (:meth:`store_event`)
+        without a second write, which the store could refuse once the 200 is
+        under way; the events on the wire are the ones it would have sent.
+        """
+        self.primed[stream_id] = await self._store(sequence_name(stream_id), None)
+
     async def append(self, sequence: str, payload: bytes | None) -> str:
-        """Store one event (``None``: a priming event); a failure drops the session here.
+        """Store one event (``None``: a priming event); a failure drops the session here."""
+        try:
+            return await self._store(sequence, payload)
+        except UnknownSessionError:
+            raise
+        except Exception as exc:
+            self._give_up(sequence, exc)
+            raise
+
+    async def _store(self, sequence: str, payload: bytes | None) -> str:
+        """Store one event, waiting out a short outage.
 
         A store that is out of reach is waited for, up to half a lease (the
         lease outlives the wait, so no other replica takes the request for
@@ -325,10 +365,6 @@ class SessionView(EventStore):
                 if now < deadline and not exc.permanent:  # the ACL: no outage to wait out
                     await anyio.sleep(min(_RETRY_PAUSE, deadline - now))
                     continue
-                self._give_up(sequence, exc)
-                raise
-            except Exception as exc:
-                self._give_up(sequence, exc)
                 raise
             if APPENDS.failing:
                 APPENDS.succeeded()
