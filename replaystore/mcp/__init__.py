@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from ._sdk.checked import SDKCompatibilityError
 from .app import streamable_http_app
+from .collector import tune_collector
 from .fastmcp import fastmcp_http_app
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
 from .request_state import StoreKeyRing
@@ -52,4 +53,5 @@ __all__ = [
     "StoreSubscriptionBus",
     "fastmcp_http_app",
     "streamable_http_app",
+    "tune_collector",
 ]

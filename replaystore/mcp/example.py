@@ -55,6 +55,7 @@ from ..buffer import ReplayBuffer
 from ..errors import StorageError
 from . import preflight
 from .app import streamable_http_app
+from .collector import tune_collector
 from .metrics import PrometheusObserver, ResumptionObserver
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager
 from .settings import DEFAULT_LEASE_TTL
@@ -309,6 +310,10 @@ def serve(
         async def serve(self, sockets: Any = None) -> None:
             self.loop = asyncio.get_running_loop()
             await super().serve(sockets)
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            tune_collector()  # what start-up built stays; see replaystore.mcp.collector
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if self.loop is not None and not manager.draining:

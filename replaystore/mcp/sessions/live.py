@@ -1,12 +1,16 @@
 """Attaching live streams: resume, plain GET, catch-up, takeover.
 
 A connection that resumes a stream (``GET`` + ``Last-Event-ID``) or opens the
-standalone GET stream is attached here: the replica subscribes to the
-session's wake-ups first, then resolves and replays in one atomic store call,
-then registers a :class:`~replaystore.mcp.sessions.tail.Tail` that reads everything
-after the replay from the store, whichever replica appended it. The newest
-connection of a stream takes it over: the one carrying it before, here or on
-another replica, is closed. :class:`LiveStreams` holds the tails of one
+standalone GET stream is attached here: the replica resolves and replays in
+one atomic store call. A replay that holds the stream's response is the whole
+answer: nothing follows it, so nothing is subscribed to or taken over (every
+connection still carrying that stream ends with the same response by itself).
+Otherwise the replica subscribes to the session's wake-ups, then registers a
+:class:`~replaystore.mcp.sessions.tail.Tail` whose first catch-up re-reads the
+store after the replay: whatever was appended between the read and the
+subscription is read then, whatever comes later wakes it, so the seam stays
+exact. The newest connection of a stream takes it over: the one carrying it
+before, here or on another replica, is closed. :class:`LiveStreams` holds the tails of one
 session on this replica; its session's :class:`~replaystore.mcp.sessions.view.SessionView`
 owns it.
 """
@@ -14,22 +18,19 @@ owns it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
-from mcp.server.streamable_http import EventMessage
 
 from ...cursor import Cursor
 from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Evidence, Resumption, Verdict, reason_text
-from .messages import GET_STREAM, decode_message, is_response
+from .messages import GET_STREAM, is_response_payload
 from .tail import Tail
 
 if TYPE_CHECKING:
-    from mcp_types import JSONRPCMessage
-
     from ...verdicts import Event
     from .view import SessionView
 
@@ -42,9 +43,10 @@ logger = logging.getLogger("replaystore.mcp")
 class Attachment:
     """What a connection that (re)attaches to a stream gets.
 
-    ``replay`` holds the missed messages (priming events left out) with their
-    positions; ``tail`` the live feed, or None when the stream is already
-    finished (its response is in the replay). ``first`` is a priming event id
+    ``replay`` holds the missed messages as stored (priming events left out:
+    a connection writes them as they are, never decoded); ``tail`` the live
+    feed, or None when the stream is already finished (its response is in the
+    replay). ``first`` is a priming event id
     to send right after the replay, when the live feed will not read it from
     the store (the store keeps one priming event where several follow each
     other, so a fresh priming event may be the very event the client resumed
@@ -53,7 +55,7 @@ class Attachment:
 
     resumption: Resumption
     stream: str | None = None
-    replay: list[tuple[int, EventMessage]] = field(default_factory=list)
+    replay: list[Event] = field(default_factory=list)
     tail: Tail | None = None
     first: str | None = None
 
@@ -85,20 +87,6 @@ class LiveStreams:
 
     # ------------------------------------------------------- attach / detach
 
-    async def _watched(self, attach: Callable[[], Awaitable[Attachment]]) -> Attachment:
-        """Run ``attach`` subscribed to the session's wake-ups (taken first, so that no
-        append between the replay and the tail's start goes unnoticed); the
-        subscription stays only while a live tail follows."""
-        await self._watch()
-        try:
-            attachment = await attach()
-        except BaseException:
-            await self._unwatch()
-            raise
-        if attachment.tail is None:
-            await self._unwatch()
-        return attachment
-
     async def attach_resume(
         self, last_event_id: str, *, prime: bool, sequence: str | None = None
     ) -> Attachment:
@@ -108,9 +96,7 @@ class LiveStreams:
         reaches the client in position order, through the tail). Raises
         :class:`StorageError` when the verdict is unknown.
         """
-        return await self._watched(
-            lambda: self._resume(last_event_id, sequence=sequence, prime=prime)
-        )
+        return await self._resume(last_event_id, sequence=sequence, prime=prime)
 
     async def attach_again(self, origin: str, stream: str, *, prime: bool) -> Attachment:
         """A request received before, sent again: its stream from its start, then live.
@@ -121,9 +107,7 @@ class LiveStreams:
         the one response. Raises :class:`StorageError` when the verdict is
         unknown.
         """
-        return await self._watched(
-            lambda: self._resume(origin, sequence=stream, prime=prime, again=True)
-        )
+        return await self._resume(origin, sequence=stream, prime=prime, again=True)
 
     async def attach_get(self, *, prime: bool) -> Attachment:
         """Attach a plain GET (no ``Last-Event-ID``) to the standalone stream.
@@ -138,9 +122,6 @@ class LiveStreams:
         Without a mark, a priming event starts a fresh stream, so the client
         holds a resumable cursor at once.
         """
-        return await self._watched(lambda: self._attach_get(prime))
-
-    async def _attach_get(self, prime: bool) -> Attachment:
         mark = await self._current_get_mark()
         if mark is not None:
             return await self._resume(mark, sequence=GET_STREAM, prime=prime)
@@ -151,7 +132,6 @@ class LiveStreams:
         except UnknownSessionError:
             return Attachment(_vanished(self.session_id))
         tail = await self._take_over(GET_STREAM, anchor)
-        assert tail is not None
         return Attachment(
             Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
             stream=GET_STREAM,
@@ -250,7 +230,7 @@ class LiveStreams:
             return Attachment(resumption)
         stream = resumption.sequence
         assert stream is not None  # a resumed verdict always names its sequence
-        replay: list[tuple[int, EventMessage]] = []
+        replay: list[Event] = []
         last, finished = _add_replay(replay, resumption.events, stream, last_event_id)
         attachment = Attachment(resumption, stream, replay)
         if not finished and stream != GET_STREAM and await self._finished(stream):
@@ -263,18 +243,22 @@ class LiveStreams:
                 return Attachment(rest)
             last, _ = _add_replay(replay, rest.events, stream, last)
             finished = True
-        if not again:
-            attachment.tail = await self._take_over(stream, None if finished else last)
         if finished:
+            # The replay is the whole answer: no tail, no subscription, no
+            # takeover (a connection still carrying this stream ends with the
+            # same response by itself).
             return attachment
-        if again:
-            attachment.tail = Tail(stream, last)
-            self._again.setdefault(stream, set()).add(attachment.tail)
+        tail = await (self._follow_again(stream, last) if again else self._take_over(stream, last))
+        attachment.tail = tail
         if prime and not self._dead:
             try:
                 priming = await self._append(stream, None)
             except UnknownSessionError:
+                await self.detach(tail)
                 return Attachment(_vanished(self.session_id))
+            except BaseException:
+                await self.detach(tail)
+                raise
             if Cursor.parse(priming).position <= Cursor.parse(last).position:
                 attachment.first = priming  # not a new event: the tail would not read it
         return attachment
@@ -298,11 +282,11 @@ class LiveStreams:
         mark = record.get("get") or self.get_mark
         return mark
 
-    async def _take_over(self, sequence: str, last_id: str | None) -> Tail | None:
+    async def _take_over(self, sequence: str, last_id: str) -> Tail:
         """The newest connection takes a stream over: end whatever carried it before, everywhere.
 
-        Returns the new connection's tail, registered after ``last_id`` (None:
-        the stream is finished, nothing to follow). Closing the connections
+        Returns the new connection's tail, registered after ``last_id`` and
+        subscribed to the session's wake-ups. Closing the connections
         carrying the stream here and registering the new tail happen in one
         step, with nothing awaited between them: of connections attaching at
         the same time, the last one registered holds the stream and every
@@ -310,19 +294,25 @@ class LiveStreams:
         another without closing it, leaving a connection open that no message
         reaches.
         """
+        await self._watch()
         self.close_stream(sequence)
         replica = self.view.replica
         if replica is not None:
             replica.sessions.taken_over(self.session_id, sequence)
-        tail = None if last_id is None else self._register(sequence, last_id)
+        tail = self._register(sequence, last_id)
         if replica is not None:
             try:
                 await replica.announce_takeover(self.session_id, sequence)
             except BaseException:
-                if tail is not None and self._tails.get(sequence) is tail:
-                    del self._tails[sequence]
-                    tail.close()
+                await self.detach(tail)
                 raise
+        return tail
+
+    async def _follow_again(self, sequence: str, last_id: str) -> Tail:
+        """A tail beside the connection that carries ``sequence`` (a request sent again)."""
+        await self._watch()
+        tail = Tail(sequence, last_id)
+        self._again.setdefault(sequence, set()).add(tail)
         return tail
 
     def _register(self, sequence: str, last_id: str) -> Tail:
@@ -331,20 +321,21 @@ class LiveStreams:
         return tail
 
     async def _watch(self) -> None:
+        """Subscribe to the session's wake-ups for one more tail (released by :meth:`detach`)."""
         if self.view.replica is not None:
-            await self.view.replica.bus.watch(self.session_id)
+            try:
+                await self.view.replica.bus.watch(self.session_id)
+            except BaseException:
+                await self._unwatch()  # the count was taken before the subscription failed
+                raise
 
     async def _unwatch(self) -> None:
         if self.view.replica is not None:
             await self.view.replica.bus.unwatch(self.session_id)
 
 
-def _message(event: Event) -> JSONRPCMessage | None:
-    return None if event.payload is None else decode_message(event.payload)
-
-
 def _add_replay(
-    replay: list[tuple[int, EventMessage]], events: Sequence[Event], stream: str, last: str
+    replay: list[Event], events: Sequence[Event], stream: str, last: str
 ) -> tuple[str, bool]:
     """Add ``events`` (priming events left out) to ``replay``, up to a request stream's response.
 
@@ -352,11 +343,10 @@ def _add_replay(
     """
     for event in events:
         last = event.event_id
-        message = _message(event)
-        if message is None:
+        if event.payload is None:
             continue
-        replay.append((event.position, EventMessage(message, event.event_id)))
-        if stream != GET_STREAM and is_response(message):
+        replay.append(event)
+        if stream != GET_STREAM and is_response_payload(event.payload):
             return last, True
     return last, False
 

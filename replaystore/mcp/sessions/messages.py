@@ -9,6 +9,7 @@ replica.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import TypeGuard
 
 from mcp.server.streamable_http import GET_STREAM_KEY
@@ -19,6 +20,7 @@ __all__ = [
     "decode_message",
     "encode_message",
     "is_response",
+    "is_response_payload",
     "sequence_name",
 ]
 
@@ -44,6 +46,32 @@ def decode_message(payload: bytes) -> JSONRPCMessage:
 def is_response(message: object) -> TypeGuard[JSONRPCResponse | JSONRPCError]:
     """True for a JSON-RPC response or error: the message that ends a request's stream."""
     return isinstance(message, JSONRPCResponse | JSONRPCError)
+
+
+#: How every stored notification begins (:func:`encode_message` writes the
+#: fields in the model's order, without spaces): a payload that begins so is
+#: no response, told without parsing it.
+_NOTIFICATION = b'{"jsonrpc":"2.0","method":'
+
+
+def is_response_payload(payload: bytes) -> bool:
+    """:func:`is_response` of a stored payload, without building the SDK's model.
+
+    A replay asks this of every event it sends; the model is built only
+    when a message must be handled, not to write it out again as stored.
+    """
+    if payload.startswith(_NOTIFICATION):
+        return False
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and "method" not in message
+        and "id" in message
+        and ("result" in message or "error" in message)
+    )
 
 
 def sequence_name(stream_id: str) -> str:

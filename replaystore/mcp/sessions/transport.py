@@ -41,15 +41,13 @@ import logging
 import math
 import time
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any
 
 import anyio
 from mcp.server.streamable_http import (
     CONTENT_TYPE_JSON,
-    CONTENT_TYPE_SSE,
     LAST_EVENT_ID_HEADER,
     MCP_SESSION_ID_HEADER,
-    EventMessage,
     SSEEvent,
     check_accept_headers,
 )
@@ -71,7 +69,8 @@ from .again import Lease, give_back, stream_origin, take_lease
 from .again import bounded as _bounded
 from .live import Attachment, _vanished
 from .lost import end_if_lost
-from .messages import GET_STREAM, decode_message, is_response, sequence_name
+from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
+from .sse import answer_whole, event_data, sse_headers
 from .tail import Tail
 from .view import SessionView
 
@@ -528,46 +527,42 @@ class ReplayTransport(TransportOverrides):
     async def _stream(
         self, attachment: Attachment, request: Request, send: Send, prime: bool
     ) -> None:
-        """Send the replay, then the live tail, as one SSE response."""
+        """Send the replay, then the live tail, as one SSE response.
+
+        A replay with nothing after it (it holds the stream's response) is
+        written as stored, in one piece; a stream that goes on live is a
+        streaming response (pings, a closed connection noticed).
+        """
         view = self.view
         assert view is not None
         tail = attachment.tail
         stream = attachment.stream
-        headers = {
-            "Cache-Control": "no-cache, no-transform",
-            "Connection": "keep-alive",
-            "Content-Type": CONTENT_TYPE_SSE,
-        }
-        if self.mcp_session_id:
-            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
+        if tail is None:
+            await answer_whole(send, self.mcp_session_id, attachment.replay)
+            return
+        headers = sse_headers(self.mcp_session_id)
         writer, reader = anyio.create_memory_object_stream[SSEEvent](0)
         # Cancelled by a takeover, close_sse_stream or the session's end.
-        scope = tail.scope if tail is not None else anyio.CancelScope()
         ends_with_response = stream != GET_STREAM
 
         async def sender() -> None:
             try:
                 async with writer:
-                    with scope:
-                        for _, event in attachment.replay:
-                            await writer.send(self._create_event_data(event))
-                            if tail is not None:
-                                view.live.delivered(tail, cast(str, event.event_id))
-                            if ends_with_response and is_response(event.message):
-                                return
-                        if attachment.first is not None and tail is not None:
+                    with tail.scope:
+                        for event in attachment.replay:
+                            await writer.send(event_data(event))
+                            view.live.delivered(tail, event.event_id)
+                        if attachment.first is not None:
                             if prime:
                                 await writer.send(self._priming(attachment.first))
                             view.live.delivered(tail, attachment.first)
-                        if tail is not None:
-                            await self._follow(view, tail, writer, prime, ends_with_response)
+                        await self._follow(view, tail, writer, prime, ends_with_response)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                 logger.debug("resumed SSE stream %r closed", stream)
             except Exception:
                 logger.exception("error in the SSE writer of stream %r", stream)
             finally:
-                if tail is not None:
-                    await view.live.detach(tail)
+                await view.live.detach(tail)
 
         response = EventSourceResponse(content=reader, data_sender_callable=sender, headers=headers)
         try:
@@ -577,8 +572,7 @@ class ReplayTransport(TransportOverrides):
         finally:
             await writer.aclose()
             await reader.aclose()
-            if tail is not None:
-                await view.live.detach(tail)
+            await view.live.detach(tail)
 
     async def _follow(
         self,
@@ -625,10 +619,9 @@ class ReplayTransport(TransportOverrides):
                         await writer.send(self._priming(event.event_id))
                     view.live.delivered(tail, event.event_id)
                     continue
-                message = decode_message(event.payload)
-                await writer.send(self._create_event_data(EventMessage(message, event.event_id)))
+                await writer.send(event_data(event))
                 view.live.delivered(tail, event.event_id)
-                if ends_with_response and is_response(message):
+                if ends_with_response and is_response_payload(event.payload):
                     return
             now = time.monotonic()
             if ends_with_response and not caught.events and now - last_check >= interval:

@@ -1,0 +1,79 @@
+"""Stored messages written as server-sent events, byte for byte as the SDK writes them.
+
+The store keeps each message as exactly the JSON the SDK puts in an SSE
+``data:`` field (:func:`~replaystore.mcp.sessions.messages.encode_message`),
+so a replay needs no model: the stored bytes go on the wire as they are,
+framed as the SDK's SSE library (``sse_starlette``) frames them: ``id``, then
+``event: message``, then ``data``, lines ended by CRLF, a blank line after
+each event.
+
+A resume whose replay holds its stream's response is written here in one
+piece (:func:`answer_whole`): a response start and one body, instead of a
+streaming response with its sender, pinger and disconnect watcher, none of
+which has anything to do when the answer is complete before it starts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER
+from starlette.types import Send
+
+from ...verdicts import Event
+
+__all__ = ["SSE_HEADERS", "answer_whole", "event_data", "event_frame", "sse_headers"]
+
+#: The headers of every SSE response of a session, before its id (the SDK's,
+#: then what its SSE library sets: ``Connection`` and ``X-Accel-Buffering``).
+SSE_HEADERS: Mapping[str, str] = {
+    "Cache-Control": "no-cache, no-transform",
+    "Connection": "keep-alive",
+    "Content-Type": CONTENT_TYPE_SSE,
+}
+
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+def sse_headers(session_id: str | None) -> dict[str, str]:
+    """The headers a streaming SSE response of this session is given (it adds its own)."""
+    headers = dict(SSE_HEADERS)
+    if session_id:
+        headers[MCP_SESSION_ID_HEADER] = session_id
+    return headers
+
+
+def _raw_headers(session_id: str | None) -> list[tuple[bytes, bytes]]:
+    """:func:`sse_headers` as the SSE library sends them: lower-cased, its two added."""
+    raw = [(name.lower().encode(), value.encode()) for name, value in SSE_HEADERS.items()]
+    if session_id:
+        raw.append((MCP_SESSION_ID_HEADER.encode("latin-1"), session_id.encode("latin-1")))
+    raw.append((b"x-accel-buffering", b"no"))
+    return raw
+
+
+def event_data(event: Event) -> dict[str, Any]:
+    """A stored message as the SDK's event data (what its SSE library encodes)."""
+    assert event.payload is not None
+    return {"event": "message", "data": event.payload.decode("utf-8"), "id": event.event_id}
+
+
+def event_frame(event: Event) -> bytes:
+    """A stored message as the bytes of one SSE event (``event_data``, encoded)."""
+    payload = event.payload
+    assert payload is not None
+    if b"\n" in payload or b"\r" in payload:  # never in JSON the SDK wrote; framed all the same
+        data = b"".join(b"data: " + line + b"\r\n" for line in _LINE_BREAK.split(payload))
+    else:
+        data = b"data: " + payload + b"\r\n"
+    event_id = _LINE_BREAK.sub(b"", event.event_id.encode("utf-8"))
+    return b"id: " + event_id + b"\r\nevent: message\r\n" + data + b"\r\n"
+
+
+async def answer_whole(send: Send, session_id: str | None, events: Iterable[Event]) -> None:
+    """A complete SSE answer (status 200) in one body: the events, then the end."""
+    await send({"type": "http.response.start", "status": 200, "headers": _raw_headers(session_id)})
+    body = b"".join(event_frame(event) for event in events)
+    await send({"type": "http.response.body", "body": body, "more_body": False})
