@@ -8,8 +8,9 @@
   (scoped by the real session id, so any replica can resume).
 - The MCP Python SDK example's in-memory store (``InMemoryEventStore`` of the
   ``simple-streamablehttp`` example), which the SDK's docs point to; it is not
-  shipped in the ``mcp`` package, so :class:`SdkExampleStore` behaves the same
-  way here: uuid4 ids, one dict for every session, a replay that scans the dict
+  shipped in the ``mcp`` package, so it is written out once, in
+  :mod:`.peer_server` (the HTTP storm's servers run it too), behaviour for
+  behaviour: uuid4 ids, one dict for every session, a replay that scans the dict
   for the cursor's stream and sends what has a later timestamp, ``""`` when the
   id is unknown. Process memory only: sticky.
 
@@ -18,7 +19,6 @@ A peer that cannot be imported is reported as unavailable, with the reason.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -140,42 +140,35 @@ class McpPersistStore:
 
 
 class SdkExampleStore:
-    """The SDK example's in-memory store, behaviour for behaviour (see the module docstring)."""
+    """The SDK example's in-memory store (see the module docstring), driven as the SDK does.
+
+    The store itself is :class:`.peer_server.SdkExampleEventStore`, the one
+    the HTTP storm's servers run: one copy of its behaviour for both storms.
+    """
 
     name = "sdk-example"
 
     def __init__(self, spec: StoreSpec) -> None:
-        self._events: dict[str, tuple[str, Any, float]] = {}
-        self._sessions: set[str] = set()
+        from .peer_server import SdkExampleEventStore
+
+        self._store = SdkExampleEventStore()
 
     async def start(self) -> None:
         return None
 
     async def aclose(self) -> None:
-        self._events.clear()
+        self._store.events.clear()
 
     async def open(self, session: str) -> None:
         # The SDK hands one store to every session and names streams "_GET_stream",
         # "1", ...: the session is not part of the stream name.
-        self._sessions.add(session)
+        return None
 
     async def append(self, session: str, stream: str, i: int) -> str:
-        event_id = str(uuid.uuid4())
-        self._events[event_id] = (stream, message(i % _MESSAGES), time.time())
-        return event_id
+        return await self._store.store_event(stream, message(i % _MESSAGES))
 
     async def resume(self, session: str, stream: str, cursor: str) -> Reply:
-        found = self._events.get(cursor)
-        if found is None:
-            return Reply(None, False, "returned_none")
-        own_stream, _, after = found
-        later = [
-            (ts, event_id)
-            for event_id, (sid, _, ts) in self._events.items()
-            if sid == own_stream and ts > after
-        ]
-        later.sort()
-        return Reply([event_id for _, event_id in later], False, "replayed")
+        return await _replay(self._store, cursor)
 
     def forge_ahead(self, cursor: str) -> str:
         return str(uuid.uuid4())
