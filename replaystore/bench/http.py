@@ -7,7 +7,7 @@ Every store runs behind R server replicas, the way its users deploy it:
   resume usually lands on another replica than the one that ran the call;
 - ``replaystore`` (sticky): the same replicas, each client sent back to one;
 - ``sdk-example`` (sticky): the official SDK with its example's in-memory
-  event store (:mod:`.peer_server`);
+  event store (:mod:`.peers`);
 - ``fastmcp`` (sticky): FastMCP 4 with its event store on Redis;
 - ``floor`` (sticky): the least a Python server can do for the same
   requests (:mod:`.floor`: bare ASGI, one ``LRANGE`` per resume), the
@@ -299,7 +299,7 @@ def store_servers(store: HttpStore, count: int, url: str, prefix: str) -> Server
                 "--log-level", "error",
             ]  # fmt: skip
         else:
-            entry = ["floor"] if store.server == "floor" else ["peer_server", store.server]
+            entry = ["floor"] if store.server == "floor" else ["peers", store.server]
             argv = [
                 sys.executable, "-m", f"replaystore.bench.{entry[0]}", *entry[1:],
                 "--host", HOST, "--port", str(port), "--url", without_prefix(url),

@@ -359,7 +359,7 @@ class HttpStore:
 
     name: str
     store: str  # the --store choice it answers to
-    server: str  # "replaystore" (example-server) or a peer_server store
+    server: str  # "replaystore" (example-server), "floor", or a store of peers.main
     sticky: bool
     redis: bool  # keeps its events in the Redis (its Redis CPU is measured)
     process_local: bool  # sessions live in one process: a killed replica takes them along
