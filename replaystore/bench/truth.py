@@ -281,27 +281,24 @@ def _cpu_ratio(row: dict[str, Any] | None, under: dict[str, Any] | None) -> floa
     return round(mine / theirs, 3) if mine and theirs else None
 
 
-def _floor_ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every row's replica CPU per resume against the floor's, the promised pairs round by round."""
+def _cpu_ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every row's replica CPU per resume against the floor's; the promised pairs, by round too."""
     by = {r["name"]: r for r in rows}
-    if FLOOR not in by:
-        return {}
-    out: dict[str, Any] = {
-        "floor": FLOOR,
-        "replica_cpu_per_resume_vs_floor": {r["name"]: _cpu_ratio(r, by[FLOOR]) for r in rows},
-        "replica_cpu_per_resume": {
-            f"{a} / {b}": _cpu_ratio(by.get(a), by.get(b)) for a, b, _ in CPU_TARGETS
-        },
+    out: dict[str, Any] = {}
+    if FLOOR in by:
+        out["floor"] = FLOOR
+        out["replica_cpu_per_resume_vs_floor"] = {r["name"]: _cpu_ratio(r, by[FLOOR]) for r in rows}
+    out["replica_cpu_per_resume"] = {
+        f"{a} / {b}": _cpu_ratio(by.get(a), by.get(b)) for a, b, _ in CPU_TARGETS
     }
-    rounds = len(by[FLOOR].get("rounds", []))
+    rounds = max((len(r.get("rounds", [])) for r in rows), default=0)
+
+    def in_round(name: str, n: int) -> dict[str, Any] | None:
+        return by[name]["rounds"][n] if name in by else None
+
     if rounds > 1:
         out["by_round"] = [
-            {
-                f"{a} / {b}": _cpu_ratio(
-                    by[a]["rounds"][n] if a in by else None, by[b]["rounds"][n] if b in by else None
-                )
-                for a, b, _ in CPU_TARGETS
-            }
+            {f"{a} / {b}": _cpu_ratio(in_round(a, n), in_round(b, n)) for a, b, _ in CPU_TARGETS}
             for n in range(rounds)
         ]
     return out
@@ -327,7 +324,7 @@ def http_ratios_and_targets(
         cpu = _cpu_ratio(rs, base)
         if cpu is not None:
             ratios["replica_cpu_per_resume_vs_sdk"] = cpu
-    ratios.update(_floor_ratios(rows))
+    ratios.update(_cpu_ratios(rows))
     targets: list[dict[str, Any]] = []
     for name in ("replaystore (round-robin)", "replaystore (sticky)"):
         row = by.get(name)
@@ -353,7 +350,7 @@ def http_ratios_and_targets(
     ]
     for a, b, bound in CPU_TARGETS:
         if a in by and b in by:
-            value = _cpu_ratio(by[a], by[b])
+            value = ratios["replica_cpu_per_resume"][f"{a} / {b}"]
             bounds.append((f"replica CPU per resume: {a} / {b}", value, bound))
     for figure, value, bound in bounds:
         targets.append(
