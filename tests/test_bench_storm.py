@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -216,6 +217,7 @@ HTTP_ROWS = [
     "replaystore (sticky)",
     "sdk-example (sticky)",
     "fastmcp (sticky)",
+    "floor (sticky)",
 ]
 
 
@@ -290,14 +292,72 @@ def test_storm_over_http_every_store_on_the_mcp_wire_with_a_replica_killed(
         assert rows[name]["replica_cpu_s"][0] is not None  # read just before the kill
     for name in HTTP_ROWS[:2]:  # any replica serves the killed one's sessions
         _assert_exact(rows[name], 24, 1)
-    # The SDK example's store names a call's stream by its request id, the same
-    # in every session: a resume gets other sessions' events.
-    assert rows["sdk-example (sticky)"]["wrong_stream"] > 0
+    # The SDK example's store names a call's stream by its request id, in one
+    # namespace for every session: each client calls with an id of its own, so a
+    # resume replays that call's events and no other client's.
+    assert rows["sdk-example (sticky)"]["wrong_stream"] == 0
+    assert rows["floor (sticky)"]["duplicates"] == rows["floor (sticky)"]["losses"] == 0
     # In process memory, the killed replica's sessions are gone: not one of
     # them comes back exact afterwards (a 404 at best).
     for name in HTTP_ROWS[2:]:
         row = rows[name]
         assert row["exact"] < row["reconnects"] - 2, row["outcomes_by_kind"]
+
+
+@pytest.mark.realserver
+def test_storm_over_http_in_rounds_against_the_floor(tmp_path: Path) -> None:
+    """The floor answers every reconnect right; rows are medians over rounds; ratios in the JSON."""
+    out = tmp_path / "rounds.json"
+    command = [
+        sys.executable, "-m", "replaystore", "bench", "storm", "--http", "--spawn-redis",
+        "--sessions", "40", "--replicas", "1", "--concurrency", "4", "--rounds", "2",
+        "--store", "replaystore", "--store", "sdk-example", "--store", "floor",
+        "--no-progress", "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.read_text())
+    rows = {r["name"]: r for r in report["stores"]}
+    assert list(rows) == [*HTTP_ROWS[:3], "floor (sticky)"]
+    floor = rows["floor (sticky)"]
+    _assert_exact(floor, 2 * 40, 2 * 2)  # two rounds, counts summed
+    assert floor["answers_by_kind"]["foreign"] == {"foreign_cursor": 4}
+    assert floor["answers_by_kind"]["ahead"] == {"ahead_of_high_water": 4}
+    assert "redis" in floor and not floor["in_process"]
+    for row in rows.values():
+        rounds = row["rounds"]
+        assert len(rounds) == 2
+        assert row["replica_cpu_us_per_resume"] == pytest.approx(
+            statistics.median(r["replica_cpu_us_per_resume"] for r in rounds), abs=1e-3
+        )
+    # The order rotates: the first store of round 1 is not the first of round 2.
+    firsts = [
+        next(n for n, r in rows.items() if r["rounds"][k]["order_in_round"] == 0) for k in (0, 1)
+    ]
+    assert firsts[0] != firsts[1]
+    ratios = report["ratios"]
+    assert ratios["floor"] == "floor (sticky)"
+
+    def ratio(a: str, b: str) -> float | None:  # a CPU tick is 10 ms: a tiny run may read 0
+        mine, theirs = (rows[n]["replica_cpu_us_per_resume"] for n in (a, b))
+        return round(mine / theirs, 3) if mine and theirs else None
+
+    assert ratios["replica_cpu_per_resume_vs_floor"] == {
+        n: ratio(n, "floor (sticky)") for n in rows
+    }
+    pairs = {
+        "replaystore (sticky) / floor (sticky)",
+        "replaystore (round-robin) / floor (sticky)",
+        "replaystore (sticky) / sdk-example (sticky)",
+    }
+    assert ratios["replica_cpu_per_resume"] == {p: ratio(*p.split(" / ")) for p in pairs}
+    assert [set(r) for r in ratios["by_round"]] == [pairs, pairs]
+    figures = {t["figure"]: t for t in report["targets"]}
+    for pair in pairs:
+        target = figures[f"replica CPU per resume: {pair}"]
+        assert target["value"] == ratios["replica_cpu_per_resume"][pair]
+    assert "| floor (sticky) | sticky |" in done.stdout
+    assert "medians over the rounds" in done.stdout
 
 
 @pytest.mark.realserver
@@ -425,7 +485,7 @@ def test_bad_options_are_one_line_and_exit_2(
         (["--kill-replica"], "--kill-replica needs --http"),
         (["--http", "--spawn-cluster"], "--http runs on one Redis"),
         (["--spawn-redis", "--spawn-cluster"], "exclude each other"),
-        (["--http", "--rounds", "2"], "--rounds is for the bare-store storm"),
+        (["--store", "floor"], "--store floor runs with --http"),
     ],
 )
 def test_options_that_do_not_go_together_are_one_line_and_exit_2(

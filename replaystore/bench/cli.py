@@ -15,7 +15,7 @@ from typing import Any
 
 from ..buffer import ReplayBuffer
 from ..errors import ReplayStoreError
-from .stores import CATALOG, is_plain_redis_url, is_redis_url
+from .stores import CATALOG, HTTP_STORES, is_plain_redis_url, is_redis_url
 from .storm import RUN_PREFIX, Options, delete_run_keys, run_storm, storm_meta
 
 __all__ = ["main"]
@@ -74,9 +74,10 @@ def _workload(storm: argparse.ArgumentParser) -> None:
     storm.add_argument(
         "--store",
         action="append",
-        choices=sorted(CATALOG),
+        choices=sorted({*CATALOG, *(s.store for s in HTTP_STORES)}),
         dest="stores",
-        help="a store to run (repeat; default: every store that runs on the URL)",
+        help="a store to run (repeat; default: every store that runs on the URL; "
+        "floor runs with --http only)",
     )
     storm.add_argument(
         "--events",
@@ -112,7 +113,8 @@ def _modes(storm: argparse.ArgumentParser) -> None:
         action="store_true",
         help="end to end over MCP HTTP: each store behind --replicas server processes "
         "(replaystore round-robin and sticky, the SDK example's in-memory store sticky, "
-        "FastMCP's Redis store sticky), the same clients and tool call",
+        "FastMCP's Redis store sticky, and the floor: a bare ASGI app, one Redis read per "
+        "resume), the same clients and tool call",
     )
     storm.add_argument(
         "--kill-replica",
@@ -123,9 +125,10 @@ def _modes(storm: argparse.ArgumentParser) -> None:
         "--rounds",
         type=int,
         default=1,
-        help="fill and storm every store this many times, alternating their order, and pool "
-        "the rounds (one storm lasts about half a second: a ratio of one round is noisy); "
-        "each round's ratios are reported beside the pooled ones (default: 1)",
+        help="fill and storm every store this many times, alternating their order (one storm "
+        "is short: a ratio of one round is noisy); the bare-store storm pools the rounds, "
+        "--http gives each store's medians over them, each on fresh server processes; "
+        "each round's ratios are reported beside (default: 1)",
     )
     storm.add_argument("--seed", type=int, default=20_251_202, help="workload seed")
 
@@ -158,31 +161,34 @@ def _unreachable(url: str) -> str | None:
 
 
 def _run_http(options: Options, kill_replica: bool) -> dict[str, Any]:
-    from .http import HTTP_STORES, run_http_storm
+    from .http import HttpRun, run_http_storm
     from .truth import http_ratios_and_targets
 
     # What the replicas store goes under a prefix of this run, deleted when it
     # ends however it ends: a shared Redis keeps nothing of the benchmark.
     prefix = f"{RUN_PREFIX}{secrets.token_hex(4)}:http:"
-    on_wire = {s.store for s in HTTP_STORES}
     unavailable = [
         {"name": name, "reason": "not on the MCP wire here (bare-store storm only)"}
         for name in options.stores
-        if name not in on_wire
+        if name not in {s.store for s in HTTP_STORES}
     ]
     began = time.monotonic()
     try:
-        rows = run_http_storm(
+        run = HttpRun(
             options.url,
-            stores=options.stores,
             sessions=options.sessions,
             replicas=options.replicas,
             concurrency=options.concurrency,
             pathology_rate=options.pathology_rate,
             seed=options.seed,
-            progress=options.progress,
-            prefix=prefix,
             kill_replica=kill_replica,
+        )
+        rows = run_http_storm(
+            run,
+            stores=options.stores,
+            prefix=prefix,
+            rounds=options.rounds,
+            progress=options.progress,
         )
     finally:
         delete_run_keys(options.url, prefix)
@@ -257,7 +263,10 @@ def _invalid(args: argparse.Namespace) -> str | None:
         (0 <= args.pathology_rate <= 1, "--pathology-rate must be between 0 and 1"),
         (args.append_rate >= 0, "--append-rate must not be negative"),
         (args.rounds >= 1, "--rounds must be at least 1"),
-        (args.rounds == 1 or not args.http, "--rounds is for the bare-store storm, not --http"),
+        (
+            args.http or not set(args.stores or []) - set(CATALOG),
+            "--store floor runs with --http (the bare-store storm's floor is raw-streams)",
+        ),
         (args.http or not args.kill_replica, "--kill-replica needs --http"),
         (
             not (args.spawn_redis and args.spawn_cluster),

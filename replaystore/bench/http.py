@@ -7,8 +7,11 @@ Every store runs behind R server replicas, the way its users deploy it:
   resume usually lands on another replica than the one that ran the call;
 - ``replaystore`` (sticky): the same replicas, each client sent back to one;
 - ``sdk-example`` (sticky): the official SDK with its example's in-memory
-  event store (:mod:`.peer_server`);
-- ``fastmcp`` (sticky): FastMCP 4 with its event store on Redis.
+  event store (:mod:`.peers`);
+- ``fastmcp`` (sticky): FastMCP 4 with its event store on Redis;
+- ``floor`` (sticky): the least a Python server can do for the same
+  requests (:mod:`.floor`: bare ASGI, one ``LRANGE`` per resume), the
+  yardstick of every other row's replica CPU per resume.
 
 Sticky routing is the client choosing its replica by its own index, as a
 session-affine balancer would by session; when that replica is down it goes
@@ -20,7 +23,10 @@ SSE stream the server closes after a few progress notifications. Then the
 storm: every client reconnects at once with ``GET`` + ``Last-Event-ID`` and
 reads to the call's result, retrying when its connection breaks. Each
 client's progress notifications, over every connection, are judged against
-what the tool sent: all of them, once each, in order. Mixed in at the stated
+what the tool sent: all of them, once each, in order. Every client calls the
+tool with a request id of its own, as distinct clients of one server would, so
+a store that names a call's stream by its request id keeps one stream per
+call, and every store replays the same events. Mixed in at the stated
 rate: a client presenting another session's cursor (``foreign``) and one
 presenting an id no replica issued (``ahead``); the only correct answer to
 both is a failure (404).
@@ -61,14 +67,13 @@ from ..testing.servers import find_free_port
 from ..testing.sse import sse_events
 from .report import Bar
 from .servers import HOST, Servers
-from .stores import RedisProbe, Reply
-from .truth import Tally
+from .stores import HTTP_STORES, HttpStore, RedisProbe, Reply
+from .truth import Tally, over_rounds
 from .worker import bounded
 from .workload import Reconnect
 
 __all__ = [
-    "HTTP_STORES",
-    "HttpStore",
+    "HttpRun",
     "run_http_storm",
     "store_servers",
     "with_prefix",
@@ -83,60 +88,6 @@ _IDLE = 3.0  # a resume whose stream stays silent this long is over (what it got
 _RETRY_FOR = 20.0  # a client retries a broken connection for this long
 
 
-@dataclass(frozen=True, slots=True)
-class HttpStore:
-    """One row of the HTTP storm: a store, its server, its routing."""
-
-    name: str
-    store: str  # the --store choice it answers to
-    server: str  # "replaystore" (example-server) or a peer_server store
-    sticky: bool
-    redis: bool  # keeps its events in the Redis (its Redis CPU is measured)
-    process_local: bool  # sessions live in one process: a killed replica takes them along
-    what: str
-
-
-HTTP_STORES = (
-    HttpStore(
-        "replaystore (round-robin)",
-        "replaystore",
-        "replaystore",
-        False,
-        True,
-        False,
-        "replaystore example-server replicas on one Redis, round-robin routing",
-    ),
-    HttpStore(
-        "replaystore (sticky)",
-        "replaystore",
-        "replaystore",
-        True,
-        True,
-        False,
-        "replaystore example-server replicas on one Redis, session-affine routing",
-    ),
-    HttpStore(
-        "sdk-example (sticky)",
-        "sdk-example",
-        "sdk-example",
-        True,
-        False,
-        True,
-        "MCP Python SDK server with the SDK example's InMemoryEventStore, session-affine",
-    ),
-    HttpStore(
-        "fastmcp (sticky)",
-        "fastmcp",
-        "fastmcp",
-        True,
-        True,
-        True,
-        "FastMCP 4 server with its EventStore on Redis (py-key-value), session-affine",
-    ),
-)
-"""Every store the HTTP storm runs, in the order of its table."""
-
-
 @dataclass
 class _Client:
     index: int
@@ -146,6 +97,11 @@ class _Client:
     tokens: set[str] = field(default_factory=set)
     results: int = 0
     last_event_id: str | None = None
+
+    @property
+    def call_id(self) -> int:
+        """Its tool call's JSON-RPC id: its own (``initialize`` is 0 for everyone)."""
+        return self.index + 1
 
     def headers(self, **extra: str) -> dict[str, str]:
         h = {
@@ -194,7 +150,7 @@ def _take(client: _Client, event_id: str | None, data: str) -> None:
         params = message["params"]
         client.tokens.add(str(params.get("progressToken")))
         client.progress.append(int(params["progress"]))
-    elif message.get("id") == 1 and "result" in message:
+    elif message.get("id") == client.call_id and "result" in message:
         client.results += 1
 
 
@@ -243,7 +199,7 @@ async def _setup(http: httpx.AsyncClient, client: _Client, base: str) -> None:
         raise _refusal("initialized", r2, r2.content)
     call = {
         "jsonrpc": "2.0",
-        "id": 1,
+        "id": client.call_id,
         "method": "tools/call",
         "params": {
             "name": "countdown",
@@ -343,8 +299,9 @@ def store_servers(store: HttpStore, count: int, url: str, prefix: str) -> Server
                 "--log-level", "error",
             ]  # fmt: skip
         else:
+            entry = ["floor"] if store.server == "floor" else ["peers", store.server]
             argv = [
-                sys.executable, "-m", "replaystore.bench.peer_server", store.server,
+                sys.executable, "-m", f"replaystore.bench.{entry[0]}", *entry[1:],
                 "--host", HOST, "--port", str(port), "--url", without_prefix(url),
                 "--prefix", prefix,
             ]  # fmt: skip
@@ -352,54 +309,52 @@ def store_servers(store: HttpStore, count: int, url: str, prefix: str) -> Server
     return Servers(commands, logs=Path(tempfile.mkdtemp(prefix="replaystore-bench-http-")))
 
 
-def run_http_storm(
-    url: str,
-    *,
-    stores: list[str],
-    sessions: int,
-    replicas: int,
-    concurrency: int,
-    pathology_rate: float,
-    seed: int,
-    progress: bool,
-    prefix: str,
-    kill_replica: bool = False,
-) -> list[dict[str, Any]]:
-    """Each selected store in turn: start its replicas, run the storm, stop them; one row each.
+@dataclass(frozen=True, slots=True)
+class HttpRun:
+    """What every storm of one run shares, whatever the store and the round."""
 
-    Whatever a store kept in the Redis is under ``prefix`` (deleted by the caller).
+    url: str
+    sessions: int
+    replicas: int
+    concurrency: int
+    pathology_rate: float
+    seed: int
+    kill_replica: bool = False
+
+
+def run_http_storm(
+    run: HttpRun, *, stores: list[str], prefix: str, rounds: int = 1, progress: bool = False
+) -> list[dict[str, Any]]:
+    """Every selected store ``rounds`` times, the stores' order rotated each round; a row each.
+
+    Each storm has server processes of its own, started for it and stopped
+    after it, so no store inherits another's warm replicas and no round its
+    predecessor's. Whatever a store kept in the Redis is under ``prefix``
+    (deleted by the caller). A row holds the medians over the rounds and the
+    counts summed (:func:`over_rounds`).
     """
-    rows = []
+    chosen = [s for s in HTTP_STORES if not stores or s.store in stores]
+    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in chosen}
     with Bar(enabled=progress) as bar:
-        for store in HTTP_STORES:
-            if stores and store.store not in stores:
-                continue
-            store_prefix = f"{prefix}{store.server}:"
-            with store_servers(store, replicas, url, store_prefix) as servers:
-                proxy = None if store.sticky else TcpProxy(servers.addresses).start()
-                try:
-                    bases = [f"http://{h}:{p}/mcp" for h, p in servers.addresses]
-                    front = None if proxy is None else f"http://{proxy.host}:{proxy.port}/mcp"
-                    row = asyncio.run(
-                        _storm(
-                            store,
-                            servers,
-                            _Routes(bases, front),
-                            proxy,
-                            url=url,
-                            sessions=sessions,
-                            concurrency=concurrency,
-                            pathology_rate=pathology_rate,
-                            seed=seed,
-                            bar=bar,
-                            kill_replica=kill_replica,
-                        )
-                    )
-                finally:
-                    if proxy is not None:
-                        proxy.stop()
-            rows.append(row)
-    return rows
+        for n in range(rounds):
+            turn = n % len(chosen)
+            for order, store in enumerate(chosen[turn:] + chosen[:turn]):
+                row = _on_servers(store, run, f"{prefix}{n}:{store.server}:", bar)
+                runs[store.name].append({**row, "order_in_round": order})
+    return [over_rounds(runs[s.name]) for s in chosen]
+
+
+def _on_servers(store: HttpStore, run: HttpRun, prefix: str, bar: Bar) -> dict[str, Any]:
+    """One storm of ``store`` on replicas started for it (behind a proxy unless sticky)."""
+    with store_servers(store, run.replicas, run.url, prefix) as servers:
+        proxy = None if store.sticky else TcpProxy(servers.addresses).start()
+        try:
+            bases = [f"http://{h}:{p}/mcp" for h, p in servers.addresses]
+            front = None if proxy is None else f"http://{proxy.host}:{proxy.port}/mcp"
+            return asyncio.run(_storm(store, servers, _Routes(bases, front), proxy, run, bar))
+        finally:
+            if proxy is not None:
+                proxy.stop()
 
 
 def _plan(clients: list[_Client], rng: random.Random, rate: float) -> list[Reconnect]:
@@ -431,47 +386,44 @@ async def _storm(
     servers: Servers,
     routes: _Routes,
     proxy: TcpProxy | None,
-    *,
-    url: str,
-    sessions: int,
-    concurrency: int,
-    pathology_rate: float,
-    seed: int,
+    run: HttpRun,
     bar: Bar,
-    kill_replica: bool,
 ) -> dict[str, Any]:
     """One store's storm: open the sessions, plan the reconnects, run them, make its row."""
-    rng = random.Random(seed)
+    rng = random.Random(run.seed)
     replicas = len(servers.ports)
-    clients = [_Client(i, i % replicas) for i in range(sessions)]
-    probe = RedisProbe(without_prefix(url)) if store.redis else None
+    clients = [_Client(i, i % replicas) for i in range(run.sessions)]
+    probe = RedisProbe(without_prefix(run.url)) if store.redis else None
     # A new TCP connection per request, so a round-robin proxy spreads every request.
-    limits = httpx.Limits(max_keepalive_connections=0, max_connections=concurrency * 2)
+    limits = httpx.Limits(max_keepalive_connections=0, max_connections=run.concurrency * 2)
     timeout = httpx.Timeout(_TIMEOUT, read=_IDLE)
     try:
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as http:
             began = time.monotonic()
-            with bar.task(f"{store.name}: sessions", sessions) as advance:
-                busy = await _open_sessions(http, clients, routes, concurrency, advance)
+            with bar.task(f"{store.name}: sessions", run.sessions) as advance:
+                busy = await _open_sessions(http, clients, routes, run.concurrency, advance)
             setup_s = time.monotonic() - began
-            plan = _plan(clients, rng, pathology_rate)
-            run = _Resumes(store, servers, routes, proxy, len(plan), kill_replica and replicas > 1)
+            plan = _plan(clients, rng, run.pathology_rate)
+            resumes = _Resumes(
+                store, servers, routes, proxy, len(plan), run.kill_replica and replicas > 1
+            )
             with bar.task(f"{store.name}: storm", len(plan)) as advance:
-                await run.run(http, [(clients[r.id], r) for r in plan], probe, concurrency, advance)
+                pairs = [(clients[r.id], r) for r in plan]
+                await resumes.run(http, pairs, probe, run.concurrency, advance)
     finally:
         if probe is not None:
             await probe.aclose()
     return _row(
         store,
-        run.tally,
-        run.latencies,
-        wall=run.wall,
+        resumes.tally,
+        resumes.latencies,
+        wall=resumes.wall,
         setup_s=setup_s,
-        attempts=run.attempts,
-        cpu=run.cpu(),
-        redis_cost=run.redis_cost,
-        killed=run.killed,
-        sessions=sessions,
+        attempts=resumes.attempts,
+        cpu=resumes.cpu(),
+        redis_cost=resumes.redis_cost,
+        killed=resumes.killed,
+        sessions=run.sessions,
         setup_retries=busy,
     )
 

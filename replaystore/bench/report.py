@@ -147,18 +147,22 @@ def _http_markdown(report: dict[str, Any]) -> str:
         f"every client reconnects at once, {opts['pathology_rate']:.0%} of them with another "
         f"session's cursor or one no replica issued; load average "
         f"{meta['machine']['load_average']} at the start.{killed}",
+        *_http_rounds(report),
         "",
         "| store | routing | all clients back (s) | resumes/s | p50 ms | p99 ms | p999 ms "
-        "| replica CPU µs/resume | Redis CPU µs/resume | exact | dup | loss | wrong stream "
-        "| failures (correct/incorrect) | incorrect verdicts |",
-        "|---|---|" + "---:|" * 13,
+        "| replica CPU µs/resume | vs floor | Redis CPU µs/resume | exact | dup | loss "
+        "| wrong stream | failures (correct/incorrect) | incorrect verdicts |",
+        "|---|---|" + "---:|" * 14,
     ]
+    vs_floor = report.get("ratios", {}).get("replica_cpu_per_resume_vs_floor", {})
     for s in report["stores"]:
         redis = s.get("redis", {})
+        floor = vs_floor.get(s["name"])
         lines.append(
             f"| {s['name']} | {s['routing']} | {_num(s['recovery_s'], 2)} "
             f"| {_num(s['resumes_per_s'])} | {_num(s['p50_ms'], 1)} | {_num(s['p99_ms'], 1)} "
             f"| {_num(s['p999_ms'], 1)} | {_num(s['replica_cpu_us_per_resume'])} "
+            f"| {'-' if floor is None else f'{floor:.2f}x'} "
             f"| {_num(redis.get('cpu_us_per_resume'), 1) if redis else 'in process'} "
             f"| {_num(s['exact'])} | {_num(s['duplicates'])} | {_num(s['losses'])} "
             f"| {_num(s['wrong_stream'])} "
@@ -166,7 +170,7 @@ def _http_markdown(report: dict[str, Any]) -> str:
             f"| {_num(s['incorrect_verdicts'])} |"
         )
     for u in report["unavailable"]:
-        lines.append(f"| {u['name']} | not run: {u['reason']} |" + " |" * 13)
+        lines.append(f"| {u['name']} | not run: {u['reason']} |" + " |" * 14)
     retried = [
         f"{s['name']} {s['setup_retries']}" for s in report["stores"] if s.get("setup_retries")
     ]
@@ -178,6 +182,26 @@ def _http_markdown(report: dict[str, Any]) -> str:
         lines += kinds
     lines += _targets(report)
     return "\n".join(lines)
+
+
+def _http_rounds(report: dict[str, Any]) -> list[str]:
+    """With ``--rounds``: what a row's figures are, and the promised ratios round by round."""
+    rounds = report["meta"]["options"].get("rounds", 1)
+    if rounds <= 1:
+        return []
+    lines = [
+        "",
+        f"Each store stormed {rounds} times, on server processes started for each storm, the "
+        "stores' order rotated every round; a row's figures are the medians over the rounds, "
+        "its counts (exact, dup, loss, wrong stream, failures) their sums.",
+    ]
+    by_round = report.get("ratios", {}).get("by_round")
+    if by_round:
+        lines += ["", "Replica CPU per resume, round by round:", ""]
+        for pair in by_round[0]:
+            values = [r.get(pair) for r in by_round]
+            lines.append(f"- {pair}: " + ", ".join(f"{_num(v, 2)}x" for v in values))
+    return lines
 
 
 def _targets(report: dict[str, Any]) -> list[str]:

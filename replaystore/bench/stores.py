@@ -9,7 +9,9 @@ has no place for it ignores it. What each store answers is judged elsewhere
 This module holds replaystore and the two raw floors (Redis Streams, and plain
 lists in memory); the MCP peers are in :mod:`replaystore.bench.peers`. The
 catalog (:data:`CATALOG`) names every store the storm knows and what each
-needs; :class:`RedisProbe` reads what a phase cost the Redis under them.
+needs, :data:`HTTP_STORES` every row of the storm over HTTP (a store behind
+its servers, and their routing); :class:`RedisProbe` reads what a phase cost
+the Redis under them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from .workload import EVICTED_PREFIX, payload
 __all__ = [
     "CATALOG",
     "EVICTED_PREFIX",
+    "FLOOR",
+    "HTTP_STORES",
     "Entry",
+    "HttpStore",
     "RawMemoryStore",
     "RawStreamStore",
     "RedisProbe",
@@ -341,6 +346,74 @@ CATALOG = {
         ),
     )
 }
+
+
+#: The HTTP storm's floor: the same requests served by a bare ASGI app with one
+#: Redis read per resume (:mod:`.floor`), the least a Python server can do.
+FLOOR = "floor (sticky)"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpStore:
+    """One row of the HTTP storm: a store, its server, its routing."""
+
+    name: str
+    store: str  # the --store choice it answers to
+    server: str  # "replaystore" (example-server), "floor", or a store of peers.main
+    sticky: bool
+    redis: bool  # keeps its events in the Redis (its Redis CPU is measured)
+    process_local: bool  # sessions live in one process: a killed replica takes them along
+    what: str
+
+
+HTTP_STORES = (
+    HttpStore(
+        "replaystore (round-robin)",
+        "replaystore",
+        "replaystore",
+        False,
+        True,
+        False,
+        "replaystore example-server replicas on one Redis, round-robin routing",
+    ),
+    HttpStore(
+        "replaystore (sticky)",
+        "replaystore",
+        "replaystore",
+        True,
+        True,
+        False,
+        "replaystore example-server replicas on one Redis, session-affine routing",
+    ),
+    HttpStore(
+        "sdk-example (sticky)",
+        "sdk-example",
+        "sdk-example",
+        True,
+        False,
+        True,
+        "MCP Python SDK server with the SDK example's InMemoryEventStore, session-affine",
+    ),
+    HttpStore(
+        "fastmcp (sticky)",
+        "fastmcp",
+        "fastmcp",
+        True,
+        True,
+        True,
+        "FastMCP 4 server with its EventStore on Redis (py-key-value), session-affine",
+    ),
+    HttpStore(
+        FLOOR,
+        "floor",
+        "floor",
+        True,
+        True,
+        True,
+        "bare ASGI app, a Redis list per session, one LRANGE per resume, session-affine",
+    ),
+)
+"""Every store the HTTP storm runs, in the order of its table."""
 
 
 def default_names(redis: bool) -> list[str]:
