@@ -155,6 +155,8 @@ async def test_a_finished_resume_sends_the_calls_own_bytes_and_touches_no_pubsub
                 assert header in sent
     finally:
         admin.close()
+    # Answered from the store alone: the other replica built no SDK session for it.
+    assert f"adopted session {session.session_id}" not in b.log_tail(400)
 
 
 async def test_a_resume_that_goes_live_subscribes_and_misses_nothing(
@@ -180,3 +182,25 @@ async def test_a_resume_that_goes_live_subscribes_and_misses_nothing(
     ]
     assert progress == [1, 2, 3, 4, 5, 6]
     assert result_text(resumed[-1], request_id) == "done 6"
+    # A stream that goes on live is followed by the session, adopted here.
+    assert f"adopted session {session.session_id}" in b.log_tail(400)
+
+
+async def test_a_failed_resume_on_a_replica_that_never_served_the_session_ends_it(
+    replicas: list[ServerProcess], http: httpx.AsyncClient
+) -> None:
+    a, b = replicas
+    mine = await RawSession(http, a.url).initialize()
+    other = await RawSession(http, a.url).initialize()
+    _, body = other.call("countdown", {"n": 2, "interval_ms": 0}, token="t")
+    async with other.post(body) as response:
+        events = [event async for event in sse_events(response)]
+    foreign = next(e.id for e in events if e.priming and e.id)
+    mine.url = b.url
+    async with mine.get(foreign) as response:
+        assert response.status_code == 404
+        error = (await response.aread()).decode()
+    assert '"verdict": "foreign_cursor"' in error
+    mine.url = a.url
+    assert await mine.ping_status() == 404  # ended on every replica, not only the one asked
+    assert await other.ping_status() == 200  # the cursor's owner goes on

@@ -58,6 +58,10 @@ class Attachment:
     replay: list[Event] = field(default_factory=list)
     tail: Tail | None = None
     first: str | None = None
+    #: The last event read (the replay's, or the cursor): where a tail starts.
+    last: str = ""
+    #: Whether the replay holds the stream's response (it is the whole answer).
+    finished: bool = False
 
     @property
     def ok(self) -> bool:
@@ -78,6 +82,9 @@ class LiveStreams:
         #: The last GET-stream event handed to a GET connection (or the
         #: session's anchor): where the next plain GET resumes from.
         self.get_mark: str | None = None
+        #: A resume already read by :meth:`read` (cursor, what it read), used
+        #: once by the next :meth:`attach_resume` from that cursor.
+        self.pending: tuple[str, Attachment] | None = None
 
     def check_interval(self, sequence: str) -> float:
         """Seconds between two store checks of a live connection following ``sequence``."""
@@ -221,9 +228,13 @@ class LiveStreams:
     async def _append(self, sequence: str, payload: bytes | None) -> str:
         return await self.view.append(sequence, payload)
 
-    async def _resume(
-        self, last_event_id: str, *, sequence: str | None, prime: bool, again: bool = False
-    ) -> Attachment:
+    async def read(self, last_event_id: str, sequence: str | None = None) -> Attachment:
+        """Resolve and replay, attaching nothing: the verdict, the replay, whether it is whole.
+
+        A replay that holds its stream's response (``finished``) is the whole
+        answer to a resume; otherwise a tail must follow from ``last``.
+        Raises :class:`StorageError` when the verdict is unknown.
+        """
         resumption = await self.view.resolve(last_event_id, sequence)
         if not resumption.ok:
             self.view.closed = True  # the store tore the session down (or it never existed)
@@ -232,7 +243,6 @@ class LiveStreams:
         assert stream is not None  # a resumed verdict always names its sequence
         replay: list[Event] = []
         last, finished = _add_replay(replay, resumption.events, stream, last_event_id)
-        attachment = Attachment(resumption, stream, replay)
         if not finished and stream != GET_STREAM and await self._finished(stream):
             # Answered, but the response may have been stored after the
             # snapshot above was read: read what follows it before ending the
@@ -243,11 +253,23 @@ class LiveStreams:
                 return Attachment(rest)
             last, _ = _add_replay(replay, rest.events, stream, last)
             finished = True
-        if finished:
+        return Attachment(resumption, stream, replay, last=last, finished=finished)
+
+    async def _resume(
+        self, last_event_id: str, *, sequence: str | None, prime: bool, again: bool = False
+    ) -> Attachment:
+        pending, self.pending = self.pending, None
+        if pending is not None and pending[0] == last_event_id and sequence is None and not again:
+            attachment = pending[1]
+        else:
+            attachment = await self.read(last_event_id, sequence)
+        if not attachment.ok or attachment.finished:
             # The replay is the whole answer: no tail, no subscription, no
             # takeover (a connection still carrying this stream ends with the
             # same response by itself).
             return attachment
+        stream, last = attachment.stream, attachment.last
+        assert stream is not None
         tail = await (self._follow_again(stream, last) if again else self._take_over(stream, last))
         attachment.tail = tail
         if prime and not self._dead:

@@ -39,11 +39,14 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorizat
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import (
+    LAST_EVENT_ID_HEADER,
     MCP_SESSION_ID_HEADER,
     SESSION_ID_PATTERN,
     StreamableHTTPServerTransport,
+    check_accept_headers,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types import INTERNAL_ERROR, InitializeRequestParams
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -53,6 +56,7 @@ from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
+from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
 from ..metrics import ResumptionObserver
@@ -61,8 +65,11 @@ from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
+from .answers import cannot_resume, json_error
+from .live import Attachment
 from .messages import GET_STREAM
-from .transport import RETRY_AFTER, ReplayTransport
+from .sse import answer_whole
+from .transport import RETRY_AFTER, ReplayTransport, header_text
 from .view import APPENDS, ReplayEventStore, SessionView
 
 __all__ = [
@@ -142,6 +149,8 @@ class ReplaySessionManager(ManagerOverrides):
     _replay_store: ReplayEventStore
     _replica: Replica
     _adopting: dict[str, anyio.Lock]
+    #: The SDK transport's host and origin checks, for requests answered without one.
+    _guard: TransportSecurityMiddleware
     _replicating: bool
     #: Whether :meth:`check_store` ran (the example server runs it before it serves).
     store_checked: bool
@@ -169,6 +178,7 @@ class ReplaySessionManager(ManagerOverrides):
         self._replay_store = store
         self._replica = Replica(store.buffer, self, settings)
         self._adopting = {}
+        self._guard = TransportSecurityMiddleware(self.security_settings)
         self._replicating = False
         self.store_checked = False
 
@@ -337,7 +347,14 @@ class ReplaySessionManager(ManagerOverrides):
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if session_id is not None and session_id not in self._server_instances:
             try:
+                read = await self._resume_unserved(request, session_id, send)
+                if read is True:
+                    return True
                 refused = await self._adopt_session(session_id, _requestor(scope))
+                if read and refused is None:
+                    transport = self._transport(session_id)
+                    if transport is not None and transport.view is not None:
+                        transport.view.live.pending = read
             except StorageError as exc:
                 logger.warning(
                     "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
@@ -348,6 +365,63 @@ class ReplaySessionManager(ManagerOverrides):
                 await refused(scope, receive, send)
                 return True
         return False
+
+    async def _resume_unserved(
+        self, request: Request, session_id: str, send: Send
+    ) -> bool | tuple[str, Attachment] | None:
+        """A resume of a session not served here, answered from the store alone when it can be.
+
+        A reconnecting client usually resumes a stream whose response is
+        stored (its call ended while it was away): the replay is then the
+        whole answer, and the SDK's session (its transport, its message loop)
+        would be built here only to be idle. So such a resume is checked as
+        the SDK checks a GET (host and origin, ``Accept``), then as an
+        adoption is (the session's record, the credential that created it),
+        resolved, and answered: the replay, or the failed verdict. True when
+        answered; otherwise what was read, for the adopted session's resume to
+        go on from (a stream that goes on live), or None (the usual path).
+        """
+        cursor = request.headers.get(LAST_EVENT_ID_HEADER)
+        if (
+            request.method != "GET"
+            or not cursor
+            or len(session_id) > 256
+            or not SESSION_ID_PATTERN.fullmatch(session_id)
+            or not check_accept_headers(request)[1]
+            or await self._guard.validate_request(request, is_post=False) is not None
+        ):
+            return None
+        replica = self._replica
+        with _bounded(replica.settings.store_timeout):
+            record = await replica.registry.get_session(session_id)
+        if record is None or record.get("owner", "") != _fingerprint(_requestor(request.scope)):
+            return None  # the usual path answers it (and logs why)
+        view = self._replay_store.for_session(session_id, replica)
+        view.adopted(record)
+        cursor = header_text(cursor)
+        try:
+            with _bounded(replica.settings.store_timeout):
+                attachment = await view.live.read(cursor)
+        except StorageError as exc:
+            if exc.permanent:
+                replica.refused = exc
+            message, data = unavailable_error(exc, resumption=True)
+            retry = {"Retry-After": str(RETRY_AFTER)}
+            response = json_error(
+                session_id, HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR, message, data, retry
+            )
+            await response(request.scope, request.receive, send)
+            return True
+        if attachment.ok and not attachment.finished:
+            return cursor, attachment
+        if attachment.ok:
+            await answer_whole(send, session_id, attachment.replay)
+            return True
+        if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
+            return None  # nothing to end; the usual path answers it
+        await view.end_everywhere()
+        await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
+        return True
 
     async def _adopt_session(self, session_id: str, requestor: Any) -> Response | None:
         """Serve a session created elsewhere, if the store knows it (else the SDK answers 404)."""

@@ -67,6 +67,7 @@ from ..refusals import store_trouble, unavailable_error
 from ..replicas.forwarding import route
 from .again import Lease, give_back, stream_origin, take_lease
 from .again import bounded as _bounded
+from .answers import cannot_resume, json_error
 from .live import Attachment, _vanished
 from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
@@ -74,7 +75,7 @@ from .sse import answer_whole, event_data, sse_headers
 from .tail import Tail
 from .view import SessionView
 
-__all__ = ["PRIMING_SINCE", "ReplayTransport"]
+__all__ = ["PRIMING_SINCE", "ReplayTransport", "header_text"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -126,7 +127,7 @@ class ReplayTransport(TransportOverrides):
         if view is None:  # pragma: no cover - only with a foreign event store
             return False
         prime = _primes(request)
-        cursor = _header_text(last_event_id)
+        cursor = header_text(last_event_id)
         await self._attach(
             lambda: view.live.attach_resume(cursor, prime=prime), request, send, prime
         )
@@ -478,16 +479,8 @@ class ReplayTransport(TransportOverrides):
         if not self.is_terminated:
             with anyio.CancelScope(shield=True):
                 await self.terminate()
-        await self._json_error(
-            request,
-            send,
-            HTTPStatus.NOT_FOUND,
-            INVALID_REQUEST,
-            f"Not Found: cannot resume ({resumption.verdict.value}: "
-            f"{resumption.evidence.reason}); the session was terminated, "
-            "initialize a new one",
-            {"verdict": resumption.verdict.value, "evidence": resumption.evidence.as_dict()},
-        )
+        response = cannot_resume(self.mcp_session_id, resumption)
+        await response(request.scope, request.receive, send)
 
     async def _json(self, request: Request, send: Send, status: HTTPStatus, body: Any) -> None:
         headers = {"Content-Type": CONTENT_TYPE_JSON}
@@ -508,14 +501,7 @@ class ReplayTransport(TransportOverrides):
         *,
         extra_headers: dict[str, str] | None = None,
     ) -> None:
-        error: dict[str, Any] = {"code": code, "message": message}
-        if data is not None:
-            error["data"] = data
-        body = {"jsonrpc": "2.0", "id": None, "error": error}
-        headers = {"Content-Type": CONTENT_TYPE_JSON, **(extra_headers or {})}
-        if self.mcp_session_id:
-            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
-        response = Response(json.dumps(body, default=str), status_code=int(status), headers=headers)
+        response = json_error(self.mcp_session_id, status, code, message, data, extra_headers)
         await response(request.scope, request.receive, send)
 
     def _priming(self, event_id: str) -> SSEEvent:
@@ -650,7 +636,7 @@ def _primes(request: Request) -> bool:
     return is_version_at_least(version, PRIMING_SINCE)
 
 
-def _header_text(value: str) -> str:
+def header_text(value: str) -> str:
     """A header as the client wrote it: UTF-8 where it is (the server decoded it as Latin-1).
 
     Event ids issued here are ASCII; a client that sends anything else gets
