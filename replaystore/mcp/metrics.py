@@ -114,15 +114,26 @@ class PrometheusObserver:
             "Messages sent again to resuming clients.",
             **options,
         )
+        self._children: dict[str, tuple[Any, Any]] = {}
 
     def on_resumption(self, session: str, verdict: str, seconds: float, replayed: int) -> None:
-        self.resumptions.labels(verdict=verdict).inc()
-        if verdict == "resumed":
-            outcome = "resumed"
-        elif verdict == STORAGE_ERROR:
-            outcome = STORAGE_ERROR
-        else:
-            outcome = "failed"
-        self.latency.labels(outcome=outcome).observe(seconds)
+        children = self._children.get(verdict)
+        if children is None:
+            # A labelled child is looked up under a lock on every call; a
+            # replica observes every resume, so each verdict's pair is kept.
+            if verdict == "resumed":
+                outcome = "resumed"
+            elif verdict == STORAGE_ERROR:
+                outcome = STORAGE_ERROR
+            else:
+                outcome = "failed"
+            children = (
+                self.resumptions.labels(verdict=verdict),
+                self.latency.labels(outcome=outcome),
+            )
+            self._children[verdict] = children
+        counted, timed = children
+        counted.inc()
+        timed.observe(seconds)
         if replayed:
             self.replayed.inc(replayed)

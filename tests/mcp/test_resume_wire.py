@@ -83,6 +83,9 @@ def test_is_response_payload_reads_only_what_decides() -> None:
     assert not is_response_payload(b"[1, 2]")
     assert not is_response_payload(b'{"jsonrpc":"2.0","id":1,"method":"x"}')
     assert is_response_payload(b'{ "id": 1, "jsonrpc": "2.0", "result": {} }')
+    assert is_response_payload(b'{"jsonrpc":"2.0","id":"a\\",\\"result\\":","error":{}}')
+    assert not is_response_payload(b'{"jsonrpc":"2.0","id":"a\\",\\"result\\":","method":"x"}')
+    assert not is_response_payload(b'{"jsonrpc":"2.0","id":')
 
 
 # ------------------------------------------------------------- on real servers

@@ -54,6 +54,11 @@ def is_response(message: object) -> TypeGuard[JSONRPCResponse | JSONRPCError]:
 _NOTIFICATION = b'{"jsonrpc":"2.0","method":'
 
 
+#: How every stored response and request begins: the id comes next.
+_WITH_ID = b'{"jsonrpc":"2.0","id":'
+_ID = json.JSONDecoder()
+
+
 def is_response_payload(payload: bytes) -> bool:
     """:func:`is_response` of a stored payload, without building the SDK's model.
 
@@ -62,6 +67,14 @@ def is_response_payload(payload: bytes) -> bool:
     """
     if payload.startswith(_NOTIFICATION):
         return False
+    if payload.startswith(_WITH_ID):
+        # What follows the id says it: a response's result or error, or a request's method.
+        text = payload.decode("utf-8", "surrogatepass")
+        try:
+            _, end = _ID.raw_decode(text, len(_WITH_ID))
+        except ValueError:
+            return False
+        return text.startswith(',"result":', end) or text.startswith(',"error":', end)
     try:
         message = json.loads(payload)
     except ValueError:
