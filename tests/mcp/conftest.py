@@ -77,8 +77,16 @@ def sdk(request: pytest.FixtureRequest, mcp_servers: dict[str, ServerProcess]) -
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def store(real_servers: RealServers) -> Iterator[ServerHandle]:
+    """A Redis of the test module's own: its tests make it refuse, or read its statistics."""
+    handle = real_servers.own("redis")
+    yield handle
+    handle.stop()
 
 
 @pytest.fixture

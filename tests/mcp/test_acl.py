@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -49,12 +49,6 @@ def user(handle: ServerHandle, name: str, *changes: str) -> str:
     admin = redis.Redis(host="127.0.0.1", port=handle.ports[0])
     admin.execute_command("ACL", "SETUSER", name, "reset", *rule, *changes)  # type: ignore[no-untyped-call]
     return f"redis://{name}:pw@127.0.0.1:{handle.ports[0]}/0?prefix={PREFIX}"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
-        yield client
 
 
 async def test_the_documented_rule_serves_an_mcp_session(

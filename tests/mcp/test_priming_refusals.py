@@ -20,7 +20,7 @@ ones a test names: Redis then takes everything a request writes before it
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -40,7 +40,6 @@ from tests.mcp._support import (
     replica_pair,
     result_text,
 )
-from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
 
@@ -50,25 +49,12 @@ FORBIDDEN = "redis forbids it (ACL)"
 
 
 @pytest.fixture(scope="module")
-def store(real_servers: RealServers) -> Iterator[ServerHandle]:
-    handle = real_servers.own("redis")
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
 def replicas(
     store: ServerHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServerProcess]]:
     logs = tmp_path_factory.mktemp("priming-refusals")
     with replica_pair(f"{store.url}?prefix={PREFIX}", logs) as started:
         yield started
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
-        yield client
 
 
 def _admin(store: ServerHandle) -> redis.Redis:

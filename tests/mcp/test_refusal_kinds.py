@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,6 @@ import redis
 from replaystore.testing.servers import ServerHandle, find_free_port
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import RawSession, ServerProcess, replica_pair, result_text
-from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
 
@@ -50,13 +49,6 @@ FILLER = 20_000
 
 
 @pytest.fixture(scope="module")
-def store(real_servers: RealServers) -> Iterator[ServerHandle]:
-    handle = real_servers.own("redis")
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
 def replicas(
     store: ServerHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServerProcess]]:
@@ -64,12 +56,6 @@ def replicas(
     url = f"{store.url}?prefix=rk:"
     with replica_pair(url, logs) as started:
         yield started
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
-        yield client
 
 
 def _admin(store: ServerHandle) -> redis.Redis:

@@ -11,7 +11,7 @@ UNSUBSCRIBE for such a resume, on the replica that ran the call or another.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -32,7 +32,6 @@ from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
 from replaystore.verdicts import Event
 from tests.mcp._support import RawSession, ServerProcess, replica_pair, result_text
-from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
 
@@ -92,25 +91,12 @@ def test_is_response_payload_reads_only_what_decides() -> None:
 
 
 @pytest.fixture(scope="module")
-def store(real_servers: RealServers) -> Iterator[ServerHandle]:
-    handle = real_servers.own("redis")
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
 def replicas(
     store: ServerHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServerProcess]]:
     logs: Path = tmp_path_factory.mktemp("resume-wire")
     with replica_pair(f"{store.url}?prefix=rw:", logs) as started:
         yield started
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
-        yield client
 
 
 def _pubsub_calls(admin: redis.Redis) -> dict[str, int]:
