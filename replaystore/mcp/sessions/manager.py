@@ -342,44 +342,50 @@ class ReplaySessionManager(ManagerOverrides):
     # (called by the overrides of the SDK's private methods, in overrides.py)
 
     async def answer_unserved(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        """Adopt a session the store knows before the SDK looks it up in this process."""
+        """Answer what needs no SDK session; adopt a session the store knows before the SDK
+        looks it up in this process."""
         request = Request(scope, receive)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
-        if session_id is not None and session_id not in self._server_instances:
-            try:
-                read = await self._resume_unserved(request, session_id, send)
-                if read is True:
-                    return True
+        if session_id is None:
+            return False
+        served = self._transport(session_id)
+        refused = None
+        try:
+            read = await self._resume_from_store(request, session_id, served, send)
+            if read is True:
+                return True
+            if session_id not in self._server_instances:
                 refused = await self._adopt_session(session_id, _requestor(scope))
-                if read and refused is None:
-                    transport = self._transport(session_id)
-                    if transport is not None and transport.view is not None:
-                        transport.view.live.pending = read
-            except StorageError as exc:
-                logger.warning(
-                    "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
-                )
-                await _unavailable(exc)(scope, receive, send)
-                return True
-            if refused is not None:
-                await refused(scope, receive, send)
-                return True
+            transport = self._transport(session_id)
+            if read and refused is None and transport is not None and transport.view is not None:
+                transport.view.live.pending = read
+        except StorageError as exc:
+            logger.warning(
+                "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
+            )
+            await _unavailable(exc)(scope, receive, send)
+            return True
+        if refused is not None:
+            await refused(scope, receive, send)
+            return True
         return False
 
-    async def _resume_unserved(
-        self, request: Request, session_id: str, send: Send
+    async def _resume_from_store(
+        self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
     ) -> bool | tuple[str, Attachment] | None:
-        """A resume of a session not served here, answered from the store alone when it can be.
+        """A resume answered from the store alone when its replay is the whole answer.
 
         A reconnecting client usually resumes a stream whose response is
         stored (its call ended while it was away): the replay is then the
-        whole answer, and the SDK's session (its transport, its message loop)
-        would be built here only to be idle. So such a resume is checked as
-        the SDK checks a GET (host and origin, ``Accept``), then as an
-        adoption is (the session's record, the credential that created it),
-        resolved, and answered: the replay, or the failed verdict. True when
-        answered; otherwise what was read, for the adopted session's resume to
-        go on from (a stream that goes on live), or None (the usual path).
+        whole answer, which needs none of the SDK's request machinery, and on
+        a replica that does not serve the session, none of its session (a
+        transport, a message loop) built only to be idle. So such a resume
+        is checked as the SDK checks a GET (host and origin, ``Accept``, the
+        credential that created the session; and the session's record when
+        it is not served here), resolved, and answered: the replay, or the
+        failed verdict. True when answered; otherwise what was read, for the
+        session's resume to go on from (a stream that goes on live), or None
+        (the usual path).
         """
         cursor = request.headers.get(LAST_EVENT_ID_HEADER)
         if (
@@ -392,12 +398,23 @@ class ReplaySessionManager(ManagerOverrides):
         ):
             return None
         replica = self._replica
-        with _bounded(replica.settings.store_timeout):
-            record = await replica.registry.get_session(session_id)
-        if record is None or record.get("owner", "") != _fingerprint(_requestor(request.scope)):
-            return None  # the usual path answers it (and logs why)
-        view = self._replay_store.for_session(session_id, replica)
-        view.adopted(record)
+        requestor = _requestor(request.scope)
+        if served is not None:
+            view = served.view
+            if (
+                view is None
+                or view.closed
+                or served.is_terminated
+                or requestor != self._session_owners.get(session_id)
+            ):
+                return None  # the usual path answers it
+        else:
+            with _bounded(replica.settings.store_timeout):
+                record = await replica.registry.get_session(session_id)
+            if record is None or record.get("owner", "") != _fingerprint(requestor):
+                return None  # the usual path answers it (and logs why)
+            view = self._replay_store.for_session(session_id, replica)
+            view.adopted(record)
         cursor = header_text(cursor)
         try:
             with _bounded(replica.settings.store_timeout):
@@ -416,6 +433,9 @@ class ReplaySessionManager(ManagerOverrides):
             return cursor, attachment
         if attachment.ok:
             await answer_whole(send, session_id, attachment.replay)
+            return True
+        if served is not None:
+            await served.fail_closed(attachment.resumption, request, send)
             return True
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it

@@ -422,7 +422,7 @@ class ReplayTransport(TransportOverrides):
             assert self.mcp_session_id is not None
             attachment = Attachment(_vanished(self.mcp_session_id))
         if not attachment.ok:
-            await self._fail_closed(attachment.resumption, request, send)
+            await self.fail_closed(attachment.resumption, request, send)
             return
         view = self.view
         replica = view.replica if view is not None else None
@@ -470,7 +470,7 @@ class ReplayTransport(TransportOverrides):
             extra_headers={"Retry-After": str(RETRY_AFTER)},
         )
 
-    async def _fail_closed(self, resumption: Resumption, request: Request, send: Send) -> None:
+    async def fail_closed(self, resumption: Resumption, request: Request, send: Send) -> None:
         """End the session everywhere, then answer 404 with the verdict and its evidence."""
         view = self.view
         if view is not None:

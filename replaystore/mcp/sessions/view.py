@@ -287,12 +287,13 @@ class SessionView(EventStore):
             raise
         elapsed = time.perf_counter() - started
         if not resumption.ok:
-            logger.warning(
-                "resumption failed: %s (session %s torn down); evidence=%s",
-                resumption.verdict.value,
-                self.session_id,
-                json.dumps(resumption.evidence.as_dict(), sort_keys=True, default=str)[:2048],
-            )
+            if logger.isEnabledFor(logging.WARNING):  # the evidence is dumped only to be logged
+                logger.warning(
+                    "resumption failed: %s (session %s torn down); evidence=%s",
+                    resumption.verdict.value,
+                    self.session_id,
+                    json.dumps(resumption.evidence.as_dict(), sort_keys=True, default=str)[:2048],
+                )
             self._observe(resumption.verdict.value, elapsed, 0)
         else:
             replayed = sum(1 for event in resumption.events if event.payload is not None)
