@@ -439,7 +439,7 @@ class ReplaySessionManager(ManagerOverrides):
             return True
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it
-        await view.end_everywhere()
+        await view.end_everywhere(failed=True)
         await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
         return True
 

@@ -474,7 +474,7 @@ class ReplayTransport(TransportOverrides):
         """End the session everywhere, then answer 404 with the verdict and its evidence."""
         view = self.view
         if view is not None:
-            await view.end_everywhere()
+            await view.end_everywhere(failed=True)
             await view.discard()
         if not self.is_terminated:
             with anyio.CancelScope(shield=True):
@@ -595,7 +595,7 @@ class ReplayTransport(TransportOverrides):
                     view.session_id,
                     caught.verdict.value,
                 )
-                await view.end_everywhere()
+                await view.end_everywhere(failed=True)
                 await view.discard()
                 return
             for event in caught.events:

@@ -246,16 +246,19 @@ class SessionView(EventStore):
         self.closed = True
         self.live.close_all()
 
-    async def end_everywhere(self) -> None:
+    async def end_everywhere(self, *, failed: bool = False) -> None:
         """The session ended (DELETE, failed verdict): in the store and on every replica.
 
         Bounded and shielded: it runs while the session's tasks are cancelled.
         Closing an already torn-down session keeps its tombstone's verdict.
+        ``failed``: the end of a failed verdict, which the store already
+        applied in the very step that judged it (unless the buffer was built
+        not to tear down on failure), so it is not closed there again.
         """
         self.close_local()
         with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
             try:
-                if self._opened:
+                if self._opened and not (failed and self.buffer.teardown_on_failure):
                     await self.buffer.close_session(self.session_id)
                 if self.replica is not None:
                     await self.replica.registry.drop_session(self.session_id)
