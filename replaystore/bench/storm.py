@@ -236,7 +236,22 @@ def _run_rounds(
             return pooled
         finally:
             if probe is not None:
-                runner.run(probe.aclose())
+                _close_probe(runner, probe)
+
+
+def _close_probe(runner: asyncio.Runner, probe: RedisProbe) -> None:
+    """Close the probe's connection, also on the way out of a Ctrl-C.
+
+    A Ctrl-C that reaches the runner's loop while it is stopping leaves the
+    loop unable to run one more call ("Event loop stopped before Future
+    completed"); the connection then goes with the process, and the
+    interrupt, not that error, is what the run ends with.
+    """
+    try:
+        runner.run(probe.aclose())
+    except RuntimeError as exc:
+        if not isinstance(exc.__context__, KeyboardInterrupt):
+            raise
 
 
 class _Measure:
