@@ -12,12 +12,13 @@ from http import HTTPStatus
 from typing import Any
 
 from mcp.server.streamable_http import CONTENT_TYPE_JSON, MCP_SESSION_ID_HEADER
-from mcp_types import INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.responses import Response
 
 from ...verdicts import Resumption
+from ..unavailable import RETRY_AFTER
 
-__all__ = ["cannot_resume", "json_error"]
+__all__ = ["cannot_resume", "json_error", "unavailable"]
 
 
 def json_error(
@@ -37,6 +38,17 @@ def json_error(
     if session_id:
         headers[MCP_SESSION_ID_HEADER] = session_id
     return Response(json.dumps(body, default=str), status_code=int(status), headers=headers)
+
+
+def unavailable(session_id: str | None, message: str, data: dict[str, Any] | None) -> Response:
+    """503 with ``Retry-After``: the store (or this replica) cannot serve it now.
+
+    The session stays: a client retries, here or on another replica.
+    """
+    retry = {"Retry-After": str(RETRY_AFTER)}
+    return json_error(
+        session_id, HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR, message, data, retry
+    )
 
 
 def cannot_resume(session_id: str | None, resumption: Resumption) -> Response:

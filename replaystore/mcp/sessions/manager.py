@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from http import HTTPStatus
 from typing import Any, TypeVar, cast
@@ -65,11 +66,11 @@ from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error
+from .answers import cannot_resume, json_error, unavailable
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
-from .transport import RETRY_AFTER, ReplayTransport, header_text
+from .transport import ReplayTransport, header_text
 from .view import APPENDS, ReplayEventStore, SessionView
 
 __all__ = [
@@ -355,10 +356,12 @@ class ReplaySessionManager(ManagerOverrides):
             if read is True:
                 return True
             if session_id not in self._server_instances:
-                refused = await self._adopt_session(session_id, _requestor(scope))
+                known = read.record if isinstance(read, _Read) else None
+                refused = await self._adopt_session(session_id, _requestor(scope), known)
             transport = self._transport(session_id)
-            if read and refused is None and transport is not None and transport.view is not None:
-                transport.view.live.pending = read
+            view = transport.view if transport is not None else None
+            if isinstance(read, _Read) and refused is None and view is not None:
+                view.live.pending = (read.cursor, read.attachment)
         except StorageError as exc:
             logger.warning(
                 "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
@@ -372,7 +375,7 @@ class ReplaySessionManager(ManagerOverrides):
 
     async def _resume_from_store(
         self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
-    ) -> bool | tuple[str, Attachment] | None:
+    ) -> bool | _Read | None:
         """A resume answered from the store alone when its replay is the whole answer.
 
         A reconnecting client usually resumes a stream whose response is
@@ -399,6 +402,7 @@ class ReplaySessionManager(ManagerOverrides):
             return None
         replica = self._replica
         requestor = _requestor(request.scope)
+        record = None
         if served is not None:
             view = served.view
             if (
@@ -423,14 +427,10 @@ class ReplaySessionManager(ManagerOverrides):
             if exc.permanent:
                 replica.refused = exc
             message, data = unavailable_error(exc, resumption=True)
-            retry = {"Retry-After": str(RETRY_AFTER)}
-            response = json_error(
-                session_id, HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR, message, data, retry
-            )
-            await response(request.scope, request.receive, send)
+            await unavailable(session_id, message, data)(request.scope, request.receive, send)
             return True
         if attachment.ok and not attachment.finished:
-            return cursor, attachment
+            return _Read(cursor, attachment, record)
         if attachment.ok:
             await answer_whole(send, session_id, attachment.replay)
             return True
@@ -443,8 +443,14 @@ class ReplaySessionManager(ManagerOverrides):
         await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
         return True
 
-    async def _adopt_session(self, session_id: str, requestor: Any) -> Response | None:
-        """Serve a session created elsewhere, if the store knows it (else the SDK answers 404)."""
+    async def _adopt_session(
+        self, session_id: str, requestor: Any, known: dict[str, str] | None = None
+    ) -> Response | None:
+        """Serve a session created elsewhere, if the store knows it (else the SDK answers 404).
+
+        ``known``: its record, read already and proven live by a resume that
+        the store just answered, so neither is read again.
+        """
         if len(session_id) > 256 or not SESSION_ID_PATTERN.fullmatch(session_id):
             return None
         lock = self._adopting.setdefault(session_id, anyio.Lock())
@@ -452,13 +458,15 @@ class ReplaySessionManager(ManagerOverrides):
             async with lock:
                 if session_id in self._server_instances:
                     return None
-                with _bounded(self._replica.settings.store_timeout):
-                    record = await self._replica.registry.get_session(session_id)
-                    # The record and the events end together; if the events
-                    # are gone (expired, torn down) the record is stale.
-                    live = record is not None and (
-                        await self._replay_store.buffer.session_info(session_id) is not None
-                    )
+                record, live = known, known is not None
+                if record is None:
+                    with _bounded(self._replica.settings.store_timeout):
+                        record = await self._replica.registry.get_session(session_id)
+                        # The record and the events end together; if the events
+                        # are gone (expired, torn down) the record is stale.
+                        live = record is not None and (
+                            await self._replay_store.buffer.session_info(session_id) is not None
+                        )
                 if record is None:
                     return None
                 if not live:
@@ -474,10 +482,12 @@ class ReplaySessionManager(ManagerOverrides):
                     self.max_sessions is not None
                     and len(self._server_instances) >= self.max_sessions
                 ):
-                    return Response(
-                        json.dumps(_error_body("Too many open sessions")),
-                        status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),
-                        media_type="application/json",
+                    return json_error(
+                        None,
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        INTERNAL_ERROR,
+                        "Too many open sessions",
+                        None,
                     )
                 transport = StreamableHTTPServerTransport(
                     mcp_session_id=session_id,
@@ -600,6 +610,16 @@ class ReplaySessionManager(ManagerOverrides):
             transport.close_sdk_stream(stream)
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A resume read before its session is served here: the rest follows from it."""
+
+    cursor: str
+    attachment: Attachment
+    #: The session's record, when it was read for the resume (not served here).
+    record: dict[str, str] | None
+
+
 class _Hosted:
     """How one session's view reports to the manager (its :class:`SessionHost`)."""
 
@@ -646,20 +666,8 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
 HEALTH_PATH = "/healthz"
 
 
-def _error_body(message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": message}}
-
-
 def _unavailable(exc: StorageError) -> Response:
-    message, data = unavailable_error(exc)
-    body = _error_body(message)
-    body["error"]["data"] = data
-    return Response(
-        json.dumps(body),
-        status_code=int(HTTPStatus.SERVICE_UNAVAILABLE),
-        media_type="application/json",
-        headers={"Retry-After": str(RETRY_AFTER)},
-    )
+    return unavailable(None, *unavailable_error(exc))
 
 
 def add_health_route(app: Starlette, manager: ReplaySessionManager) -> None:

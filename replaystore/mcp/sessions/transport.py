@@ -52,7 +52,7 @@ from mcp.server.streamable_http import (
     check_accept_headers,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import DEFAULT_NEGOTIATED_VERSION, INTERNAL_ERROR, INVALID_REQUEST, JSONRPCRequest
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, INVALID_REQUEST, JSONRPCRequest
 from mcp_types.version import is_version_at_least
 from sse_starlette import EventSourceResponse
 from starlette.requests import ClientDisconnect, Request
@@ -67,7 +67,7 @@ from ..refusals import store_trouble, unavailable_error
 from ..replicas.forwarding import route
 from .again import Lease, give_back, stream_origin, take_lease
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error
+from .answers import cannot_resume, json_error, unavailable
 from .live import Attachment, _vanished
 from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
@@ -81,9 +81,6 @@ logger = logging.getLogger("replaystore.mcp")
 
 #: First protocol revision whose clients understand priming events.
 PRIMING_SINCE = "2025-11-25"
-
-#: Seconds a client is asked to wait before retrying when the store is unreachable.
-RETRY_AFTER = 1
 
 
 class ReplayTransport(TransportOverrides):
@@ -460,15 +457,8 @@ class ReplayTransport(TransportOverrides):
             message, data = unavailable_error(error, resumption=resumption)
         if draining or dropped:
             data = {"verdict": None, "reason": reason}
-        await self._json_error(
-            request,
-            send,
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            INTERNAL_ERROR,
-            message,
-            data,
-            extra_headers={"Retry-After": str(RETRY_AFTER)},
-        )
+        response = unavailable(self.mcp_session_id, message, data)
+        await response(request.scope, request.receive, send)
 
     async def fail_closed(self, resumption: Resumption, request: Request, send: Send) -> None:
         """End the session everywhere, then answer 404 with the verdict and its evidence."""
