@@ -16,9 +16,10 @@ Why the details are as they are:
   registry, and an :mod:`atexit` hook kills whatever is still running, so a
   test that forgets ``stop()`` cannot leak servers.  (Nothing can help if the
   interpreter itself is SIGKILLed.)
-* Free ports are found by binding ``127.0.0.1:0``.  That is inherently racy
-  (another process may grab the port before the server binds it), so a server
-  that dies with "Address already in use" is retried on a fresh port.
+* Free ports come from :func:`~replaystore.testing.ports.find_free_port`
+  (below the ephemeral range, one share per xdist worker).  A port is still
+  not held until the server binds it, so a server that dies with "Address
+  already in use" is retried on a fresh port.
 * Readiness is probed with a tiny hand-written RESP client instead of
   ``redis-py`` so this module has no dependency beyond the standard library
   and cannot be confused by client-side connection pools or retries.
@@ -42,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeAlias
+
+from .ports import find_free_port
 
 __all__ = [
     "ServerHandle",
@@ -228,19 +231,6 @@ def _cluster_info(port: int) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-def find_free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago.
-
-    Binding to port 0 lets the kernel pick an unused ephemeral port.  The
-    socket is closed before returning, so the port can in principle be taken
-    by someone else before the server binds it; callers retry on collision.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -253,8 +243,8 @@ def _port_is_free(port: int) -> bool:
 def _find_cluster_port(exclude: set[int]) -> int:
     """Find a port whose cluster-bus twin (``port + 10000``) is free as well.
 
-    Ephemeral ports often sit above 55535, where ``port + 10000`` does not
-    exist, and the twin may be in use, so we simply draw again.  ``exclude``
+    The twin may be in use (or above 65535 where the kernel picked the port),
+    so we simply draw again.  ``exclude``
     keeps sibling nodes (and their bus ports) from colliding with each other.
     """
     for _ in range(200):
