@@ -149,7 +149,7 @@ class RedisBackend(Backend):
 
     def coordination(self) -> OnRedis:
         """Replicas share this Redis: registry keys beside the session's, pub/sub notifications."""
-        return OnRedis(self.client, self.prefix, self.key_base)
+        return OnRedis(self.client, self.prefix, self.key_base, self._wire)
 
     # -- keys ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..client import storage_error
 from ..keys import matching, request_state
+from ..wire import Wire
 
 if TYPE_CHECKING:
     from ....taskstore.store import TaskStore
@@ -44,22 +45,30 @@ class OnRedis:
     #: Replicas in other processes share the Redis.
     spans_processes = True
 
-    __slots__ = ("client", "key_base", "prefix")
+    __slots__ = ("client", "key_base", "prefix", "wire")
 
-    def __init__(self, client: Any, prefix: str, key_base: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        key_base: Callable[[str], str],
+        wire: Wire | None = None,
+    ) -> None:
         self.client = client
+        #: How the registry's and the bus's commands reach Redis (the backend's own, shared).
+        self.wire = wire if wire is not None else Wire(client)
         self.prefix = prefix
         self.key_base = key_base
 
     def registry(self) -> Registry:
         from .registry import RedisRegistry
 
-        return RedisRegistry(self.client, self.key_base)
+        return RedisRegistry(self.wire, self.key_base)
 
     def bus(self, replica: str, handler: Handler) -> Bus:
         from .bus import RedisBus
 
-        return RedisBus(replica, handler, self.client, self.prefix)
+        return RedisBus(replica, handler, self.wire, self.prefix)
 
     def task_store(
         self, *, namespace: str = "", wait_replicas: int = 0, wait_timeout: float = 1.0

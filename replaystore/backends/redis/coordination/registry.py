@@ -15,6 +15,7 @@ from ....errors import StorageError
 from ...session_registry import FINISHED, FINISHED_TTL, Registry
 from .. import keys
 from ..client import storage_error
+from ..wire import Wire
 
 __all__ = ["RedisRegistry"]
 
@@ -35,11 +36,18 @@ _UPDATE = (
 
 
 class RedisRegistry(Registry):
-    """The registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own."""
+    """The registry on Redis (standalone, Sentinel or Cluster): keys beside the session's own.
 
-    def __init__(self, client: Any, key_base: Callable[[str], str]) -> None:
+    Its commands go over the backend's :class:`~replaystore.backends.redis.wire.Wire`
+    (by hand where the client allows, else through redis-py): a resume on a
+    replica that does not serve its session reads the record first, and a
+    failed one drops it, so on those paths a command through redis-py's
+    client cost the replica about as much CPU again as the resume's own read.
+    """
+
+    def __init__(self, wire: Wire, key_base: Callable[[str], str]) -> None:
         self._key_base = key_base
-        self._client = client
+        self._wire = wire
 
     def _base(self, session: str) -> str:
         """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
@@ -54,9 +62,9 @@ class RedisRegistry(Registry):
     def _end(self, session: str, stream: str) -> str:
         return keys.registry_end(self._base(session), stream)
 
-    async def _call(self, what: str, coro: Any) -> Any:
+    async def _call(self, what: str, *command: Any) -> Any:
         try:
-            return await coro
+            return await self._wire.command(command)
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
@@ -64,70 +72,65 @@ class RedisRegistry(Registry):
 
     async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
         key = self._record(session)
-
-        async def write() -> None:
-            await self._client.delete(key)
-            await self._client.hset(key, mapping=fields)
-            if ttl is not None:
-                await self._client.pexpire(key, int(ttl * 1000))
-
-        await self._call("write", write())
+        pairs = [part for item in fields.items() for part in item]
+        commands: list[tuple[Any, ...]] = [("DEL", key), ("HSET", key, *pairs)]
+        if ttl is not None:
+            commands.append(("PEXPIRE", key, int(ttl * 1000)))
+        try:  # one packet: the record is replaced whole
+            replies = await self._wire.pipeline(commands)
+        except Exception as exc:
+            raise storage_error("session registry write", exc) from exc
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise storage_error("session registry write", reply)
 
     async def get_session(self, session: str) -> dict[str, str] | None:
-        raw = await self._call("read", self._client.hgetall(self._record(session)))
+        raw = await self._call("read", "HGETALL", self._record(session))
         if not raw:
             return None
-        return {_text(k): _text(v) for k, v in raw.items()}
+        if isinstance(raw, dict):  # through redis-py, or a RESP3 map
+            return {_text(k): _text(v) for k, v in raw.items()}
+        return {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw) - 1, 2)}
 
     async def update_session(self, session: str, fields: dict[str, str]) -> None:
         args = [part for item in fields.items() for part in item]
-        await self._call("update", self._client.eval(_UPDATE, 1, self._record(session), *args))
+        await self._call("update", "EVAL", _UPDATE, 1, self._record(session), *args)
 
     async def touch_session(self, session: str, ttl: float) -> None:
-        await self._call("touch", self._client.pexpire(self._record(session), int(ttl * 1000)))
+        await self._call("touch", "PEXPIRE", self._record(session), int(ttl * 1000))
 
     async def drop_session(self, session: str) -> None:
-        await self._call("drop", self._client.delete(self._record(session)))
+        await self._call("drop", "DEL", self._record(session))
 
     async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
         key = self._lease(session, stream)
-        taken = await self._call("lease", self._client.set(key, owner, nx=True, px=int(ttl * 1000)))
+        taken = await self._call("lease", "SET", key, owner, "NX", "PX", int(ttl * 1000))
         return bool(taken)
 
     async def renew(self, leases: Iterable[tuple[str, str]], owner: str, ttl: float) -> list[bool]:
         kept = []
         for session, stream in leases:
             key = self._lease(session, stream)
-            done = await self._call(
-                "renew", self._client.eval(_RENEW, 1, key, owner, int(ttl * 1000))
-            )
+            done = await self._call("renew", "EVAL", _RENEW, 1, key, owner, int(ttl * 1000))
             kept.append(bool(done))
         return kept
 
     async def release(self, session: str, stream: str, owner: str) -> None:
-        await self._call(
-            "release",
-            self._client.eval(
-                _RELEASE,
-                1,
-                self._lease(session, stream),
-                owner,
-                FINISHED,
-                int(FINISHED_TTL * 1000),
-            ),
-        )
+        lease = self._lease(session, stream)
+        ttl = int(FINISHED_TTL * 1000)
+        await self._call("release", "EVAL", _RELEASE, 1, lease, owner, FINISHED, ttl)
 
     async def abandon(self, session: str, stream: str, owner: str) -> None:
         key = self._lease(session, stream)
-        await self._call("abandon", self._client.eval(_ABANDON, 1, key, owner))
+        await self._call("abandon", "EVAL", _ABANDON, 1, key, owner)
 
     async def owner(self, session: str, stream: str) -> str | None:
-        raw = await self._call("lease read", self._client.get(self._lease(session, stream)))
+        raw = await self._call("lease read", "GET", self._lease(session, stream))
         return None if raw is None else _text(raw)
 
     async def claim_end(self, session: str, stream: str, ttl: float) -> bool:
         key = self._end(session, stream)
-        won = await self._call("claim", self._client.set(key, "1", nx=True, px=int(ttl * 1000)))
+        won = await self._call("claim", "SET", key, "1", "NX", "PX", int(ttl * 1000))
         return bool(won)
 
 
