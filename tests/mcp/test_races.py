@@ -132,22 +132,42 @@ async def test_concurrent_plain_gets_leave_the_newest_open(racing: ServerProcess
         messages: dict[int, list[str]] = {}
         delivered = anyio.Event()
 
+        resets = 0  # connections closed before their answer began
+        began: set[int] = set()
+
         async def plain_get(index: int) -> None:
-            nonlocal answered
+            nonlocal resets
+            try:
+                async with session.get() as response:
+                    await read_get(index, response)
+                return
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                if index in began:
+                    raise  # an answer that began, then broke: that is no reset
+                # A connection closed before its answer began: on this 2-core
+                # machine, under a parallel test run, one of the thousand now
+                # and then. A client opens it again; counted below, and the
+                # server's log must show no error for it.
+                resets += 1
             async with session.get() as response:
-                assert response.status_code == 200, await response.aread()
-                open_now.add(index)
-                answered += 1
-                if answered == CONCURRENT_GETS:
-                    all_answered.set()
-                try:
-                    async for event in sse_events(response):
-                        message = event.message
-                        if message and message.get("method") == "notifications/message":
-                            messages.setdefault(index, []).append(message["params"]["data"])
-                            delivered.set()
-                finally:
-                    open_now.discard(index)
+                await read_get(index, response)
+
+        async def read_get(index: int, response: httpx.Response) -> None:
+            nonlocal answered
+            began.add(index)
+            assert response.status_code == 200, await response.aread()
+            open_now.add(index)
+            answered += 1
+            if answered == CONCURRENT_GETS:
+                all_answered.set()
+            try:
+                async for event in sse_events(response):
+                    message = event.message
+                    if message and message.get("method") == "notifications/message":
+                        messages.setdefault(index, []).append(message["params"]["data"])
+                        delivered.set()
+            finally:
+                open_now.discard(index)
 
         started = time.monotonic()
         async with anyio.create_task_group() as group:
@@ -168,7 +188,9 @@ async def test_concurrent_plain_gets_leave_the_newest_open(racing: ServerProcess
                 await delivered.wait()
             assert messages == {survivor: ["broadcast 1/1"]}
             group.cancel_scope.cancel()
-    assert "Traceback" not in racing.log_tail(10_000)
+    log = racing.log_tail(10_000)
+    assert "Traceback" not in log and "ERROR" not in log, log
+    assert resets <= CONCURRENT_GETS // 100, (resets, log)
 
 
 def _cut_post(port: int, headers: dict[str, str], body: bytes) -> None:
