@@ -36,7 +36,7 @@ store that keeps sessions in process memory cannot resume that replica's
 sessions anywhere; the correct answer for them is then a 404, and a silent
 empty stream is a loss.
 
-Each replica's CPU time over the storm is read from ``/proc`` (user + system),
+Each replica's CPU time over the storm is read from ``/proc`` (the scheduler's count),
 so the server's cost per resume, store layer included, is comparable across
 stores; the Redis's own CPU is read from ``INFO`` for the stores on Redis.
 The clients run in this process (asyncio, ``concurrency`` at once); on a small
