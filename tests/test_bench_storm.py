@@ -142,10 +142,12 @@ def test_rounds_pool_every_store_and_keep_each_rounds_ratios(
         assert store["storm_seconds"] == pytest.approx(
             sum(r["storm_seconds"] for r in rounds), abs=0.002
         )
-        assert store["resumes_per_s"] == pytest.approx(
-            store["resumes"] / store["storm_seconds"],
-            rel=0.05,  # seconds rounded to ms
-        )
+        # Each round's seconds are rounded to the millisecond, and a round of
+        # 40 sessions can take a few: the rate is bounded by what they allow.
+        slack = 0.0005 * len(rounds)
+        fastest = store["resumes"] / max(store["storm_seconds"] - slack, 1e-6)
+        slowest = store["resumes"] / (store["storm_seconds"] + slack)
+        assert slowest * 0.999 <= store["resumes_per_s"] <= fastest * 1.001
         # one round's history sweep, not three
         assert store["resume_by_history"] and len(store["resume_by_history"]) < 10
     rs = report["stores"][0]

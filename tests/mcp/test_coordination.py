@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import pytest
+import redis.asyncio
 from fakeredis import FakeAsyncRedis
 
 from replaystore import ReplayBuffer
@@ -28,6 +30,7 @@ from replaystore.backends.notifications import (
     encode,
 )
 from replaystore.backends.redis import RedisBackend
+from replaystore.backends.redis.coordination import OnRedis
 from replaystore.backends.redis.coordination.registry import RedisRegistry
 from replaystore.backends.session_registry import FINISHED, Registry
 from replaystore.mcp._sdk import checked as sdk
@@ -199,18 +202,38 @@ class _Store:
     """Stands for a memory store: buffers sharing one share its registry."""
 
 
-def _registry(name: str) -> Registry:
+@contextlib.asynccontextmanager
+async def _registry(name: str, request: pytest.FixtureRequest) -> AsyncIterator[Registry]:
     if name == "memory":
-        return MemoryRegistry(_Store())
+        yield MemoryRegistry(_Store())
+        return
     retention = ReplayBuffer.from_url("memory://").retention
-    registry = RedisBackend(retention, FakeAsyncRedis(), prefix="t:").coordination().registry()
+    if name == "redis":  # the wire sends by hand: Redis's own replies, read as they come
+        url = request.getfixturevalue("mcp_redis").url
+        client: Any = redis.asyncio.Redis.from_url(url)
+        prefix = f"reg{uuid.uuid4().hex[:6]}:"
+        backend = RedisBackend(retention, client, prefix=prefix)
+    else:  # through redis-py's public API: its parsed replies
+        backend = RedisBackend(retention, FakeAsyncRedis(), prefix="t:")
+    coordination = backend.coordination()
+    assert isinstance(coordination, OnRedis)
+    assert coordination.wire.by_hand is (name == "redis")
+    registry = coordination.registry()
     assert isinstance(registry, RedisRegistry)
-    return registry
+    try:
+        yield registry
+    finally:
+        await backend.aclose()
+        await backend.client.aclose()  # a client passed in stays the caller's
 
 
-@pytest.mark.parametrize("name", ["memory", "fakeredis"])
-async def test_registry_records_and_leases(name: str) -> None:
-    registry = _registry(name)
+@pytest.mark.parametrize("name", ["memory", "fakeredis", "redis"])
+async def test_registry_records_and_leases(name: str, request: pytest.FixtureRequest) -> None:
+    async with _registry(name, request) as registry:
+        await _records_and_leases(registry)
+
+
+async def _records_and_leases(registry: Registry) -> None:
     assert await registry.get_session("s") is None
     await registry.update_session("s", {"get": "x"})  # never creates a record
     assert await registry.get_session("s") is None
