@@ -23,7 +23,7 @@ import socket
 import threading
 from collections.abc import Iterator
 
-__all__ = ["find_free_port"]
+__all__ = ["find_free_port", "port_is_free"]
 
 HOST = "127.0.0.1"
 
@@ -66,7 +66,8 @@ _lock = threading.Lock()
 _candidates: tuple[int, Iterator[int]] | None = None
 
 
-def _is_free(port: int) -> bool:
+def port_is_free(port: int) -> bool:
+    """Whether ``port`` on 127.0.0.1 can be bound now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((HOST, port))
@@ -95,6 +96,6 @@ def find_free_port() -> int:
             _candidates = (os.getpid(), _in_turn())
         for _ in range(5000):
             port = next(_candidates[1])
-            if _is_free(port):
+            if port_is_free(port):
                 return port
     raise OSError("no free TCP port on 127.0.0.1 below the ephemeral range")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeAlias
 
-from .ports import find_free_port
+from .ports import find_free_port, port_is_free
 
 __all__ = [
     "ServerHandle",
@@ -231,15 +231,6 @@ def _cluster_info(port: int) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
 def _find_cluster_port(exclude: set[int]) -> int:
     """Find a port whose cluster-bus twin (``port + 10000``) is free as well.
 
@@ -252,7 +243,7 @@ def _find_cluster_port(exclude: set[int]) -> int:
         bus = port + CLUSTER_BUS_OFFSET
         if bus > 65535 or port in exclude or bus in exclude:
             continue
-        if _port_is_free(bus):
+        if port_is_free(bus):
             return port
     raise ServerStartupError("could not find a free port pair (port, port+10000) on 127.0.0.1")
 
