@@ -419,10 +419,9 @@ async def test_rolling_restart_fails_no_call_and_duplicates_no_progress(
             healthy = time.monotonic()
             # A rolling restart moves on once the balancers take the replica back:
             # HAProxy's check sees it UP; nginx tries it again after fail_timeout,
-            # and counts it failed until a request to it succeeds (with 0.5 s
-            # here, 4 of 7 runs had nginx answer 502 for a second, no upstream
-            # it believed live, when the next replica stopped; with 2 s, 4 of 4
-            # passed).
+            # and takes it back only by sending it traffic (with 0.5 s here, 6 of
+            # 8 runs had nginx answer 502 for a second, no upstream it believed
+            # live, when the next replica stopped; with 2 s, 4 of 4 passed).
             await anyio.to_thread.run_sync(deployment.wait_haproxy, "UP", [f"replica{i}"])
             await anyio.sleep(max(0.0, healthy + NGINX_FAIL_TIMEOUT - time.monotonic()))
             await anyio.sleep(2.0)
