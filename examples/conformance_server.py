@@ -131,7 +131,7 @@ class _Name(BaseModel):
 
 
 class _Defaults(BaseModel):
-    """Every primitive type with a default (SEP-1034)."""
+    """An elicitation schema with a default for every primitive type (what the suite asks)."""
 
     name: str = Field(default="John Doe", description="User name")
     age: int = Field(default=30, description="User age")
@@ -145,7 +145,7 @@ class _Defaults(BaseModel):
 
 
 class _Enums(BaseModel):
-    """The enum shapes of SEP-1330."""
+    """Every enum shape an elicitation schema may use: titled, untitled, single and multiple."""
 
     untitledSingle: str = Field(
         description="Simple enum without titles",
