@@ -81,10 +81,17 @@ def masters_by_hand(client: Any) -> bool:
 _REDIRECTED = (AskError, ClusterDownError, TryAgainError)
 
 #: How long kept connections wait for the next call once none is in flight,
-#: before they go back to the pool. Callers under load come back within a few
-#: event-loop iterations, and a burst of calls ends together: given back at
-#: once, nearly every burst would take its connections from the pool again.
-IDLE_S = 0.001
+#: before they go back to the pool. A burst of calls ends together: given back
+#: at once, nearly every burst would take its connections from the pool again.
+#: Between bursts a replica's calls can be a millisecond or more apart (one
+#: resume at a time, replicas sharing cores with their clients): a shorter
+#: wait gave the connection back after nearly every resume, and each give-back
+#: cost a timer wake-up, a task and two trips through the pool's locks (one
+#: replica, one client at a time, a 1 ms wait against 50 ms: about 5% more
+#: replica CPU per resume). The price of a longer wait: another user of the
+#: client that finds the pool empty waits for a kept connection at most this
+#: long (none is kept while the pool has none left to give).
+IDLE_S = 0.05
 
 #: Sends one packet (see ``Wire._gather``): its replies, or ``None`` for a cluster's
 #: master that could not take it.
@@ -119,7 +126,7 @@ class Wire:
     with four replica processes on two cores), and a connection is not kept
     at all while the pool has none left to give (a call of this or any other
     user of the client waits for one), so the pool's bound and its waiters
-    see what they would see without the keeping, at most a millisecond late.
+    see what they would see without the keeping, at most :data:`IDLE_S` late.
     """
 
     def __init__(self, client: Any) -> None:
