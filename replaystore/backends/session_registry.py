@@ -7,7 +7,11 @@ Kept next to the session's events, in the same store:
   another replica can rebuild the SDK's connection in its initialized
   state), the credential that created it, and the standalone GET stream's
   mark. A replica adopts a session only if its record exists: nothing is
-  conjured from a client-chosen id.
+  conjured from a client-chosen id. The record also names the replicas that
+  serve the session (its creator, then each one that adopts it, under
+  :func:`holder_field`), so its end is told to those replicas only: ending a
+  session then costs the replicas that never held it nothing, however many
+  there are.
 - **leases**: the replica running a request holds a lease on its stream,
   renewed while it runs. A lease that lapses (replica killed, partition) lets
   another replica end the stream with an error response, once: the *end
@@ -27,7 +31,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-__all__ = ["FINISHED", "FINISHED_TTL", "Registry"]
+__all__ = ["FINISHED", "FINISHED_TTL", "Registry", "holder_field", "holders"]
 
 #: The lease holder of a request whose response is stored: no replica runs it
 #: any more, and it must not be ended as lost. Replica ids never look like this.
@@ -35,6 +39,18 @@ FINISHED = "-"
 
 #: Seconds a finished request is remembered as such.
 FINISHED_TTL = 3600.0
+
+_HOLDER = "held:"
+
+
+def holder_field(replica: str) -> str:
+    """The record's field saying that ``replica`` serves the session."""
+    return _HOLDER + replica
+
+
+def holders(record: dict[str, str]) -> frozenset[str]:
+    """The replicas a record names as serving its session."""
+    return frozenset(name[len(_HOLDER) :] for name in record if name.startswith(_HOLDER))
 
 
 class Registry(ABC):
@@ -59,6 +75,28 @@ class Registry(ABC):
     @abstractmethod
     async def drop_session(self, session: str) -> None:
         """Forget the record: every replica answers 404 for the session from now on."""
+
+    async def hold(self, session: str, replica: str) -> bool:
+        """Name ``replica`` in the record as serving the session; False if there is no record.
+
+        Never creates a record: a replica that adopts a session just ended
+        learns it here, and does not serve it. (Override it to do this in one
+        atomic step, and :meth:`end_session` too; this default names nobody,
+        and its :meth:`end_session` then tells every replica.)
+        """
+        return await self.get_session(session) is not None
+
+    async def end_session(self, session: str) -> frozenset[str] | None:
+        """Forget the record, as :meth:`drop_session`, and say which replicas served the session.
+
+        In one atomic step with the read, so that a replica adopting the
+        session meanwhile either is named here or learns from :meth:`hold`
+        that it ended. ``None`` when it cannot say (no record, a record
+        written before records named their replicas, or this default): every
+        replica is then told.
+        """
+        await self.drop_session(session)
+        return None
 
     @abstractmethod
     async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:

@@ -32,7 +32,7 @@ from replaystore.backends.notifications import (
 from replaystore.backends.redis import RedisBackend
 from replaystore.backends.redis.coordination import OnRedis
 from replaystore.backends.redis.coordination.registry import RedisRegistry
-from replaystore.backends.session_registry import FINISHED, Registry
+from replaystore.backends.session_registry import FINISHED, Registry, holder_field, holders
 from replaystore.mcp._sdk import checked as sdk
 from replaystore.mcp._sdk.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
 from replaystore.mcp.preflight import check_store
@@ -243,6 +243,19 @@ async def _records_and_leases(registry: Registry) -> None:
     await registry.drop_session("s")
     assert await registry.get_session("s") is None
 
+    # The replicas serving a session, named in its record and read back as it ends.
+    assert not await registry.hold("s", "r2")  # never creates a record
+    assert await registry.get_session("s") is None
+    assert await registry.end_session("s") is None  # no record: nobody can be named
+    await registry.put_session("s", {"version": "v", holder_field("r1"): "1"}, 60)
+    assert await registry.hold("s", "r2")
+    assert holders(await registry.get_session("s") or {}) == {"r1", "r2"}
+    assert await registry.end_session("s") == {"r1", "r2"}
+    assert await registry.get_session("s") is None
+    assert not await registry.hold("s", "r3")  # too late: it ended
+    await registry.put_session("s", {"version": "v"}, 60)  # a record naming nobody
+    assert await registry.end_session("s") is None  # every replica is told
+
     await registry.acquire("s", "7", "r1", 60)
     assert await registry.owner("s", "7") == "r1"
     assert await registry.renew([("s", "7"), ("s", "8")], "r1", 60) == [True, False]
@@ -311,6 +324,25 @@ async def test_replicas_on_one_memory_store_hear_each_other() -> None:
         await one.announce_end("S")
         await one.forward(two.id, "S", b'{"jsonrpc":"2.0","id":"1@x","result":{}}')
     assert heard.heard == [("end", "S"), ("fwd", '{"jsonrpc":"2.0","id":"1@x","result":{}}')]
+
+
+async def test_a_session_end_is_told_to_the_replicas_its_record_names() -> None:
+    """Ending a session tells the replicas that serve it, never the others; a record that
+    names nobody (written before records named them) is told to every replica."""
+    buffers = [ReplayBuffer.from_url("memory://holders") for _ in range(3)]
+    heard = [_Heard() for _ in buffers]
+    one, two, three = (Replica(b, h) for b, h in zip(buffers, heard, strict=True))
+    async with one.run(), two.run(), three.run():
+        await one.registry.put_session("S", {"version": "v", holder_field(one.id): "1"}, None)
+        assert await three.registry.hold("S", three.id)  # three adopts it
+        await two.announce_end("S", await two.registry.end_session("S"))  # two ended it
+        assert not await two.registry.hold("S", two.id)  # ended: nothing to adopt
+        await one.registry.put_session("T", {"version": "v"}, None)
+        await one.announce_end("T", await one.registry.end_session("T"))
+        await anyio.sleep(0.05)  # the memory bus delivers in tasks of its own
+    assert heard[0].heard == [("end", "S")]  # named: told
+    assert heard[1].heard == [("end", "T")]  # named in neither record: told only of the old one
+    assert heard[2].heard == [("end", "S"), ("end", "T")]
 
 
 class _OwnCoordination:
@@ -433,7 +465,8 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
             with anyio.fail_after(10):
                 one.wake("T", "7")
                 await woke.wait()  # the wake-up first, then the rest, in order
-                await one.announce_end("S{1}")
+                await one.announce_end("U", frozenset({one.id}))  # it held it alone: no one told
+                await one.announce_end("S{1}", frozenset({one.id, two.id}))  # to two only
                 await one.forward(two.id, "T", b"{}")
                 await three.wait()
             await two.bus.unwatch("T")

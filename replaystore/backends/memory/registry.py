@@ -12,7 +12,7 @@ import time
 import weakref
 from collections.abc import Iterable
 
-from ..session_registry import FINISHED, FINISHED_TTL, Registry
+from ..session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 
 __all__ = ["MemoryRegistry"]
 
@@ -78,6 +78,18 @@ class MemoryRegistry(Registry):
 
     async def drop_session(self, session: str) -> None:
         self._state.records.pop(session, None)
+
+    async def hold(self, session: str, replica: str) -> bool:
+        record = await self.get_session(session)
+        if record is None:
+            return False
+        self._state.records[session][0][holder_field(replica)] = "1"
+        return True
+
+    async def end_session(self, session: str) -> frozenset[str] | None:
+        record = await self.get_session(session)
+        self._state.records.pop(session, None)
+        return (holders(record) or None) if record is not None else None
 
     async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
         self._state.sweep()

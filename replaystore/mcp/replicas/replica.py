@@ -284,8 +284,17 @@ class Replica:
             case Forward(session, body):
                 self.sessions.forwarded(session, body)
 
-    async def announce_end(self, session: str) -> None:
-        await self.bus.broadcast(End(session))
+    async def announce_end(self, session: str, holders: frozenset[str] | None = None) -> None:
+        """Tell the replicas serving ``session`` that it ended (every replica: ``holders`` None).
+
+        The registry names them (:meth:`Registry.end_session`); this replica
+        knows already, and a replica never named holds nothing to end.
+        """
+        if holders is None:
+            await self.bus.broadcast(End(session))
+            return
+        for replica in sorted(holders - {self.id}):
+            await self.bus.send(replica, End(session))
 
     async def announce_takeover(self, session: str, stream: str) -> None:
         await self.bus.broadcast(Takeover(session, stream))

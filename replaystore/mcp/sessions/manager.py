@@ -478,6 +478,11 @@ class ReplaySessionManager(ManagerOverrides):
                         session_id[:64],
                     )
                     return None
+                with _bounded(self._replica.settings.store_timeout):
+                    # Named in the record, so that the session's end is told here;
+                    # no record left to name this replica in: it just ended.
+                    if not await self._replica.registry.hold(session_id, self._replica.id):
+                        return None
                 if (
                     self.max_sessions is not None
                     and len(self._server_instances) >= self.max_sessions

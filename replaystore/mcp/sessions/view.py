@@ -36,6 +36,7 @@ from mcp.server.streamable_http import (
 )
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 
+from ...backends.session_registry import holder_field
 from ...buffer import ReplayBuffer
 from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Resumption, ResumptionDesyncError
@@ -261,8 +262,8 @@ class SessionView(EventStore):
                 if self._opened and not (failed and self.buffer.teardown_on_failure):
                     await self.buffer.close_session(self.session_id)
                 if self.replica is not None:
-                    await self.replica.registry.drop_session(self.session_id)
-                    await self.replica.announce_end(self.session_id)
+                    held = await self.replica.registry.end_session(self.session_id)
+                    await self.replica.announce_end(self.session_id, held)
             except StorageError as exc:
                 logger.warning("could not end session %s in the store: %s", self.session_id, exc)
 
@@ -484,6 +485,7 @@ class SessionView(EventStore):
             "client": connection.client_params.model_dump_json(by_alias=True, exclude_none=True),
             "owner": self.owner,
             "get": anchor,
+            holder_field(self.replica.id): "1",
         }
         try:
             await self.replica.registry.put_session(

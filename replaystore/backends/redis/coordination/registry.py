@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ....errors import StorageError
-from ...session_registry import FINISHED, FINISHED_TTL, Registry
+from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 from .. import keys
 from ..client import storage_error
 from ..wire import Wire
@@ -33,6 +33,9 @@ _UPDATE = (
     "if redis.call('EXISTS', KEYS[1]) == 1 then "
     "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1 end return 0"
 )
+# The record read and dropped in one step: a replica adopting the session either
+# named itself before (and is told of the end) or finds no record to name itself in.
+_END = "local r = redis.call('HGETALL', KEYS[1]) redis.call('DEL', KEYS[1]) return r"
 
 
 class RedisRegistry(Registry):
@@ -86,11 +89,7 @@ class RedisRegistry(Registry):
 
     async def get_session(self, session: str) -> dict[str, str] | None:
         raw = await self._call("read", "HGETALL", self._record(session))
-        if not raw:
-            return None
-        if isinstance(raw, dict):  # through redis-py, or a RESP3 map
-            return {_text(k): _text(v) for k, v in raw.items()}
-        return {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw) - 1, 2)}
+        return _pairs(raw) if raw else None
 
     async def update_session(self, session: str, fields: dict[str, str]) -> None:
         args = [part for item in fields.items() for part in item]
@@ -101,6 +100,16 @@ class RedisRegistry(Registry):
 
     async def drop_session(self, session: str) -> None:
         await self._call("drop", "DEL", self._record(session))
+
+    async def hold(self, session: str, replica: str) -> bool:
+        held = await self._call(
+            "update", "EVAL", _UPDATE, 1, self._record(session), holder_field(replica), "1"
+        )
+        return bool(held)
+
+    async def end_session(self, session: str) -> frozenset[str] | None:
+        raw = await self._call("drop", "EVAL", _END, 1, self._record(session))
+        return (holders(_pairs(raw)) or None) if raw else None
 
     async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:
         key = self._lease(session, stream)
@@ -136,3 +145,10 @@ class RedisRegistry(Registry):
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _pairs(raw: Any) -> dict[str, str]:
+    """A hash as ``HGETALL`` (or a script returning its reply) gives it: pairs, or a map."""
+    if isinstance(raw, dict):  # through redis-py, or a RESP3 map
+        return {_text(k): _text(v) for k, v in raw.items()}
+    return {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw or ()) - 1, 2)}
