@@ -76,15 +76,17 @@ class Registry(ABC):
     async def drop_session(self, session: str) -> None:
         """Forget the record: every replica answers 404 for the session from now on."""
 
-    async def hold(self, session: str, replica: str) -> bool:
-        """Name ``replica`` in the record as serving the session; False if there is no record.
+    async def hold(self, session: str, replica: str) -> dict[str, str] | None:
+        """Name ``replica`` in the record as serving the session, and read the record.
 
-        Never creates a record: a replica that adopts a session just ended
-        learns it here, and does not serve it. (Override it to do this in one
-        atomic step, and :meth:`end_session` too; this default names nobody,
-        and its :meth:`end_session` then tells every replica.)
+        ``None`` (and nothing created) when there is no record: a replica
+        that adopts a session just ended learns it here, and does not serve
+        it. Naming and reading are one step, so an adoption costs no round
+        trip more than reading the record. (Override it to do this
+        atomically, and :meth:`end_session` too; this default only reads,
+        names nobody, and its :meth:`end_session` then tells every replica.)
         """
-        return await self.get_session(session) is not None
+        return await self.get_session(session)
 
     async def end_session(self, session: str) -> frozenset[str] | None:
         """Forget the record, as :meth:`drop_session`, and say which replicas served the session.

@@ -244,15 +244,17 @@ async def _records_and_leases(registry: Registry) -> None:
     assert await registry.get_session("s") is None
 
     # The replicas serving a session, named in its record and read back as it ends.
-    assert not await registry.hold("s", "r2")  # never creates a record
+    assert await registry.hold("s", "r2") is None  # never creates a record
     assert await registry.get_session("s") is None
     assert await registry.end_session("s") is None  # no record: nobody can be named
     await registry.put_session("s", {"version": "v", holder_field("r1"): "1"}, 60)
-    assert await registry.hold("s", "r2")
-    assert holders(await registry.get_session("s") or {}) == {"r1", "r2"}
+    named = {"version": "v", holder_field("r1"): "1", holder_field("r2"): "1"}
+    assert await registry.hold("s", "r2") == named  # named and read in one step
+    assert await registry.get_session("s") == named
+    assert holders(named) == {"r1", "r2"}
     assert await registry.end_session("s") == {"r1", "r2"}
     assert await registry.get_session("s") is None
-    assert not await registry.hold("s", "r3")  # too late: it ended
+    assert await registry.hold("s", "r3") is None  # too late: it ended
     await registry.put_session("s", {"version": "v"}, 60)  # a record naming nobody
     assert await registry.end_session("s") is None  # every replica is told
 
@@ -334,9 +336,9 @@ async def test_a_session_end_is_told_to_the_replicas_its_record_names() -> None:
     one, two, three = (Replica(b, h) for b, h in zip(buffers, heard, strict=True))
     async with one.run(), two.run(), three.run():
         await one.registry.put_session("S", {"version": "v", holder_field(one.id): "1"}, None)
-        assert await three.registry.hold("S", three.id)  # three adopts it
+        assert await three.registry.hold("S", three.id) is not None  # three adopts it
         await two.announce_end("S", await two.registry.end_session("S"))  # two ended it
-        assert not await two.registry.hold("S", two.id)  # ended: nothing to adopt
+        assert await two.registry.hold("S", two.id) is None  # ended: nothing to adopt
         await one.registry.put_session("T", {"version": "v"}, None)
         await one.announce_end("T", await one.registry.end_session("T"))
         await anyio.sleep(0.05)  # the memory bus delivers in tasks of its own

@@ -79,12 +79,12 @@ class MemoryRegistry(Registry):
     async def drop_session(self, session: str) -> None:
         self._state.records.pop(session, None)
 
-    async def hold(self, session: str, replica: str) -> bool:
-        record = await self.get_session(session)
-        if record is None:
-            return False
-        self._state.records[session][0][holder_field(replica)] = "1"
-        return True
+    async def hold(self, session: str, replica: str) -> dict[str, str] | None:
+        if await self.get_session(session) is None:
+            return None
+        fields = self._state.records[session][0]
+        fields[holder_field(replica)] = "1"
+        return dict(fields)
 
     async def end_session(self, session: str) -> frozenset[str] | None:
         record = await self.get_session(session)

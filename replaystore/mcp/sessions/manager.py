@@ -458,10 +458,14 @@ class ReplaySessionManager(ManagerOverrides):
             async with lock:
                 if session_id in self._server_instances:
                     return None
+                registry, replica = self._replica.registry, self._replica.id
                 record, live = known, known is not None
                 if record is None:
                     with _bounded(self._replica.settings.store_timeout):
-                        record = await self._replica.registry.get_session(session_id)
+                        # Read as this replica is named in it, so that the
+                        # session's end is told here (a replica that then
+                        # refuses the session ignores that end).
+                        record = await registry.hold(session_id, replica)
                         # The record and the events end together; if the events
                         # are gone (expired, torn down) the record is stale.
                         live = record is not None and (
@@ -478,11 +482,11 @@ class ReplaySessionManager(ManagerOverrides):
                         session_id[:64],
                     )
                     return None
-                with _bounded(self._replica.settings.store_timeout):
-                    # Named in the record, so that the session's end is told here;
-                    # no record left to name this replica in: it just ended.
-                    if not await self._replica.registry.hold(session_id, self._replica.id):
-                        return None
+                if known is not None:
+                    with _bounded(self._replica.settings.store_timeout):
+                        # Named in the record as above; no record left: it just ended.
+                        if await registry.hold(session_id, replica) is None:
+                            return None
                 if (
                     self.max_sessions is not None
                     and len(self._server_instances) >= self.max_sessions

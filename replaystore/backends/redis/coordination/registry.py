@@ -33,6 +33,12 @@ _UPDATE = (
     "if redis.call('EXISTS', KEYS[1]) == 1 then "
     "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1 end return 0"
 )
+# The replica named in the record and the record read, in one step; nothing is
+# created when there is no record (an empty reply).
+_HOLD = (
+    "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], '1') "
+    "return redis.call('HGETALL', KEYS[1]) end return {}"
+)
 # The record read and dropped in one step: a replica adopting the session either
 # named itself before (and is told of the end) or finds no record to name itself in.
 _END = "local r = redis.call('HGETALL', KEYS[1]) redis.call('DEL', KEYS[1]) return r"
@@ -101,11 +107,11 @@ class RedisRegistry(Registry):
     async def drop_session(self, session: str) -> None:
         await self._call("drop", "DEL", self._record(session))
 
-    async def hold(self, session: str, replica: str) -> bool:
-        held = await self._call(
-            "update", "EVAL", _UPDATE, 1, self._record(session), holder_field(replica), "1"
+    async def hold(self, session: str, replica: str) -> dict[str, str] | None:
+        raw = await self._call(
+            "adopt", "EVAL", _HOLD, 1, self._record(session), holder_field(replica)
         )
-        return bool(held)
+        return _pairs(raw) if raw else None
 
     async def end_session(self, session: str) -> frozenset[str] | None:
         raw = await self._call("drop", "EVAL", _END, 1, self._record(session))
@@ -151,4 +157,4 @@ def _pairs(raw: Any) -> dict[str, str]:
     """A hash as ``HGETALL`` (or a script returning its reply) gives it: pairs, or a map."""
     if isinstance(raw, dict):  # through redis-py, or a RESP3 map
         return {_text(k): _text(v) for k, v in raw.items()}
-    return {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw or ()) - 1, 2)}
+    return {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw) - 1, 2)}
