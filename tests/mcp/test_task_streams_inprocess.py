@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -75,30 +76,32 @@ class _Outage(MemoryTaskStore):
         raise StorageError("the store is down")
 
 
-def _build(kind: str, tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
-    if kind == "sdk":
-        server = MCPServer("streams-test", extensions=[tasks])
+def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
+    server = MCPServer("streams-test", extensions=[tasks])
 
-        @server.tool()
-        async def steps(ctx: Context, n: int, hold: bool = False) -> str:
-            return await _steps(ctx, n, hold, gate)
-
-        @server.tool()
-        async def bare(ctx: Context) -> str:
-            return await _bare(ctx)
-
-        return streamable_http_app(server, buffer, tasks=tasks)
-    fast = FastMCP("streams-test")
-
-    @fast.tool()
-    async def steps(ctx: FastMCPContext, n: int, hold: bool = False) -> str:  # noqa: F811
+    @server.tool()
+    async def steps(ctx: Context, n: int, hold: bool = False) -> str:
         return await _steps(ctx, n, hold, gate)
 
-    @fast.tool()
-    async def bare(ctx: FastMCPContext) -> str:  # noqa: F811
+    @server.tool()
+    async def bare(ctx: Context) -> str:
         return await _bare(ctx)
 
-    return fastmcp_http_app(fast, buffer, tasks=tasks)
+    return streamable_http_app(server, buffer, tasks=tasks)
+
+
+def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
+    server = FastMCP("streams-test")
+
+    @server.tool()
+    async def steps(ctx: FastMCPContext, n: int, hold: bool = False) -> str:
+        return await _steps(ctx, n, hold, gate)
+
+    @server.tool()
+    async def bare(ctx: FastMCPContext) -> str:
+        return await _bare(ctx)
+
+    return fastmcp_http_app(server, buffer, tasks=tasks)
 
 
 class App:
@@ -164,6 +167,7 @@ class App:
         return events, final[0] if final else None, response
 
 
+@asynccontextmanager
 async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator[App]:
     tasks = ReplayTasks(
         {"steps": "optional", "bare": "optional"},
@@ -176,7 +180,7 @@ async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator
     )
     gate = Gate()
     buffer = ReplayBuffer.from_url("memory://")
-    app = _build(kind, tasks, gate, buffer)
+    app = (_sdk_app if kind == "sdk" else _fastmcp_app)(tasks, gate, buffer)
     async with buffer, app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
@@ -185,7 +189,7 @@ async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator
 
 @pytest.fixture(params=["sdk", "fastmcp"])
 async def app(request: pytest.FixtureRequest) -> AsyncIterator[App]:
-    async for made in _app(request.param):
+    async with _app(request.param) as made:
         yield made
 
 
@@ -262,7 +266,7 @@ async def test_event_streams_are_advertised_and_bare_types_refused(app: App) -> 
 
 
 async def test_live_events_follow_the_replay_and_a_drain_ends_without_a_result() -> None:
-    async for app in _app("sdk"):
+    async with _app("sdk") as app:
         task_id = await app.task("steps", n=2, hold=True)
         streamed: list[Any] = []
 
@@ -293,7 +297,7 @@ async def test_live_events_follow_the_replay_and_a_drain_ends_without_a_result()
 
 
 async def test_a_store_outage_is_503_never_an_empty_result() -> None:
-    async for app in _app("sdk", store=_Outage()):
+    async with _app("sdk", store=_Outage()) as app:
         task_id = await app.task("steps", n=1)
         events, final, response = await app.stream(task_id)
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
