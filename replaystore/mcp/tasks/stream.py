@@ -37,6 +37,7 @@ from ...taskstore.sep2694 import (
     OMITTED,
     EventsGone,
     Invalid,
+    cursor_form,
     event_params,
     events_gone_data,
     judge_cursor,
@@ -53,9 +54,6 @@ logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: Events read from the store per step.
 PAGE: Final = 100
-
-# Beyond any seq: judging a cursor against it checks its form only.
-_UNBOUNDED: Final = 1 << 63
 
 _NOT_FOUND = "Failed to retrieve task: Task not found"
 
@@ -81,10 +79,10 @@ async def stream_events(
     """Serve one ``tasks/stream`` request (the caller checked the extension and the id's shape)."""
     task_id = params.task_id
     after: object = params.after if "after" in params.model_fields_set else OMITTED
-    form = judge_cursor(after, 0, _UNBOUNDED)
-    if isinstance(form, Invalid | EventsGone):
-        raise _refusal(form, task_id)
-    last: int | None = None if after is OMITTED else int(after)  # type: ignore[call-overload]
+    malformed = None if after is OMITTED else cursor_form(after)
+    if malformed is not None:
+        raise _refusal(malformed, task_id)
+    last = after if isinstance(after, int) else None  # the last seq sent
     woken = anyio.Event()
 
     def wake() -> None:
