@@ -87,6 +87,12 @@ def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
     async def bare(ctx: Context) -> str:
         return await _bare(ctx)
 
+    @server.tool()
+    async def report(ctx: Context) -> str:
+        await ctx.report_progress(1, 2, "half")
+        await ctx.report_progress(2)
+        return "reported"
+
     return streamable_http_app(server, buffer, tasks=tasks)
 
 
@@ -100,6 +106,10 @@ def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
     @server.tool()
     async def bare(ctx: FastMCPContext) -> str:
         return await _bare(ctx)
+
+    @server.tool()
+    async def report() -> str:  # progress is checked on the SDK's tools
+        return "reported"
 
     return fastmcp_http_app(server, buffer, tasks=tasks)
 
@@ -170,7 +180,7 @@ class App:
 @asynccontextmanager
 async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator[App]:
     tasks = ReplayTasks(
-        {"steps": "optional", "bare": "optional"},
+        {"steps": "optional", "bare": "optional", "report": "optional"},
         owner=_owner,
         lease=1.0,
         check_interval=0.05,
@@ -263,6 +273,18 @@ async def test_event_streams_are_advertised_and_bare_types_refused(app: App) -> 
     task_id = await app.task("bare")
     done = await app.until(task_id, "completed")
     assert "no vendor prefix" in done["result"]["result"]["content"][0]["text"]
+
+
+async def test_progress_a_task_reports_is_a_task_event() -> None:
+    async with _app("sdk") as app:
+        task_id = await app.task("report")
+        await app.until(task_id, "completed")
+        events, final, _ = await app.stream(task_id, after=0)
+        assert [(e["type"], e["payload"]) for e in events[:2]] == [
+            ("dev.replaystore/progress", {"progress": 1, "total": 2, "message": "half"}),
+            ("dev.replaystore/progress", {"progress": 2}),
+        ]
+        assert _seqs(events) == [1, 2, 3] and _empty(final)
 
 
 async def test_live_events_follow_the_replay_and_a_drain_ends_without_a_result() -> None:
