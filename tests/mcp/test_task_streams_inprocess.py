@@ -76,7 +76,7 @@ class _Outage(MemoryTaskStore):
         raise StorageError("the store is down")
 
 
-def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
+def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer, **options: Any) -> Any:
     server = MCPServer("streams-test", extensions=[tasks])
 
     @server.tool()
@@ -93,10 +93,10 @@ def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
         await ctx.report_progress(2)
         return "reported"
 
-    return streamable_http_app(server, buffer, tasks=tasks)
+    return streamable_http_app(server, buffer, tasks=tasks, **options)
 
 
-def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
+def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer, **options: Any) -> Any:
     server = FastMCP("streams-test")
 
     @server.tool()
@@ -111,7 +111,7 @@ def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
     async def report() -> str:  # progress is checked on the SDK's tools
         return "reported"
 
-    return fastmcp_http_app(server, buffer, tasks=tasks)
+    return fastmcp_http_app(server, buffer, tasks=tasks, **options)
 
 
 class App:
@@ -178,7 +178,9 @@ class App:
 
 
 @asynccontextmanager
-async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator[App]:
+async def _app(
+    kind: str, store: MemoryTaskStore | None = None, **options: Any
+) -> AsyncIterator[App]:
     tasks = ReplayTasks(
         {"steps": "optional", "bare": "optional", "report": "optional"},
         owner=_owner,
@@ -190,7 +192,7 @@ async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator
     )
     gate = Gate()
     buffer = ReplayBuffer.from_url("memory://")
-    app = (_sdk_app if kind == "sdk" else _fastmcp_app)(tasks, gate, buffer)
+    app = (_sdk_app if kind == "sdk" else _fastmcp_app)(tasks, gate, buffer, **options)
     async with buffer, app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
@@ -324,3 +326,14 @@ async def test_a_store_outage_is_503_never_an_empty_result() -> None:
         events, final, response = await app.stream(task_id)
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
         assert events == [] and final is not None and "result" not in final
+
+
+async def test_an_app_answering_json_only_neither_serves_nor_advertises_streams() -> None:
+    # Its notifications would be dropped: a stream would look complete with no event.
+    async with _app("sdk", json_response=True) as app:
+        discover = (await app.send("server/discover", {}, "server/discover")).json()
+        assert "eventStreams" not in discover["result"]["capabilities"]["extensions"][EXTENSION]
+        task_id = await app.task("steps", n=1)
+        await app.until(task_id, "completed")
+        events, final, _ = await app.stream(task_id)
+        assert events == [] and final is not None and final["error"]["code"] == -32601

@@ -56,6 +56,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    METHOD_NOT_FOUND,
     CallToolRequestParams,
     RequestParams,
 )
@@ -228,6 +229,10 @@ class ReplayTasks(Extension):
         self._draining = False
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
+        #: The app answers every request with one JSON body (``json_response=True``,
+        #: set by the app wiring): a request's notifications cannot reach the
+        #: client, so ``tasks/stream`` is not served (nor advertised).
+        self.json_responses = False
         #: How long a client's request waits for the store before it is answered
         #: 503 (the app's ``store_timeout``, set by the app wiring).
         self.store_timeout = DEFAULT_STORE_TIMEOUT
@@ -375,7 +380,7 @@ class ReplayTasks(Extension):
 
     def settings(self) -> dict[str, Any]:
         """What ``server/discover`` advertises under the extension: task event streams."""
-        return {STREAM_CAPABILITY: {}}
+        return {} if self.json_responses else {STREAM_CAPABILITY: {}}
 
     def methods(self) -> list[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -649,6 +654,10 @@ class ReplayTasks(Extension):
         self, ctx: ServerRequestContext[Any, Any], params: StreamParams
     ) -> HandlerResult:
         owner = self._check(ctx, params)
+        if self.json_responses:  # events would be dropped, and `{}` read as complete
+            raise MCPError(
+                METHOD_NOT_FOUND, "tasks/stream needs SSE responses; this server answers JSON only"
+            )
         return await stream_events(self, ctx, params, owner)
 
     async def _input(self, run: Run, request: dict[str, Any]) -> dict[str, Any]:
