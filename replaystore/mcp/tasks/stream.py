@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import BaseModel
 
 from ...errors import StorageError
@@ -44,9 +44,10 @@ from ...taskstore.sep2694 import (
 )
 from ..sessions.again import bounded
 from ..unavailable import store_unavailable, stream_closed
+from .params import StreamParams
 
 if TYPE_CHECKING:
-    from .extension import ReplayTasks, StreamParams
+    from .extension import ReplayTasks
 
 __all__ = ["PAGE", "stream_events"]
 
@@ -76,7 +77,15 @@ async def stream_events(
     params: StreamParams,
     owner: str | None,
 ) -> dict[str, Any]:
-    """Serve one ``tasks/stream`` request (the caller checked the extension and the id's shape)."""
+    """Serve one ``tasks/stream`` request (the caller checked the extension and the id's shape).
+
+    Not on an app answering JSON only: the events would be dropped and the
+    empty result read as complete.
+    """
+    if tasks.json_responses:
+        raise MCPError(
+            METHOD_NOT_FOUND, "tasks/stream needs SSE responses; this server answers JSON"
+        )
     task_id = params.task_id
     after: object = params.after if "after" in params.model_fields_set else OMITTED
     malformed = None if after is OMITTED else cursor_form(after)
