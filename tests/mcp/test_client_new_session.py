@@ -1,0 +1,212 @@
+"""A client never sticks to a dead session: every 404 says why, and the shipped client starts anew.
+
+Against real processes: a Redis of this module alone (restarted empty by one
+test) and one server process serving the SDK wiring (the example server's
+app) and the FastMCP wiring, each on its own port. The client is the shipped
+:class:`ResumingSession`; another connection is plain httpx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from replaystore import ResumptionDesyncError, Verdict
+from replaystore.mcp.client import ResumingSession
+from replaystore.testing.servers import ServerHandle
+from tests.mcp._support import RawSession, ServerProcess, spawn_many, wait_ready
+from tests.plugins.servers import RealServers
+
+pytestmark = pytest.mark.anyio
+
+NO_SESSION = "the session does not exist"
+
+
+@pytest.fixture(scope="module")
+def store(real_servers: RealServers) -> Iterator[ServerHandle]:
+    handle = real_servers.own("redis")
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def apps(
+    store: ServerHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    logs = tmp_path_factory.mktemp("new-session")
+    specs = {
+        "sdk": ("sdk", f"{store.url}?prefix=newsession1:", 1_000),
+        "fastmcp": ("fastmcp", f"{store.url}?prefix=newsession2:", 1_000),
+    }
+    servers = spawn_many("new-session", specs, logs)
+    try:
+        wait_ready(list(servers.values()))
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture
+async def http() -> Any:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
+        yield client
+
+
+async def _kill_with_junk_cursor(http: httpx.AsyncClient, url: str, session_id: str) -> None:
+    """Another connection resumes the session from a junk id: a failed verdict ends it."""
+    raw = RawSession(http, url, session_id=session_id)
+    async with raw.get("junk") as response:
+        assert response.status_code == 404
+        body = await response.aread()
+    assert b"malformed_cursor" in body
+
+
+async def _404_data(raw: RawSession, method: str) -> dict[str, Any]:
+    """The JSON-RPC error ``data`` of the 404 answering ``method`` for ``raw``'s session."""
+    if method == "POST":
+        _, body = raw.request("tools/list", {})
+        response = await raw.client.post(raw.url, json=body, headers=raw.headers())
+    elif method == "DELETE":
+        response = await raw.client.delete(raw.url, headers=raw.headers())
+    else:
+        cursor = {"GET": None, "GET+Last-Event-ID": "0"}[method]
+        async with raw.get(cursor) as response:
+            await response.aread()
+    assert response.status_code == 404, (method, response.text)
+    error = response.json()["error"]
+    assert isinstance(error.get("data"), dict), (method, error)
+    assert error["data"]["verdict"] in error["message"]
+    data: dict[str, Any] = error["data"]
+    return data
+
+
+METHODS = ["POST", "GET", "GET+Last-Event-ID", "DELETE"]
+
+
+@pytest.mark.parametrize("wiring", ["sdk", "fastmcp"])
+async def test_every_404_names_its_verdict_and_why_the_session_ended(
+    apps: dict[str, ServerProcess], http: httpx.AsyncClient, wiring: str
+) -> None:
+    url = apps[wiring].url
+    with anyio.fail_after(30):
+        never = RawSession(http, url, session_id="f" * 32)
+        for method in METHODS:
+            data = await _404_data(never, method)
+            assert data["verdict"] == "unknown_session"
+            assert data["evidence"] == {"session": "f" * 32, "reason": NO_SESSION}
+
+        torn = await RawSession(http, url).initialize()
+        await _kill_with_junk_cursor(http, url, torn.session_id)
+        for method in METHODS:
+            data = await _404_data(torn, method)
+            assert data["verdict"] == "unknown_session", method
+            evidence = data["evidence"]
+            assert evidence["session"] == torn.session_id
+            assert evidence["tombstone"]["verdict"] == "malformed_cursor", (method, evidence)
+
+        closed = await RawSession(http, url).initialize()
+        assert (await http.delete(url, headers=closed.headers())).status_code == 200
+        data = await _404_data(closed, "POST")
+        assert data["evidence"]["reason"] == "the session was closed"
+        assert "tombstone" in data["evidence"] and "verdict" not in data["evidence"]["tombstone"]
+
+
+class _Told:
+    """``on_new_session``: what it was told, each time."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[tuple[Any, ResumptionDesyncError]] = []
+        self.delay = delay
+
+    async def __call__(self, session: Any, ended: ResumptionDesyncError) -> None:
+        await anyio.sleep(self.delay)
+        self.calls.append((session, ended))
+
+
+async def _countdown(mcp: ResumingSession, n: int = 2) -> str:
+    result = await mcp.call_tool("countdown", {"n": n, "interval_ms": 0})
+    text: str = result.content[0].text
+    return text
+
+
+async def test_next_call_succeeds_after_another_connection_ended_the_session(
+    apps: dict[str, ServerProcess], http: httpx.AsyncClient
+) -> None:
+    url = apps["sdk"].url
+    told = _Told()
+    with anyio.fail_after(30):
+        async with ResumingSession(url, on_new_session=told) as mcp:
+            assert await _countdown(mcp) == "done 2"
+            first = mcp.session_id
+            assert first is not None
+            await _kill_with_junk_cursor(http, url, first)
+
+            assert await _countdown(mcp, 3) == "done 3"  # the call that met the 404, sent again
+            assert mcp.session_id not in (None, first)
+            assert len(told.calls) == 1
+            session, ended = told.calls[0]
+            assert session is mcp.session
+            assert ended.verdict is Verdict.UNKNOWN_SESSION
+            tombstone = ended.resumption.evidence.tombstone
+            assert tombstone is not None and tombstone.verdict is Verdict.MALFORMED_CURSOR
+
+            assert await _countdown(mcp) == "done 2"  # and the new session stays
+            assert len(told.calls) == 1
+
+
+async def test_next_call_succeeds_after_the_store_restarted_empty(
+    apps: dict[str, ServerProcess], store: ServerHandle
+) -> None:
+    told = _Told()
+    with anyio.fail_after(40):
+        async with ResumingSession(apps["sdk"].url, on_new_session=told) as mcp:
+            assert await _countdown(mcp) == "done 2"
+            first = mcp.session_id
+            store.restart()  # SIGKILL, no data kept: every session is gone
+
+            assert await _countdown(mcp, 3) == "done 3"
+            assert mcp.session_id not in (None, first)
+            assert len(told.calls) == 1
+            assert told.calls[0][1].verdict is Verdict.UNKNOWN_SESSION
+            assert await _countdown(mcp) == "done 2"
+            assert len(told.calls) == 1
+
+
+async def test_a_new_session_opened_under_a_callers_deadline_outlives_it(
+    apps: dict[str, ServerProcess], http: httpx.AsyncClient
+) -> None:
+    url = apps["sdk"].url
+    told = _Told(delay=0.5)  # restoring state takes longer than the caller waits
+    with anyio.fail_after(30):
+        async with ResumingSession(url, on_new_session=told) as mcp:
+            first = mcp.session_id
+            assert first is not None
+            await _kill_with_junk_cursor(http, url, first)
+            with anyio.move_on_after(0.3) as deadline:
+                await _countdown(mcp)  # meets the 404; the new session is still opening
+            assert deadline.cancelled_caught
+            assert not told.calls
+
+            # Outside the scope: the session opened under it is whole, and no
+            # cancellation reaches it or the calls made on it.
+            assert await _countdown(mcp, 3) == "done 3"
+            second = mcp.session_id
+            assert second not in (None, first)
+            assert len(told.calls) == 1
+
+            # A renewal that completes inside a caller's deadline, then the
+            # scope closes: later calls run on that session, unharmed.
+            await _kill_with_junk_cursor(http, url, second)  # type: ignore[arg-type]
+            with anyio.fail_after(10):
+                assert await _countdown(mcp) == "done 2"
+            third = mcp.session_id
+            assert third not in (None, first, second)
+            await anyio.sleep(0.2)
+            assert await _countdown(mcp, 4) == "done 4"
+            assert mcp.session_id == third
+            assert len(told.calls) == 2
