@@ -14,9 +14,15 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from mcp import ClientSession, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server import MCPServer
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 
-from replaystore import ResumptionDesyncError, Verdict
-from replaystore.mcp.client import ResumingSession
+from replaystore import ReplayBuffer, ResumptionDesyncError, Verdict
+from replaystore.mcp import streamable_http_app
+from replaystore.mcp.client import DesyncWatch, ResumingSession
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import RawSession, ServerProcess, spawn_many, wait_ready
 from tests.plugins.servers import RealServers
@@ -210,3 +216,57 @@ async def test_a_new_session_opened_under_a_callers_deadline_outlives_it(
             assert await _countdown(mcp, 4) == "done 4"
             assert mcp.session_id == third
             assert len(told.calls) == 2
+
+
+async def test_the_sdks_own_client_with_the_watch_hears_why_its_session_ended(
+    apps: dict[str, ServerProcess], http: httpx.AsyncClient
+) -> None:
+    url, watch = apps["fastmcp"].url, DesyncWatch()
+    with anyio.fail_after(30):
+        async with (
+            watch.client_factory() as client,
+            streamable_http_client(url, http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert watch.session_id is not None
+            await _kill_with_junk_cursor(http, url, watch.session_id)
+            with pytest.raises(MCPError):
+                await session.list_tools()
+    ended = watch.pop()
+    assert ended is not None and ended.verdict is Verdict.UNKNOWN_SESSION
+    tombstone = ended.resumption.evidence.tombstone
+    assert tombstone is not None and tombstone.verdict is Verdict.MALFORMED_CURSOR
+
+
+class _Tokens:
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return AccessToken(token=token, client_id=token, scopes=[], subject=token)
+
+
+async def test_another_credentials_404_is_a_never_issued_sessions() -> None:
+    """A session asked for with another credential than its creator's: nothing says it exists."""
+    auth = AuthSettings(
+        issuer_url="https://id.example",  # type: ignore[arg-type]
+        resource_server_url="http://127.0.0.1:8000/mcp",  # type: ignore[arg-type]
+        validate_token_resource=False,
+    )
+    buffer = ReplayBuffer.from_url("memory://")
+    app = streamable_http_app(MCPServer("owned", token_verifier=_Tokens(), auth=auth), buffer)
+    async with (
+        buffer,
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000"
+        ) as client,
+    ):
+        owner = RawSession(client, "/mcp")
+        client.headers["authorization"] = "Bearer ada"
+        await owner.initialize()
+        client.headers["authorization"] = "Bearer eve"
+        stranger = RawSession(client, "/mcp", session_id=owner.session_id)
+        nobody = RawSession(client, "/mcp", session_id="e" * 32)
+        for method in METHODS:
+            theirs, none = await _404_data(stranger, method), await _404_data(nobody, method)
+            assert theirs["evidence"] == {**none["evidence"], "session": owner.session_id}
+            assert theirs == {"verdict": "unknown_session", "evidence": theirs["evidence"]}

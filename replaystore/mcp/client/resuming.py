@@ -1,25 +1,29 @@
-"""Client side of a failed resumption: the server's verdict as an exception, then a new session.
+"""Client side of a session the server ended: why, as an exception, then a new session.
 
-A replaystore MCP server answers a resumption it cannot prove exact with HTTP
-404 and the verdict in the JSON-RPC error's ``data``::
+A replaystore MCP server answers a resumption it cannot prove exact, and
+any request for a session it ended or does not know, with HTTP 404 and the
+verdict in the JSON-RPC error's ``data``::
 
     {"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
      "message": "Not Found: cannot resume (...)",
      "data": {"verdict": "below_floor", "evidence": {...}}}}
 
-The SDK's client (and FastMCP's, which is built on it) retries that GET, then
-fails the call with "reconnection attempts exhausted" and every later call
-with "Session terminated"; it never shows the verdict and never opens a new
-session. This module gives a client the verdict and a way back:
+(``unknown_session`` for a session that is gone, with the tombstone saying
+how it ended). The protocol says a client that gets 404 for its session
+starts a new one. The SDK's client (and FastMCP's, which is built on it)
+does not: it retries a resumption's GET, then fails the call with
+"reconnection attempts exhausted", and every later call with "Session not
+found" or "Session terminated"; it never shows the verdict. This module
+gives a client the verdict and a way back:
 
 - :func:`desync_error` turns such a body into :class:`~replaystore.ResumptionDesyncError`;
 - :func:`raise_for_desync` is an ``httpx``/``httpx2`` response event hook that raises it;
 - :class:`DesyncWatch` records what its hook saw, for clients that handle the
   404 themselves (the SDK's does), and builds hooked ``httpx2`` clients for
   the SDK and for FastMCP (``httpx_client_factory``);
-- :class:`ResumingSession` runs an SDK ``ClientSession`` and, when a call fails
-  after a failed resumption, opens a fresh session and raises the verdict.
-  The failed call is not retried: it may already have had effects.
+- :class:`ResumingSession` runs an SDK ``ClientSession`` and opens a new one
+  on any 404 for it: a call the server refused with 404 (it never ran) is
+  sent again on the new session, one that may have run raises the verdict.
 
 Tools run as durable tasks (2026-07-28) have their own client,
 :class:`~replaystore.mcp.client.TaskClient`, exported beside this one by
@@ -314,6 +318,7 @@ class ResumingSession:
         self.on_new_session = on_new_session
         self._options = session_options
         self._stack: AsyncExitStack | None = None
+        self._group: anyio.abc.TaskGroup | None = None
         self._opening = _Opening()
         self._wanted = anyio.Event()
         self._cause: ResumptionDesyncError | None = None
@@ -340,7 +345,7 @@ class ResumingSession:
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise
-        self._stack = stack
+        self._stack, self._group = stack, group
         return self
 
     async def __aexit__(
@@ -351,6 +356,8 @@ class ResumingSession:
     ) -> None:
         stack, self._stack = self._stack, None
         self._closing = True
+        if self._group is not None and not self._opening.done.is_set():
+            self._group.cancel_scope.cancel()  # a session still opening is not waited for
         self._wanted.set()
         if stack is not None:
             await stack.aclose()
