@@ -270,3 +270,46 @@ async def test_another_credentials_404_is_a_never_issued_sessions() -> None:
             theirs, none = await _404_data(stranger, method), await _404_data(nobody, method)
             assert theirs["evidence"] == {**none["evidence"], "session": owner.session_id}
             assert theirs == {"verdict": "unknown_session", "evidence": theirs["evidence"]}
+
+
+async def test_a_call_that_may_have_run_is_not_sent_again_but_raised(
+    apps: dict[str, ServerProcess], http: httpx.AsyncClient
+) -> None:
+    """The session ends while its call runs: the call raises why, once the new session is open."""
+    url = apps["sdk"].url
+    told = _Told()
+    progress: list[float] = []
+    running = anyio.Event()
+
+    async def count(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+        running.set()
+
+    async def call(mcp: ResumingSession) -> BaseException | None:
+        try:
+            await mcp.call_tool("countdown", {"n": 100, "interval_ms": 50}, progress_callback=count)
+        except Exception as exc:
+            return exc
+        return None
+
+    with anyio.fail_after(30):
+        async with ResumingSession(url, on_new_session=told) as mcp:
+            first = mcp.session_id
+            assert first is not None
+            outcome: list[BaseException | None] = []
+            async with anyio.create_task_group() as group:
+                group.start_soon(lambda: _collect(call(mcp), outcome))
+                await running.wait()
+                await _kill_with_junk_cursor(http, url, first)
+            ended = outcome[0]
+            assert isinstance(ended, ResumptionDesyncError), repr(ended)
+            assert ended.verdict is Verdict.UNKNOWN_SESSION
+            assert ended.__cause__ is not None  # the SDK's own error, kept
+            assert len(told.calls) == 1 and told.calls[0][1] is ended
+            assert mcp.session_id not in (None, first)
+            assert len(progress) < 100  # cut, and not run again
+            assert await _countdown(mcp) == "done 2"
+
+
+async def _collect(result: Any, into: list[Any]) -> None:
+    into.append(await result)
