@@ -24,6 +24,7 @@ from replaystore import ReplayBuffer, ResumptionDesyncError, Verdict
 from replaystore.mcp import streamable_http_app
 from replaystore.mcp.client import DesyncWatch, ResumingSession
 from replaystore.testing.servers import ServerHandle
+from replaystore.verdicts import reason_text
 from tests.mcp._support import RawSession, ServerProcess, spawn_many, wait_ready
 from tests.plugins.servers import RealServers
 
@@ -178,7 +179,10 @@ async def test_next_call_succeeds_after_the_store_restarted_empty(
             assert await _countdown(mcp, 3) == "done 3"
             assert mcp.session_id not in (None, first)
             assert len(told.calls) == 1
-            assert told.calls[0][1].verdict is Verdict.UNKNOWN_SESSION
+            ended = told.calls[0][1]
+            assert ended.verdict is Verdict.UNKNOWN_SESSION
+            # No tombstone survives; the replica that was serving it says so.
+            assert ended.resumption.evidence.reason == reason_text("vanished")
             assert await _countdown(mcp) == "done 2"
             assert len(told.calls) == 1
 
