@@ -42,7 +42,14 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.abc
 
-from ...verdicts import Evidence, Resumption, ResumptionDesyncError, Tombstone, Verdict
+from ...verdicts import (
+    Evidence,
+    Resumption,
+    ResumptionDesyncError,
+    Tombstone,
+    Verdict,
+    reason_text,
+)
 
 __all__ = [
     "DesyncWatch",
@@ -144,10 +151,10 @@ async def raise_for_desync(response: _Response) -> None:
         raise error
 
 
-def session_gone(session: str, reason: str) -> ResumptionDesyncError:
+def session_gone(session: str) -> ResumptionDesyncError:
     """The error for a 404 that names no verdict (another server, a proxy): ``unknown_session``."""
-    evidence = Evidence(session=session, reason=reason)
-    return ResumptionDesyncError(Resumption(Verdict.UNKNOWN_SESSION, evidence))
+    gone = Resumption(Verdict.UNKNOWN_SESSION, Evidence(session, reason_text("no_session")))
+    return ResumptionDesyncError(gone)
 
 
 class DesyncWatch:
@@ -193,7 +200,7 @@ class DesyncWatch:
             return
         error = await _read_desync(response)
         if error is None:
-            error = session_gone(asked, f"the server answered 404 for session {asked[:64]}")
+            error = session_gone(asked)
         self._ended.setdefault(asked, error)  # the first 404 is the cause; later ones follow
         if self._seen is None:
             self._seen = error
@@ -261,7 +268,7 @@ def _posted_request(request: Any) -> bool:
 
 
 #: What :class:`ResumingSession` calls once per new session that replaces an ended one.
-OnNewSession = Callable[[Any, ResumptionDesyncError], Awaitable[None] | None]
+OnNewSession = Callable[[Any, ResumptionDesyncError | None], Awaitable[None] | None]
 
 
 class _Opening:
@@ -297,11 +304,12 @@ class ResumingSession:
     runs on a new, initialized session, and ``on_new_session(session,
     ended)`` is awaited once for each new one (not for the first) before any
     call uses it, with the :class:`ResumptionDesyncError` saying why the
-    previous one ended. A call the server refused with 404 never ran: it is
-    sent once more, on the new session. A call that may have run (its
-    request was taken, then its stream could not be resumed) is not: it
-    raises :class:`ResumptionDesyncError`, chained to the client's own
-    error, after the new session is open.
+    previous one ended (``None`` after :meth:`reinitialize`). A call the
+    server refused with 404 never ran: it is sent once more, on the new
+    session. A call that may have run (its request was taken, then its
+    stream could not be resumed) is not: it raises
+    :class:`ResumptionDesyncError`, chained to the client's own error,
+    after the new session is open.
 
     Sessions are opened and closed by a task of the ``ResumingSession``
     (started where it is entered), never inside a caller's cancel scope: a
@@ -388,7 +396,7 @@ class ResumingSession:
                 async with AsyncExitStack() as stack:
                     session = await self._connect(stack)
                     opening.session, opening.session_id = session, self.watch.session_id
-                    if cause is not None and self.on_new_session is not None:
+                    if started and self.on_new_session is not None:
                         restored = self.on_new_session(session, cause)
                         if inspect.isawaitable(restored):
                             await restored
@@ -405,7 +413,7 @@ class ResumingSession:
                     opening.done.set()
                 await wanted.wait()  # a caller asks again (or the session closes)
 
-    async def _renew(self, ended: _Opening, cause: ResumptionDesyncError) -> _Opening:
+    async def _renew(self, ended: _Opening, cause: ResumptionDesyncError | None) -> _Opening:
         """The session that replaces ``ended``: asked for once, however many callers saw it end."""
         if self._opening is ended:
             self._opening, self._cause = _Opening(), cause
@@ -424,9 +432,8 @@ class ResumingSession:
         return opening
 
     async def reinitialize(self) -> None:
-        """Drop the current session (best effort) and open a new one."""
-        opening = self._opening
-        await self._renew(opening, session_gone(opening.session_id or "", "replaced on request"))
+        """Drop the current session and open a new one (``on_new_session`` is told ``None``)."""
+        await self._renew(self._opening, None)
 
     async def run(self, call: Callable[[Any], Awaitable[T]]) -> T:
         """``await call(session)`` on a live session; a call refused with 404 once more.

@@ -23,7 +23,7 @@ from ...verdicts import Evidence, Resumption, Verdict, reason_text
 from ..unavailable import RETRY_AFTER
 from .again import bounded
 
-__all__ = ["json_error", "not_found", "unavailable", "why_gone"]
+__all__ = ["json_error", "not_found", "unavailable", "unknown", "why_gone"]
 
 
 def json_error(
@@ -101,9 +101,19 @@ async def why_gone(
         # No side effects, and "0" is never judged for a missing session.
         found = await buffer.resolve(session_id, "0")
     if found is None or found.verdict is not Verdict.UNKNOWN_SESSION:
-        code = "vanished" if served else "no_session"
-        return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text(code)))
+        return unknown(session_id, served=served)
     evidence = replace(found.evidence, cursor=None)
     if served and evidence.tombstone is None:
         evidence = replace(evidence, reason=reason_text("vanished"))
     return Resumption(Verdict.UNKNOWN_SESSION, evidence)
+
+
+def unknown(session_id: str, *, served: bool = False) -> Resumption:
+    """``unknown_session``, nothing more known: never issued, or (``served``) lost by the store.
+
+    A session asked for with another credential than its creator's gets the
+    first: it reads exactly as one that never existed.
+    """
+    if served:
+        return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text("vanished")))
+    return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text("no_session")))

@@ -57,7 +57,7 @@ from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
-from ...verdicts import Evidence, Resumption, Verdict, reason_text
+from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
 from ..metrics import ResumptionObserver
@@ -66,7 +66,7 @@ from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import json_error, not_found, unavailable, why_gone
+from .answers import json_error, not_found, unavailable, unknown, why_gone
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
@@ -391,8 +391,7 @@ class ReplaySessionManager(ManagerOverrides):
                 "created the session",
                 session_id[:64],
             )
-            evidence = Evidence(session_id, reason_text("no_session"))
-            gone = Resumption(Verdict.UNKNOWN_SESSION, evidence)
+            gone = unknown(session_id)
         else:
             logger.info("Rejected request with unknown or ended session ID: %s", session_id[:64])
             gone = await why_gone(
