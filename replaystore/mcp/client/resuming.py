@@ -201,18 +201,20 @@ class DesyncWatch:
         error = await _read_desync(response)
         if error is None:
             error = session_gone(asked)
-        self._ended.setdefault(asked, error)  # the first 404 is the cause; later ones follow
+        if asked not in self._ended:  # the first 404 is the cause; later ones follow from it
+            self._ended[asked] = error
+            if len(self._ended) > _ENDED:
+                del self._ended[next(iter(self._ended))]
         if self._seen is None:
             self._seen = error
 
     def ended(self, session: str | None) -> ResumptionDesyncError | None:
-        """Why ``session`` ended, if the server answered 404 for it (kept until :meth:`pop`)."""
+        """Why ``session`` ended, if the server answered 404 for it."""
         return None if session is None else self._ended.get(session)
 
     def pop(self) -> ResumptionDesyncError | None:
         """The first 404 for a session seen since the last call, if any."""
         error, self._seen = self._seen, None
-        self._ended.clear()
         return error
 
     def client_factory(
@@ -243,6 +245,9 @@ class DesyncWatch:
 
 
 _SESSION_HEADER = "mcp-session-id"
+
+#: Ended sessions a watch remembers (a client replaces each as it ends: a few at most).
+_ENDED = 64
 
 
 def _posted_request(request: Any) -> bool:
