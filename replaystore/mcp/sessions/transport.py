@@ -375,17 +375,16 @@ class ReplayTransport(TransportOverrides):
             view.close_local()
             await view.discard()
         session_id = self.mcp_session_id or ""
-        gone = await self._why_gone(session_id, served=True)
+        gone = await self._why_gone(session_id)
         await not_found(session_id, gone)(request.scope, request.receive, send)
 
-    async def _why_gone(self, session_id: str, *, served: bool) -> Resumption:
+    async def _why_gone(self, session_id: str) -> Resumption:
+        """Why a session served here is gone from the store, as far as the store still says."""
         view = self.view
         replica = view.replica if view is not None else None
         if view is None or replica is None:
             return _vanished(session_id)
-        return await why_gone(
-            view.buffer, session_id, replica.settings.store_timeout, served=served
-        )
+        return await why_gone(view.buffer, session_id, replica.settings.store_timeout, served=True)
 
     async def _destination(self, view: SessionView, message: dict[str, Any] | None) -> str | None:
         """The other replica a client message must go to, or None to handle it here."""
@@ -469,7 +468,7 @@ class ReplayTransport(TransportOverrides):
         view = self.view
         if resumption.verdict is Verdict.UNKNOWN_SESSION and resumption.evidence.tombstone is None:
             # Gone under this live session: why, if the store still says.
-            resumption = await self._why_gone(resumption.evidence.session, served=True)
+            resumption = await self._why_gone(resumption.evidence.session)
         if view is not None:
             await view.end_everywhere(failed=True)
             await view.discard()
