@@ -317,3 +317,35 @@ async def test_a_call_that_may_have_run_is_not_sent_again_but_raised(
 
 async def _collect(result: Any, into: list[Any]) -> None:
     into.append(await result)
+
+
+async def test_the_watch_takes_any_404_for_a_session_as_its_end_and_counts_requests() -> None:
+    """A 404 naming no verdict (a proxy's page) ends the session too; only request POSTs count."""
+    watch, url = DesyncWatch(), "http://127.0.0.1:1/mcp"
+
+    def answer(status: int, method: str = "POST", body: Any = None, **headers: str) -> Any:
+        request = httpx.Request(method, url, json=body, headers=headers)
+        return httpx.Response(status, html="<h1>404</h1>" if status == 404 else "", request=request)
+
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+    created = answer(200, body=initialize)
+    created.headers["mcp-session-id"] = "s1"
+    await watch.hook(created)
+    assert watch.session_id == "s1" and (watch.refused, watch.taken) == (0, 0)
+
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}
+    await watch.hook(answer(200, body=call, **{"mcp-session-id": "s1"}))
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await watch.hook(answer(202, body=note, **{"mcp-session-id": "s1"}))
+    assert (watch.refused, watch.taken) == (0, 1)
+    assert watch.ended("s1") is None
+
+    await watch.hook(answer(404, body=call, **{"mcp-session-id": "s1"}))
+    assert (watch.refused, watch.taken) == (1, 1)
+    ended = watch.ended("s1")
+    assert ended is not None and ended.verdict is Verdict.UNKNOWN_SESSION
+    assert ended.resumption.evidence.session == "s1"
+    await watch.hook(answer(404, "DELETE", **{"mcp-session-id": "s1"}))
+    assert watch.ended("s1") is ended  # the first 404 is the cause
+    assert watch.pop() is ended and watch.pop() is None
+    assert watch.ended("s1") is ended and watch.ended("s2") is None
