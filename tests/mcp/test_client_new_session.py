@@ -349,3 +349,26 @@ async def test_the_watch_takes_any_404_for_a_session_as_its_end_and_counts_reque
     assert watch.ended("s1") is ended  # the first 404 is the cause
     assert watch.pop() is ended and watch.pop() is None
     assert watch.ended("s1") is ended and watch.ended("s2") is None
+
+
+async def test_a_new_session_whose_restore_failed_is_tried_again_by_the_next_call(
+    apps: dict[str, ServerProcess], http: httpx.AsyncClient
+) -> None:
+    url = apps["sdk"].url
+    calls: list[ResumptionDesyncError | None] = []
+
+    def restore(session: Any, ended: ResumptionDesyncError | None) -> None:  # a plain function
+        calls.append(ended)
+        if len(calls) == 1:
+            raise LookupError("the state to restore is not there yet")
+
+    with anyio.fail_after(30):
+        async with ResumingSession(url, on_new_session=restore) as mcp:
+            first = mcp.session_id
+            assert first is not None
+            await _kill_with_junk_cursor(http, url, first)
+            with pytest.raises(LookupError):
+                await _countdown(mcp)
+            assert await _countdown(mcp, 3) == "done 3"
+            assert len(calls) == 2 and all(c is not None for c in calls)
+            assert mcp.session_id not in (None, first)

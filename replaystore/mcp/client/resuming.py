@@ -272,6 +272,13 @@ def _posted_request(request: Any) -> bool:
     )
 
 
+def _leaf(exc: Exception) -> Exception:
+    """The one error inside the exception groups of the SDK's task groups, else ``exc``."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 #: What :class:`ResumingSession` calls once per new session that replaces an ended one.
 OnNewSession = Callable[[Any, ResumptionDesyncError | None], Awaitable[None] | None]
 
@@ -398,37 +405,63 @@ class ResumingSession:
             opening, cause, wanted = self._opening, self._cause, self._wanted
             self.watch.pop()  # what the ended session's last requests were told
             try:
+                failed: Exception | None = None
                 async with AsyncExitStack() as stack:
                     session = await self._connect(stack)
                     opening.session, opening.session_id = session, self.watch.session_id
-                    if started and self.on_new_session is not None:
-                        restored = self.on_new_session(session, cause)
-                        if inspect.isawaitable(restored):
-                            await restored
-                    opening.done.set()
-                    if not started:
-                        started = True
-                        task_status.started()
-                    await wanted.wait()
+                    if started:
+                        failed = await self._restore(session, cause)
+                    if failed is None:
+                        opening.done.set()
+                        if not started:
+                            started = True
+                            task_status.started()
+                        await wanted.wait()
+                if failed is not None:  # raised here, once the session is closed
+                    raise failed
             except Exception as exc:
+                error = _leaf(exc)
                 if not started:
-                    raise
+                    raise error from None  # the first session: entering this object fails
                 if not opening.done.is_set():
-                    opening.session, opening.error = None, exc
+                    opening.session, opening.error = None, error
                     opening.done.set()
                 await wanted.wait()  # a caller asks again (or the session closes)
 
-    async def _renew(self, ended: _Opening, cause: ResumptionDesyncError | None) -> _Opening:
-        """The session that replaces ``ended``: asked for once, however many callers saw it end."""
+    async def _restore(self, session: Any, cause: ResumptionDesyncError | None) -> Exception | None:
+        """``on_new_session``'s error, if it raised (a session it could not restore is not used)."""
+        if self.on_new_session is None:
+            return None
+        try:
+            restored = self.on_new_session(session, cause)
+            if inspect.isawaitable(restored):
+                await restored
+        except Exception as exc:
+            return exc
+        return None
+
+    def _ask(self, ended: _Opening, cause: ResumptionDesyncError | None) -> None:
+        """Have the host replace ``ended``, unless another caller did already."""
         if self._opening is ended:
             self._opening, self._cause = _Opening(), cause
             wanted, self._wanted = self._wanted, anyio.Event()
             wanted.set()
-        return await self._ready()
 
-    async def _ready(self) -> _Opening:
-        """The current session's opening once it is open (its error if that failed)."""
+    async def _renew(self, ended: _Opening, cause: ResumptionDesyncError | None) -> _Opening:
+        """The session that replaces ``ended``: asked for once, however many callers saw it end."""
+        self._ask(ended, cause)
+        return await self._ready(again=False)
+
+    async def _ready(self, *, again: bool = True) -> _Opening:
+        """The current session's opening once it is open (its error if that failed).
+
+        ``again``: an opening that failed before (the server was down, or
+        ``on_new_session`` raised) is tried once more for this caller.
+        """
         opening = self._opening
+        if again and opening.done.is_set() and opening.error is not None:
+            self._ask(opening, self._cause)
+            opening = self._opening
         await opening.done.wait()  # a caller's deadline ends this wait, not the opening
         if opening.error is not None:
             raise opening.error
