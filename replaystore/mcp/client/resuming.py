@@ -326,8 +326,9 @@ class ResumingSession:
     Sessions are opened and closed by a task of the ``ResumingSession``
     (started where it is entered), never inside a caller's cancel scope: a
     call under ``anyio.fail_after`` that starts a new session leaves it
-    running when its deadline passes. Keyword arguments go to the SDK's
-    ``ClientSession`` (callbacks, timeouts).
+    running when its deadline passes. It is entered and left by one task
+    (it holds a task group); calls may come from any task. Keyword
+    arguments go to the SDK's ``ClientSession`` (callbacks, timeouts).
     """
 
     def __init__(
