@@ -153,7 +153,12 @@ async def test_next_call_succeeds_after_another_connection_ended_the_session(
             assert first is not None
             await _kill_with_junk_cursor(http, url, first)
 
-            assert await _countdown(mcp, 3) == "done 3"  # the call that met the 404, sent again
+            # Two calls at once meet the 404: each is sent again, on one new session.
+            results: list[str] = []
+            async with anyio.create_task_group() as group:
+                for n in (3, 4):
+                    group.start_soon(lambda n=n: _collect(_countdown(mcp, n), results))
+            assert sorted(results) == ["done 3", "done 4"]
             assert mcp.session_id not in (None, first)
             assert len(told.calls) == 1
             session, ended = told.calls[0]
