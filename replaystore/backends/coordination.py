@@ -102,11 +102,23 @@ class Coordination(Protocol):
         """
         ...
 
-    async def request_state_key(self, candidate: str) -> str:
-        """The key every replica seals ``requestState`` under.
+    async def request_state_key(self, candidate: str) -> tuple[str, bool]:
+        """The key every replica seals ``requestState`` under, and whether this call stored it.
 
         ``candidate`` is stored if the store holds none, in one set-if-absent
-        step; the stored key is returned either way.
+        step; the stored key is returned either way, with True when it is
+        ``candidate``, stored by this call (a replica that held a key then
+        knows the store had lost it).
+        """
+        ...
+
+    async def first_use(self, digest: str, ttl: float) -> bool:
+        """Record ``digest`` for ``ttl`` seconds; True only for the first call that records it.
+
+        One set-if-absent step in the store every replica shares: of any
+        number of calls with one digest, on any replica, within ``ttl``,
+        exactly one gets True (a ``requestState`` used once). Raises
+        ``StorageError`` when the store does not answer or refuses.
         """
         ...
 

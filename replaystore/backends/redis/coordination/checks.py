@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..client import storage_error
+from ..client import note_policy, storage_error
 from ..keys import probe_channel
 
 __all__ = ["eviction_warning", "publish", "subscribe"]
@@ -67,14 +67,18 @@ async def _memory_settings(client: Any) -> tuple[str, int] | None:
         found = await client.config_get("maxmemory*")
         if found and all(isinstance(v, dict) for v in found.values()):
             found = next(iter(found.values()))  # a cluster: per node; one node says it
-        return str(found["maxmemory-policy"]), int(found["maxmemory"])
+        policy, maxmemory = str(found["maxmemory-policy"]), int(found["maxmemory"])
+        note_policy(client, policy)
+        return policy, maxmemory
     except Exception:
         logger.debug("CONFIG GET maxmemory* failed", exc_info=True)
     try:
         info = await client.info("memory")
         if info and all(isinstance(v, dict) for v in info.values()):
             info = next(iter(info.values()))
-        return str(info["maxmemory_policy"]), int(info["maxmemory"])
+        policy, maxmemory = str(info["maxmemory_policy"]), int(info["maxmemory"])
+        note_policy(client, policy)
+        return policy, maxmemory
     except Exception:
         logger.debug("INFO memory failed", exc_info=True)
     return None
