@@ -158,6 +158,33 @@ async def test_a_request_state_sealed_by_one_replica_opens_on_the_other(
         assert done["result"]["content"][0]["text"] == "Ada likes green."
 
 
+async def test_a_round_sent_four_times_across_replicas_runs_once(
+    replicas: list[ServerProcess],
+) -> None:
+    """A balancer's or client's retry of round 2 never runs the tool's second round again."""
+    a, b = replicas
+    async with httpx.AsyncClient(timeout=10) as client:
+        tool = "test_input_required_result_request_state"
+        state = (await _call(client, a.url, tool, {}))["result"]["requestState"]
+        replies = [
+            await _call(
+                client,
+                (a, b)[i % 2].url,
+                tool,
+                {},
+                inputResponses={"confirm": _accept(ok=True)},
+                requestState=state,
+            )
+            for i in range(4)
+        ]
+    ran = [r for r in replies if "result" in r]
+    assert len(ran) == 1, replies
+    assert ran[0]["result"]["content"][0]["text"] == "state-ok: confirmation received"
+    for reply in replies[1:]:
+        assert reply["error"]["code"] == -32602, reply
+        assert reply["error"]["data"]["reason"] == "request_state_used", reply
+
+
 async def test_a_tampered_request_state_is_refused_on_every_replica(
     replicas: list[ServerProcess],
 ) -> None:

@@ -1,0 +1,119 @@
+"""The key sealing ``requestState`` in a real Redis: derived from a secret, its loss told.
+
+One Redis of this module alone (its ``maxmemory`` and eviction policy are
+changed on purpose, then restored). What is checked: with an operator's
+secret, what Redis holds does not open (nor forge) a token, and every
+replica given the secret opens it; a key really evicted (``allkeys-lru``)
+is told in an error naming that policy and put back as it was, so tokens
+sealed before still open everywhere; a write refused for memory names the
+eviction policy Redis runs, not a fixed one.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
+
+from replaystore import ReplayBuffer
+from replaystore.backends.coordination import coordination_of
+from replaystore.errors import StorageError
+from replaystore.mcp.request_state import SECRET_VARIABLE, StoreKeyRing
+from replaystore.testing.servers import ServerHandle
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "9f2c4e7a1b3d5f6081a2c3e4f5061728394a5b6c7d8e9f00"  # an operator's secret
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def buffer(scratch_server: ServerHandle) -> AsyncIterator[ReplayBuffer]:
+    url = f"{scratch_server.url}?prefix=rsk-{uuid.uuid4().hex[:8]}:"
+    async with ReplayBuffer.from_url(url) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def admin(scratch_server: ServerHandle) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(scratch_server.url)
+    try:
+        yield client
+    finally:
+        await client.config_set("maxmemory", 0)
+        await client.config_set("maxmemory-policy", "noeviction")
+        await client.aclose()
+
+
+async def _ring(buffer: ReplayBuffer, **options: object) -> StoreKeyRing:
+    ring = StoreKeyRing(**options)  # type: ignore[arg-type]
+    ring.bind(buffer)
+    await ring.load()
+    return ring
+
+
+async def test_with_a_secret_what_redis_holds_neither_opens_nor_forges_a_token(
+    buffer: ReplayBuffer, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sealer = await _ring(buffer, secret=SECRET)
+    assert sealer.derived
+    token = sealer.seal(b"round 2")
+    stored = await admin.get(f"{buffer.backend.prefix}{{request-state}}:key")  # type: ignore[attr-defined]
+    from_redis = AESGCMRequestStateCodec([stored])
+    with pytest.raises(InvalidRequestState):
+        from_redis.unseal(token)
+    forged = from_redis.seal(b"forged")
+    monkeypatch.setenv(SECRET_VARIABLE, SECRET)  # another replica, given it by the environment
+    other = await _ring(buffer)
+    assert other.unseal(token) == b"round 2"
+    with pytest.raises(InvalidRequestState):
+        other.unseal(forged)
+    with pytest.raises(InvalidRequestState):  # a replica without the secret opens nothing
+        (await _ring(buffer, secret=[])).unseal(token)
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        StoreKeyRing(secret="short")
+
+
+async def test_an_evicted_key_is_told_naming_the_policy_and_put_back_as_it_was(
+    buffer: ReplayBuffer, admin: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    ring = await _ring(buffer, secret=SECRET)
+    token = ring.seal(b"round 2")
+    key = f"{buffer.backend.prefix}{{request-state}}:key"  # type: ignore[attr-defined]
+    await admin.config_set("maxmemory-policy", "allkeys-lru")
+    await admin.config_set("maxmemory", 1)
+    with pytest.raises(aioredis.ResponseError):  # Redis evicts every key it can, then refuses
+        await admin.set(f"{key}:filler", "x")
+    assert await admin.exists(key) == 0  # really evicted
+    used = (await admin.info("memory"))["used_memory"]
+    await admin.config_set("maxmemory", used + 16 * 2**20)  # room again, still evicting
+    with caplog.at_level(logging.ERROR, logger="replaystore.mcp.request_state"):
+        await ring.load()
+    told = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(told) == 1 and "allkeys-lru" in told[0], told
+    assert await admin.exists(key) == 1
+    # Put back as it was: a replica starting now opens what was sealed before.
+    assert (await _ring(buffer, secret=SECRET)).unseal(token) == b"round 2"
+
+
+async def test_a_write_refused_for_memory_names_the_eviction_policy_redis_runs(
+    buffer: ReplayBuffer, admin: aioredis.Redis
+) -> None:
+    coordination = coordination_of(buffer.backend)
+    await admin.config_set("maxmemory-policy", "volatile-ttl")
+    await admin.config_set("maxmemory", 1)
+    assert "volatile-ttl" in str(await coordination.eviction_warning())  # what a replica reads
+    tasks = coordination.task_store(namespace="rsk")
+    with pytest.raises(StorageError) as refused:
+        await tasks.create("t" * 24, runner="r", lease=5.0, ttl_ms=60_000)
+    assert refused.value.kind == "oom"
+    assert "volatile-ttl" in str(refused.value), refused.value
+    assert "noeviction" not in str(refused.value), refused.value
