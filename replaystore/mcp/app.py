@@ -52,7 +52,7 @@ from .rounds import SingleUseBoundary
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
 from .sessions.view import ReplayEventStore
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
-from .subscriptions import StoreSubscriptionBus
+from .subscriptions import EndsOnGap, StoreSubscriptionBus
 from .unavailable import UnavailableStatus
 
 if TYPE_CHECKING:
@@ -348,12 +348,18 @@ def _share_listen(
 
 
 def _listen_handler(bus: SubscriptionBus, tasks: ReplayTasks | None) -> Any:
-    """The SDK's listen handler; with tasks, one also serving ``notifications.taskIds``."""
-    if tasks is None:
-        return ListenHandler(bus)
-    from .tasks.listen import TaskListenHandler
+    """The SDK's listen handler; with tasks, one also serving ``notifications.taskIds``.
 
-    return TaskListenHandler(bus, tasks)
+    On the store's bus, a stream whose replica missed events ends with an
+    error saying so (:class:`EndsOnGap`).
+    """
+    if tasks is None:
+        handler: Any = ListenHandler(bus)
+    else:
+        from .tasks.listen import TaskListenHandler
+
+        handler = TaskListenHandler(bus, tasks)
+    return EndsOnGap(handler, bus) if isinstance(bus, StoreSubscriptionBus) else handler
 
 
 async def _adopt_fastmcp(

@@ -243,13 +243,13 @@ async def _refuse(job: Job, deadline: float) -> None:
         try:
             try:
                 await job.new()
+            except TaskInputError:
+                return  # its arguments cannot be stored: nothing was
             except (ValueError, NotReplicatedError):
                 pass  # stored already (by the create whose answer was lost), or now
             await job.refuse()
             logger.info("task %s: its request was answered with an error; ended unrun", job.task_id)
             return
-        except TaskInputError:
-            return  # its arguments cannot be stored: nothing was
         except StorageError as exc:
             if anyio.current_time() > deadline:
                 logger.warning(
