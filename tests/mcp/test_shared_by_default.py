@@ -274,6 +274,25 @@ def test_share_false_keeps_the_servers_own_policy_and_bus() -> None:
     assert isinstance(shared.subscriptions, InMemorySubscriptionBus)
 
 
+def test_each_round_is_accepted_once_unless_the_app_opts_out() -> None:
+    from mcp.server.request_state import RequestStateBoundary
+
+    from replaystore.mcp.rounds import SingleUseBoundary
+
+    def boundary(**options: Any) -> Any:
+        server = MCPServer("once-demo")
+        streamable_http_app(server, ReplayBuffer.from_url("memory://"), **options)
+        middleware = server._lowlevel_server.middleware
+        (found,) = [m for m in middleware if isinstance(m, RequestStateBoundary)]
+        return found
+
+    assert isinstance(boundary(), SingleUseBoundary)
+    given = RequestStateSecurity(keys=["k" * 32])
+    assert isinstance(boundary(request_state=given), SingleUseBoundary)  # your policy too
+    for options in ({"request_state_once": False}, {"share": False}):
+        assert not isinstance(boundary(**options), SingleUseBoundary), options
+
+
 def test_share_false_on_a_shared_store_says_what_it_costs(
     mcp_redis: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
