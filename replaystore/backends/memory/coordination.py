@@ -76,8 +76,9 @@ class InProcess:
             used = _USED.setdefault(self.scope, {})
             if used.get(digest, 0.0) > now:
                 return False
-            for old in [d for d, until in used.items() if until <= now]:
-                del used[old]
+            if len(used) % 1024 == 1023:  # forgotten in bulk: each call stays O(1) on average
+                for old in [d for d, until in used.items() if until <= now]:
+                    del used[old]
             used[digest] = now + ttl
             return True
 
