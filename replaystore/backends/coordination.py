@@ -46,7 +46,9 @@ class EventLog(Protocol):
 
     Each replica reads every event once, its own included, in publication
     order; ``gaps`` counts the events this replica knows it missed (fell
-    further behind than the store keeps).
+    further behind than the store keeps), counted before the first event
+    after them is delivered (so a reader of ``gaps`` in ``deliver`` learns of
+    a loss before the event that revealed it).
     """
 
     gaps: int
