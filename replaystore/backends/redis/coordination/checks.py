@@ -53,7 +53,11 @@ async def eviction_warning(client: Any) -> str | None:
     policy, maxmemory = settings
     if policy == "noeviction" or maxmemory == 0:
         return None
-    also = " (every replaystore key has a TTL)" if policy.startswith("volatile-") else ""
+    also = (
+        " (every replaystore key but the requestState key has a TTL)"
+        if policy.startswith("volatile-")
+        else ""
+    )
     return (
         f"the store's maxmemory-policy is {policy}{also}: once maxmemory is reached Redis "
         "evicts replaystore's keys, which ends their sessions (clients get 404 and "
