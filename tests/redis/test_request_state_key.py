@@ -21,8 +21,9 @@ from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestStat
 
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
+from replaystore.backends.redis import keys
 from replaystore.errors import StorageError
-from replaystore.mcp.request_state import SECRET_VARIABLE, StoreKeyRing
+from replaystore.mcp.request_state import SECRET_VARIABLE, Secret, StoreKeyRing
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
@@ -36,9 +37,13 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def buffer(scratch_server: ServerHandle) -> AsyncIterator[ReplayBuffer]:
-    url = f"{scratch_server.url}?prefix=rsk-{uuid.uuid4().hex[:8]}:"
-    async with ReplayBuffer.from_url(url) as opened:
+def prefix() -> str:
+    return f"rsk-{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.fixture
+async def buffer(scratch_server: ServerHandle, prefix: str) -> AsyncIterator[ReplayBuffer]:
+    async with ReplayBuffer.from_url(f"{scratch_server.url}?prefix={prefix}") as opened:
         yield opened
 
 
@@ -53,20 +58,20 @@ async def admin(scratch_server: ServerHandle) -> AsyncIterator[aioredis.Redis]:
         await client.aclose()
 
 
-async def _ring(buffer: ReplayBuffer, **options: object) -> StoreKeyRing:
-    ring = StoreKeyRing(**options)  # type: ignore[arg-type]
+async def _ring(buffer: ReplayBuffer, secret: Secret | None = None) -> StoreKeyRing:
+    ring = StoreKeyRing(secret=secret)
     ring.bind(buffer)
     await ring.load()
     return ring
 
 
 async def test_with_a_secret_what_redis_holds_neither_opens_nor_forges_a_token(
-    buffer: ReplayBuffer, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+    buffer: ReplayBuffer, prefix: str, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sealer = await _ring(buffer, secret=SECRET)
     assert sealer.derived
     token = sealer.seal(b"round 2")
-    stored = await admin.get(f"{buffer.backend.prefix}{{request-state}}:key")  # type: ignore[attr-defined]
+    stored = await admin.get(keys.request_state(prefix))
     from_redis = AESGCMRequestStateCodec([stored])
     with pytest.raises(InvalidRequestState):
         from_redis.unseal(token)
@@ -83,11 +88,11 @@ async def test_with_a_secret_what_redis_holds_neither_opens_nor_forges_a_token(
 
 
 async def test_an_evicted_key_is_told_naming_the_policy_and_put_back_as_it_was(
-    buffer: ReplayBuffer, admin: aioredis.Redis, caplog: pytest.LogCaptureFixture
+    buffer: ReplayBuffer, prefix: str, admin: aioredis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     ring = await _ring(buffer, secret=SECRET)
     token = ring.seal(b"round 2")
-    key = f"{buffer.backend.prefix}{{request-state}}:key"  # type: ignore[attr-defined]
+    key = keys.request_state(prefix)
     await admin.config_set("maxmemory-policy", "allkeys-lru")
     await admin.config_set("maxmemory", 1)
     with pytest.raises(aioredis.ResponseError):  # Redis evicts every key it can, then refuses
