@@ -29,7 +29,7 @@ so it is *refused*: this replica stores the task itself if absent and ends
 it, in that order, with :data:`UNANSWERED_ERROR`, sending both again until
 the store answers. A create still in flight then finds the id taken and
 stores nothing; one stored first is ended before its lease can lapse (the
-refusal is sent again at most 2 s apart, the lease is longer), so no other
+refusal is sent again at most a quarter lease, and 2 s, apart), so no other
 replica claims it to run it again.
 """
 
@@ -187,7 +187,7 @@ class Creations:
             except StorageError as exc:
                 creation.settle(None, exc)
                 if not job.keyed and creation.answered:
-                    await _refuse(job, deadline)
+                    await _refuse(job, deadline, min(2.0, self._lease / 4))
                     return None
                 if anyio.current_time() > deadline:
                     # Left to the lease: if it was stored, it lapses like a lost run.
@@ -231,12 +231,14 @@ class Creations:
         return beat is not None and beat.status not in TERMINAL and not job.running()
 
 
-async def _refuse(job: Job, deadline: float) -> None:
+async def _refuse(job: Job, deadline: float, longest: float) -> None:
     """End the task of ``job``, stored or not yet, so that it never runs (module docstring).
 
     Stored here first if absent (a create still in flight then stores
     nothing), then ended by this replica, the runner both creates name; each
-    step sent again until the store answers, up to ``deadline``.
+    step sent again until the store answers, up to ``deadline``, at most
+    ``longest`` seconds apart (a quarter lease: a create stored late is
+    ended before its lease lets another replica claim it).
     """
     pause = 0.05
     while True:
@@ -260,7 +262,7 @@ async def _refuse(job: Job, deadline: float) -> None:
                 )
                 return
             await anyio.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            pause = min(pause * 2, longest)
 
 
 def _gone(job: Job) -> StorageError:
