@@ -114,14 +114,20 @@ class Coordination(Protocol):
         """
         ...
 
-    async def first_use(self, digest: str, ttl: float) -> bool:
-        """Record ``digest`` for ``ttl`` seconds; True only for the first call that records it.
+    async def first_use(self, digest: str, ttl: float) -> str | None:
+        """Record ``digest`` for ``ttl`` seconds; None for the first call that records it.
 
         One set-if-absent step in the store every replica shares: of any
         number of calls with one digest, on any replica, within ``ttl``,
-        exactly one gets True (a ``requestState`` used once). Raises
-        ``StorageError`` when the store does not answer or refuses.
+        exactly one gets None (a ``requestState`` used once); every other
+        gets what :meth:`keep_answer` kept for it since ("" until then).
+        Raises ``StorageError`` when the store does not answer or refuses.
         """
+        ...
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        """Keep ``answer`` beside a recorded ``digest``, for ``ttl`` seconds (none kept if the
+        digest is no longer recorded); raises ``StorageError`` like :meth:`first_use`."""
         ...
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:

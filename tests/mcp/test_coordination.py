@@ -375,8 +375,11 @@ class _OwnCoordination:
     async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         return await self._inner.request_state_key(candidate)
 
-    async def first_use(self, digest: str, ttl: float) -> bool:
+    async def first_use(self, digest: str, ttl: float) -> str | None:
         return await self._inner.first_use(digest, ttl)
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        await self._inner.keep_answer(digest, answer, ttl)
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         self.built.append("probe")

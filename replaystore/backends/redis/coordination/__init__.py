@@ -101,12 +101,24 @@ class OnRedis:
             return await self.request_state_key(candidate)
         return (stored.decode() if isinstance(stored, bytes) else str(stored)), False
 
-    async def first_use(self, digest: str, ttl: float) -> bool:
+    async def first_use(self, digest: str, ttl: float) -> str | None:
         key = request_state_used(self.prefix, digest)
         try:
-            return bool(await self.client.set(key, 1, nx=True, px=max(1, int(ttl * 1000))))
+            if await self.client.set(key, "", nx=True, px=_ms(ttl)):
+                return None
+            kept = await self.client.get(key)
         except Exception as exc:  # redis.RedisError and cluster errors alike
             raise storage_error("recording a used requestState", exc, self.client) from exc
+        if kept is None:  # expired between the two commands: it was recorded all the same
+            return ""
+        return kept.decode() if isinstance(kept, bytes) else str(kept)
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        key = request_state_used(self.prefix, digest)
+        try:
+            await self.client.set(key, answer, xx=True, px=_ms(ttl))
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("keeping a round's answer", exc, self.client) from exc
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         from . import checks
@@ -128,3 +140,7 @@ class OnRedis:
         keys = [key async for key in self.client.scan_iter(match=pattern, count=1000)]
         for key in keys:  # one by one: a cluster refuses multi-key commands across slots
             await self.client.delete(key)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
