@@ -196,7 +196,7 @@ def _share_request_state(
     secret: Secret | None,
     store_timeout: float,
 ) -> None:
-    """Seal ``requestState`` so that every replica opens it, and accept each once.
+    """Seal ``requestState`` so that every replica opens it, and run each token's round once.
 
     The policy ``given`` to the app wins. Otherwise a policy the application
     gave the server is kept when it can be told from the SDK's per-process
@@ -209,8 +209,8 @@ def _share_request_state(
     ``REPLAYSTORE_REQUEST_STATE_SECRET`` environment variable) when there is
     one (:class:`StoreKeyRing`).
 
-    Whichever policy seals, with ``share`` and ``once`` each token is
-    accepted once across the replicas (:class:`SingleUseBoundary`).
+    Whichever policy seals, with ``share`` and ``once`` each token runs its
+    round once across the replicas (:class:`SingleUseBoundary`).
     """
     index, boundary = _boundary(lowlevel)
     current = getattr(boundary, "_security", None)
@@ -423,9 +423,10 @@ def streamable_http_app(
     ``requestState`` instead of the key kept in the store.
     ``request_state_secret``: the operator's secret the store's key is
     derived from (by default ``REPLAYSTORE_REQUEST_STATE_SECRET``; see
-    :class:`StoreKeyRing`). Each ``requestState`` is accepted once across the
-    replicas (a repeated round is refused, never run twice);
-    ``request_state_once=False`` accepts it until it expires, as the SDK does.
+    :class:`StoreKeyRing`). Each ``requestState`` runs its round once across
+    the replicas (a repeat gets the first answer again, or an error, never a
+    second run); ``request_state_once=False`` accepts it until it expires, as
+    the SDK does.
 
     The app also answers the health check at ``/healthz``
     (:meth:`ReplaySessionManager.health_endpoint`).

@@ -74,8 +74,8 @@ def fastmcp_http_app(
     under a key kept in the store unless the server was given its own
     ``request_state_security`` (or ``request_state`` is given here), derived
     from ``request_state_secret`` (or ``REPLAYSTORE_REQUEST_STATE_SECRET``)
-    when there is one, and each ``requestState`` is accepted once across the
-    replicas unless ``request_state_once=False``.
+    when there is one, and each ``requestState`` runs its round once across
+    the replicas unless ``request_state_once=False``.
     ``share=False`` keeps FastMCP's own per-process defaults for both
     (:mod:`replaystore.mcp.app` lists what replicas share).
     """
