@@ -6,7 +6,8 @@ secret, what Redis holds does not open (nor forge) a token, and every
 replica given the secret opens it; a key really evicted (``allkeys-lru``)
 is told in an error naming that policy and put back as it was, so tokens
 sealed before still open everywhere; a write refused for memory names the
-eviction policy Redis runs, not a fixed one.
+eviction policy Redis runs, not a fixed one. And the marks of used tokens:
+recorded once, the answer kept beside them (memory and Redis alike).
 """
 
 from __future__ import annotations
@@ -122,3 +123,17 @@ async def test_a_write_refused_for_memory_names_the_eviction_policy_redis_runs(
     assert refused.value.kind == "oom"
     assert "volatile-ttl" in str(refused.value), refused.value
     assert "noeviction" not in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_token_is_recorded_once_and_its_answer_kept_for_its_repeats(
+    kind: str, buffer: ReplayBuffer, prefix: str
+) -> None:
+    store = ReplayBuffer.from_url(f"memory://{prefix}") if kind == "memory" else buffer
+    coordination = coordination_of(store.backend)
+    assert await coordination.first_use("d1", 5.0) is None  # the first: it runs
+    assert await coordination.first_use("d1", 5.0) == ""  # running: nothing to give again
+    await coordination.keep_answer("d1", '{"content":[]}', 5.0)
+    assert await coordination.first_use("d1", 5.0) == '{"content":[]}'
+    await coordination.keep_answer("d2", "never recorded", 5.0)  # kept only beside a mark
+    assert await coordination.first_use("d2", 5.0) is None
