@@ -46,7 +46,7 @@ from starlette.applications import Starlette
 from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
-from .metrics import ResumptionObserver
+from .metrics import ResumptionObserver, serve_metrics, watch
 from .request_state import StoreKeyRing
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
 from .sessions.view import ReplayEventStore
@@ -99,6 +99,7 @@ def wire(
     request_state: RequestStateSecurity | None = None,
     share: bool = True,
     outer: AbstractAsyncContextManager[Any] | None = None,
+    metrics_path: str | None = None,
 ) -> Any:
     """Build the app with ``build()`` and make it a replica of every app on ``store``.
 
@@ -110,10 +111,12 @@ def wire(
     first, ``outer``, the tasks, the bus, the key ring, the app's own
     lifespan, then the background scan for orphaned tasks. With tasks, a
     ``tasks/*`` request whose ``Mcp-Name`` disagrees with its body is refused
-    (:func:`task_name_header`).
+    (:func:`task_name_header`). ``metrics_path``: where the app answers
+    Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
     shared = Shared(tasks=tasks)
+    watch(shared)
     lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
     if tasks is not None:
         tasks.bind(buffer, server)
@@ -138,6 +141,10 @@ def wire(
         shared.managers.append(manager)
         add_health_route(app, manager)
     app.state.replaystore = shared
+    if metrics_path is not None:
+        observer = serve_metrics(app, metrics_path)
+        if store.observer is None:
+            store.observer = observer
     inner = app.router.lifespan_context
 
     @asynccontextmanager
@@ -355,6 +362,7 @@ def streamable_http_app(
     request_state: RequestStateSecurity | None = None,
     share: bool = True,
     close_buffer: bool = False,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -378,7 +386,10 @@ def streamable_http_app(
     ``requestState`` instead of the key kept in the store.
 
     The app also answers the health check at ``/healthz``
-    (:meth:`ReplaySessionManager.health_endpoint`).
+    (:meth:`ReplaySessionManager.health_endpoint`), and with ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``) Prometheus scrapes:
+    every metric of ``prometheus_client.REGISTRY``, replaystore's
+    (:mod:`replaystore.mcp.metrics`) and your own.
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -397,6 +408,7 @@ def streamable_http_app(
         request_state=request_state,
         share=share,
         outer=store.buffer if close_buffer else None,
+        metrics_path=metrics_path,
     )
     return app
 

@@ -46,6 +46,7 @@ def fastmcp_http_app(
     subscriptions: SubscriptionBus | None = None,
     request_state: RequestStateSecurity | None = None,
     share: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -71,7 +72,9 @@ def fastmcp_http_app(
     under a key kept in the store unless the server was given its own
     ``request_state_security`` (or ``request_state`` is given here).
     ``share=False`` keeps FastMCP's own per-process defaults for both
-    (:mod:`replaystore.mcp.app` lists what replicas share).
+    (:mod:`replaystore.mcp.app` lists what replicas share). ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``): where the app
+    answers Prometheus scrapes (:mod:`replaystore.mcp.metrics`).
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
@@ -99,6 +102,7 @@ def fastmcp_http_app(
         subscriptions=subscriptions,
         request_state=request_state,
         share=share,
+        metrics_path=metrics_path,
     )
 
 

@@ -16,6 +16,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.responses import Response
 
 from ...verdicts import Resumption
+from ..metrics import count_unavailable
 from ..unavailable import RETRY_AFTER
 
 __all__ = ["cannot_resume", "json_error", "unavailable"]
@@ -46,6 +47,7 @@ def unavailable(session_id: str | None, message: str, data: dict[str, Any] | Non
     The session stays: a client retries, here or on another replica.
     """
     retry = {"Retry-After": str(RETRY_AFTER)}
+    count_unavailable(data)
     return json_error(
         session_id, HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR, message, data, retry
     )
