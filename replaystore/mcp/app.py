@@ -63,7 +63,7 @@ __all__ = ["Shared", "session_managers", "streamable_http_app", "task_name_heade
 logger = logging.getLogger("replaystore.mcp")
 
 
-@dataclass
+@dataclass(eq=False)  # one per app, kept in a weak set by the metrics
 class Shared:
     """What an app shares with the other replicas beyond sessions (``app.state.replaystore``).
 
