@@ -39,6 +39,7 @@ from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 from ...backends.session_registry import holder_field
 from ...buffer import ReplayBuffer
 from ...errors import StorageError, UnknownSessionError
+from ...outages import OutageLog
 from ...verdicts import Resumption, ResumptionDesyncError
 from ..metrics import STORAGE_ERROR, ResumptionObserver, time_store
 from ..refusals import store_trouble
@@ -46,7 +47,6 @@ from ..settings import Settings
 from .again import note_refusal
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
-from .outages import OutageLog
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection

@@ -67,8 +67,11 @@ class OnRedis:
 
     def bus(self, replica: str, handler: Handler) -> Bus:
         from .bus import RedisBus
+        from .outage import watch_of
 
-        return RedisBus(replica, handler, self.wire, self.prefix)
+        return RedisBus(
+            replica, handler, self.wire, self.prefix, watch_of(self.client, self.prefix)
+        )
 
     def task_store(
         self, *, namespace: str = "", wait_replicas: int = 0, wait_timeout: float = 1.0
@@ -85,8 +88,10 @@ class OnRedis:
 
     def listen_events(self, *, keep: int, block: float | None) -> RedisEventLog:
         from .listen import RedisEventLog
+        from .outage import watch_of
 
-        return RedisEventLog(self.client, self.key_base, keep=keep, block=block)
+        watch = watch_of(self.client, self.prefix)
+        return RedisEventLog(self.client, self.key_base, keep=keep, block=block, watch=watch)
 
     async def request_state_key(self, candidate: str) -> str:
         key = request_state(self.prefix)
