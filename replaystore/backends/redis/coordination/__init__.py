@@ -115,6 +115,21 @@ class OnRedis:
 
         return await eviction_warning(self.client)
 
+    async def expiries(self, session: str) -> dict[str, float | None]:
+        """Every key of the session (its events, record, leases, end claims, tombstone), and
+        the seconds it has left (None: no expiry), for an operator's eyes."""
+        pattern = matching(self.key_base(session))
+        try:
+            found = sorted([key async for key in self.client.scan_iter(match=pattern, count=1000)])
+            left = {}
+            for key in found:  # one by one: a cluster refuses multi-key commands across slots
+                ms = await self.client.pttl(key)
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                left[name] = None if ms == -1 else (ms / 1000 if ms >= 0 else 0.0)
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the session's expiries", exc) from exc
+        return left
+
     async def purge(self, session: str) -> None:
         """Every key of the session carries it in its cluster hash tag, so one ``SCAN``
         pattern finds them on a standalone server and on every cluster node."""
