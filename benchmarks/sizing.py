@@ -54,95 +54,116 @@ async def _weigh(r: aioredis.Redis, pattern: str) -> tuple[int, list[float]]:
     return total, ttls
 
 
+class _Scale:
+    """The Redis being weighed, and what was found so far."""
+
+    def __init__(self, r: aioredis.Redis) -> None:
+        self.r = r
+        self.found: dict[str, Any] = {}
+
+    async def weigh(self, what: str, pattern: str, lives: str, per: str, *, less: int = 0) -> int:
+        size, _ = await _weigh(self.r, pattern)
+        self.found[what] = {"bytes": size - less, "per": per, "lives": lives}
+        return size
+
+
 async def measure(url: str) -> dict[str, Any]:
+    """Every item, weighed on the Redis at ``url`` (its database is flushed first)."""
     r = aioredis.Redis.from_url(url)
     await r.flushdb()
-    found: dict[str, Any] = {}
-
-    def note(what: str, size: int, lives: str, per: str) -> None:
-        found[what] = {"bytes": size, "per": per, "lives": lives}
-
+    scale = _Scale(r)
     async with ReplayBuffer.from_url(url, prefix=PREFIX, max_events=EVENTS) as buf:
-        coordination = coordination_of(buf.backend)
-        registry = coordination.registry()
-
-        # A session: opened, one priming event; then EVENTS events of EVENT_BYTES.
-        await buf.open_session("one")
-        await buf.append("one", "_GET_stream", None)
-        bare, _ = await _weigh(r, f"{PREFIX}{{one}}:*")
-        note("session (its keys, one event)", bare, "session_ttl after its last event", "session")
-        await buf.open_session("full")
-        for start in range(0, EVENTS, 100):
-            await buf.append_many("full", "7", [_event(i) for i in range(start, start + 100)])
-        full, _ = await _weigh(r, f"{PREFIX}{{full}}:*")
-        per_event = (full - bare) / (EVENTS - 1)
-        note(
-            f"event ({EVENT_BYTES}-byte message)",
-            round(per_event),
-            "until evicted (max_events, max_age) or the session ends",
-            "retained event",
-        )
-
-        # What MCP replicas keep beside a session.
-        anchor = await buf.append("one", "_GET_stream", None)
-        client = json.dumps(
-            {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"sampling": {}, "elicitation": {}},
-                "clientInfo": {"name": "some-client", "version": "1.2.3"},
-            }
-        )
-        fields = {"version": "2025-11-25", "client": client, "owner": "", "get": anchor}
-        fields["held:" + "r" * 32] = "1"
-        await registry.put_session("one", fields, buf.retention.session_ttl)
-        size, _ = await _weigh(r, f"{PREFIX}{{one}}:mcp")
-        note("MCP session record", size, "session_ttl, renewed while used", "session")
-        await registry.hold("one", "s" * 32)
-        more, _ = await _weigh(r, f"{PREFIX}{{one}}:mcp")
-        note("MCP record: one more serving replica", more - size, "with the record", "replica")
-
-        await registry.acquire("one", "42", "r" * 32, 30.0)
-        size, _ = await _weigh(r, f"{PREFIX}{{one}}:mcp:lease:42")
-        note("lease of a running request", size, "while it runs (lease_ttl, renewed)", "request")
-        await registry.release("one", "42", "r" * 32)
-        size, _ = await _weigh(r, f"{PREFIX}{{one}}:mcp:lease:42")
-        note(
-            "answered-request marker",
-            size,
-            f"{FINISHED_TTL:g} s after the answer",
-            "request answered in the last hour",
-        )
-        await registry.claim_end("one", "43", _END_MEMORY)
-        size, _ = await _weigh(r, f"{PREFIX}{{one}}:mcp:end:43")
-        note("end claim (a lost request ended)", size, f"{_END_MEMORY:g} s", "request lost")
-
-        await buf.close_session("full")
-        size, _ = await _weigh(r, f"{PREFIX}{{full}}:t")
-        note("tombstone (why a session ended)", size, "tombstone_ttl (1 h)", "ended session")
-
-        # The health check's deep probe, and the store marker every replica reads.
+        await _sessions(scale, buf)
+        await _mcp_keys(scale, buf)
+        # The health check's deep probe.
         assert await check_store(buf) == []
-        size, ttls = await _weigh(r, f"{PREFIX}{{probe.*")
-        note("health check (deep)", size, f"{max(ttls, default=0):g} s", "deep check")
-
-        # A task (2026-07-28 tasks extension): created, then finished with a result.
-        store = coordination.task_store(namespace="server")
-        await store.create("t1", runner="r1", lease=30.0, ttl_ms=3_600_000)
-        result = {"content": [{"type": "text", "text": "x" * 200}]}
-        await store.finish("t1", "completed", result=result, runner="r1")
-        size, _ = await _weigh(r, f"{PREFIX}{{task:server:t1}}:*")
-        note("task (finished, 200-byte result)", size, "the task's ttl", "task")
-
-        # Listen events: a stream of at most `keep` entries, and its counter.
-        bus = StoreSubscriptionBus(keep=10_000)
-        bus.bind(buf)
-        for _ in range(1_000):
-            await bus.publish(ToolsListChanged())
-        size, _ = await _weigh(r, f"{PREFIX}{{listen}}:*")
-        note("listen event", round(size / 1_000), "until trimmed (keep: 10,000)", "event")
-
+        _, ttls = await _weigh(r, f"{PREFIX}{{probe.*")
+        await scale.weigh("health check (deep)", f"{PREFIX}{{probe.*", f"{max(ttls):g} s", "check")
+        await _tasks_and_listen(scale, buf)
     await r.aclose()
-    return found
+    return scale.found
+
+
+async def _sessions(scale: _Scale, buf: ReplayBuffer) -> None:
+    """A session with one priming event; one with EVENTS events of EVENT_BYTES; a tombstone."""
+    await buf.open_session("one")
+    await buf.append("one", "_GET_stream", None)
+    bare = await scale.weigh(
+        "session (its keys, one event)", f"{PREFIX}{{one}}:*", "session_ttl after its last event",
+        "session",
+    )  # fmt: skip
+    await buf.open_session("full")
+    for start in range(0, EVENTS, 100):
+        await buf.append_many("full", "7", [_event(i) for i in range(start, start + 100)])
+    full, _ = await _weigh(scale.r, f"{PREFIX}{{full}}:*")
+    scale.found[f"event ({EVENT_BYTES}-byte message)"] = {
+        "bytes": round((full - bare) / (EVENTS - 1)),
+        "per": "retained event",
+        "lives": "until evicted (max_events, max_age) or the session ends",
+    }
+    await buf.close_session("full")
+    await scale.weigh(
+        "tombstone (why a session ended)", f"{PREFIX}{{full}}:t", "tombstone_ttl (1 h)",
+        "ended session",
+    )  # fmt: skip
+
+
+async def _mcp_keys(scale: _Scale, buf: ReplayBuffer) -> None:
+    """What MCP replicas keep beside a session: its record, leases, markers, end claims."""
+    registry = coordination_of(buf.backend).registry()
+    anchor = await buf.append("one", "_GET_stream", None)
+    client = json.dumps(
+        {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "some-client", "version": "1.2.3"},
+        }
+    )
+    fields = {"version": "2025-11-25", "client": client, "owner": "", "get": anchor}
+    fields["held:" + "r" * 32] = "1"
+    await registry.put_session("one", fields, buf.retention.session_ttl)
+    record = f"{PREFIX}{{one}}:mcp"
+    size = await scale.weigh("MCP session record", record, "session_ttl, renewed", "session")
+    await registry.hold("one", "s" * 32)
+    await scale.weigh(
+        "MCP record: one more serving replica", record, "with the record", "replica", less=size
+    )
+    lease = f"{PREFIX}{{one}}:mcp:lease:42"
+    await registry.acquire("one", "42", "r" * 32, 30.0)
+    await scale.weigh("lease of a running request", lease, "lease_ttl, renewed", "request")
+    await registry.release("one", "42", "r" * 32)
+    await scale.weigh(
+        "answered-request marker", lease, f"{FINISHED_TTL:g} s after the answer",
+        "request answered in the last hour",
+    )  # fmt: skip
+    await registry.claim_end("one", "43", _END_MEMORY)
+    await scale.weigh(
+        "end claim (a lost request ended)", f"{PREFIX}{{one}}:mcp:end:43", f"{_END_MEMORY:g} s",
+        "request lost",
+    )  # fmt: skip
+
+
+async def _tasks_and_listen(scale: _Scale, buf: ReplayBuffer) -> None:
+    """A finished task (2026-07-28 tasks extension), and listen events."""
+    coordination = coordination_of(buf.backend)
+    store = coordination.task_store(namespace="server")
+    await store.create("t1", runner="r1", lease=30.0, ttl_ms=3_600_000)
+    result = {"content": [{"type": "text", "text": "x" * 200}]}
+    await store.finish("t1", "completed", result=result, runner="r1")
+    await scale.weigh(
+        "task (finished, 200-byte result)", f"{PREFIX}{{task:server:t1}}:*", "the task's ttl",
+        "task",
+    )  # fmt: skip
+    bus = StoreSubscriptionBus(keep=10_000)
+    bus.bind(buf)
+    for _ in range(1_000):
+        await bus.publish(ToolsListChanged())
+    size, _ = await _weigh(scale.r, f"{PREFIX}{{listen}}:*")
+    scale.found["listen event"] = {
+        "bytes": round(size / 1_000),
+        "per": "event",
+        "lives": "until trimmed (keep: 10,000)",
+    }
 
 
 def worked_example(found: dict[str, Any]) -> dict[str, Any]:

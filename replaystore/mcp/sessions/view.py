@@ -36,10 +36,10 @@ from mcp.server.streamable_http import (
 )
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 
+from ...backends.outages import OutageLog
 from ...backends.session_registry import holder_field
 from ...buffer import ReplayBuffer
 from ...errors import StorageError, UnknownSessionError
-from ...outages import OutageLog
 from ...verdicts import Resumption, ResumptionDesyncError
 from ..metrics import STORAGE_ERROR, ResumptionObserver, time_store
 from ..refusals import store_trouble

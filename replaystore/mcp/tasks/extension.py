@@ -75,7 +75,7 @@ from ...taskstore import (
     new_task_id,
     valid_task_id,
 )
-from ..metrics import count_drain, count_task_end
+from ..metrics import count_task_end
 from ..sessions.again import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
@@ -317,13 +317,10 @@ class ReplayTasks(Extension):
                 with anyio.CancelScope(shield=True):
                     if self._draining:
                         await drain_runs(self._runs, self.drain_seconds)
-                        if self._runs:
-                            count_drain("handed_over")
                     await hand_over(self.store, self._runs, self._runner, self.store_timeout)
                 group.cancel_scope.cancel()
 
-    def running_states(self) -> list[str]:
-        """The state of each task running here: ``input_required`` while it waits for an answer."""
+    def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
         return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
 
     def drain(self) -> None:

@@ -30,8 +30,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from ...backends.outages import OutageLog
 from ...errors import StorageError
-from ...outages import OutageLog
 from ...taskstore import TERMINAL, Beat, TaskStore
 
 __all__ = ["Nudged", "Run", "renew", "renewal_log", "scan"]

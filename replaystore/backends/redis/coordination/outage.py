@@ -3,7 +3,7 @@
 Every replica reads the store without pause (the notifications between
 replicas, the listen events): when Redis stops answering, each of those
 loops fails and retries about twice a second. They log through one
-:class:`~replaystore.outages.OutageLog` per store and process, so an outage
+:class:`~replaystore.backends.outages.OutageLog` per store and process, so an outage
 is one line when it begins, one per period while it lasts, and one when the
 store answers again, and that last line says whether the store came back
 **empty** (restarted without its data, or failed over to a replica that had
@@ -24,7 +24,7 @@ import secrets
 import weakref
 from typing import Any
 
-from ....outages import OutageLog
+from ...outages import OutageLog
 from ..keys import store_marker
 
 __all__ = ["StoreWatch", "watch_of"]
