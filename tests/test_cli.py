@@ -598,6 +598,10 @@ def test_example_server_log_level_reaches_the_server(
     assert longest <= 2100 and len(info) < 64_000, (longest, len(info))
     assert " characters)" in info, "the long record was cut, not dropped"
     assert "no metrics at /metrics" not in info, "prometheus_client is installed here"
+    # Where it listens, at start, whatever the level.
+    for level, (port, _, log) in started.items():
+        said = f"MCP at http://127.0.0.1:{port}/mcp, health check at http://127.0.0.1:{port}/healthz"
+        assert said in log.read_text(errors="replace"), level
 
 
 def test_example_server_says_when_metrics_are_off(tmp_path: Path) -> None:

@@ -143,7 +143,7 @@ def wire(
     app.state.replaystore = shared
     if metrics_path is not None:
         observer = serve_metrics(app, metrics_path)
-        if store.observer is None:
+        if store.observer is None and observer is not None:
             store.observer = observer
     inner = app.router.lifespan_context
 

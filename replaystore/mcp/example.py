@@ -301,6 +301,7 @@ def serve(
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
             tune_collector()  # what start-up built stays; see replaystore.mcp.collector
+            _say_where(self.servers)
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if self.loop is not None and not manager.draining:
@@ -498,6 +499,21 @@ async def _check_store(url: str) -> None:
         if problem.fatal:
             raise StorageError(problem.text, kind="noperm", permanent=True)
         logging.getLogger("replaystore").warning("%s", problem.text)
+
+
+def _say_where(servers: Sequence[Any]) -> None:
+    """One line on stderr, whatever the log level: where it listens (a port it chose too)."""
+    for server in servers:
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            extra = ", metrics at /metrics" if _has_prometheus() else ""
+            print(
+                f"replaystore example-server: MCP at {base}/mcp, health check at "
+                f"{base}/healthz{extra}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _say_if_metrics_are_off() -> None:

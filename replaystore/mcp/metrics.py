@@ -22,6 +22,7 @@ Every name is spelled here once (``docs/deployment.md`` says what to alert on).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections import Counter
@@ -205,7 +206,10 @@ class _Instruments:
         import prometheus_client
 
         self.registry = registry
-        self.observer = PrometheusObserver(registry)
+        self.observer: PrometheusObserver | None = None
+        # (ValueError: the application's own PrometheusObserver() counts there already.)
+        with contextlib.suppress(ValueError):
+            self.observer = PrometheusObserver(registry)
         self.unavailable = prometheus_client.Counter(
             UNAVAILABLE, "Requests answered 503, by reason.", ["reason"], registry=registry
         )
@@ -328,10 +332,11 @@ class _Gauges:
         )
 
 
-def serve_metrics(app: Starlette, path: str) -> PrometheusObserver:
+def serve_metrics(app: Starlette, path: str) -> PrometheusObserver | None:
     """Answer ``GET path`` with every metric of ``prometheus_client.REGISTRY`` (yours too).
 
-    Returns the process' resumption observer, for a store that has none.
+    Returns the process' resumption observer, for a store that has none (None
+    when the application registered one of its own there).
     """
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.requests import Request
