@@ -600,7 +600,9 @@ def test_example_server_log_level_reaches_the_server(
     assert "no metrics at /metrics" not in info, "prometheus_client is installed here"
     # Where it listens, at start, whatever the level.
     for level, (port, _, log) in started.items():
-        said = f"MCP at http://127.0.0.1:{port}/mcp, health check at http://127.0.0.1:{port}/healthz"
+        said = (
+            f"MCP at http://127.0.0.1:{port}/mcp, health check at http://127.0.0.1:{port}/healthz"
+        )
         assert said in log.read_text(errors="replace"), level
 
 
