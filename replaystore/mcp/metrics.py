@@ -307,7 +307,7 @@ class _Gauges:
         states: Counter[str] = Counter({"working": 0, "input_required": 0})
         for shared in list(_apps):
             for manager in shared.managers:
-                sessions += len(manager._server_instances)
+                sessions += manager.sessions_open
                 request_leases += manager.replica.leases_held
             if shared.tasks is not None:
                 for state in shared.tasks.running_states():

@@ -214,6 +214,11 @@ class ReplaySessionManager(ManagerOverrides):
     def replica(self) -> Replica:
         return self._replica
 
+    @property
+    def sessions_open(self) -> int:
+        """Sessions this replica serves now (its copies: every session lives in the store)."""
+        return len(self._server_instances)
+
     # ---------------------------------------------------------------- lifecycle
 
     @asynccontextmanager
