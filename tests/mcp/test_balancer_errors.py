@@ -114,30 +114,37 @@ NGINX_ERRORS = {
         b"GET /mcp HTTP/1.1\r\nHost: h\r\nAccept: text/event-stream\r\n"
         b"Last-Event-ID: " + b"7" * 60_000 + b"\r\n\r\n",
         431,
+        "a header line is above 8 KiB",
     ),
-    "malformed_request_line": (b"GARBAGE\r\n\r\n", 400),
-    "no_host": (b"GET /mcp HTTP/1.1\r\n\r\n", 400),
-    "uri_70kb": (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: h\r\n\r\n", 414),
+    "malformed_request_line": (b"GARBAGE\r\n\r\n", 400, "could not parse"),
+    "no_host": (b"GET /mcp HTTP/1.1\r\n\r\n", 400, "could not parse"),
+    "uri_70kb": (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: h\r\n\r\n", 414, "URI Too Long"),
     "unknown_transfer_encoding": (
         b"POST /mcp HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n",
         501,
+        "transfer encoding",
     ),
-    "http_3_0": (b"GET /mcp HTTP/3.0\r\nHost: h\r\n\r\n", 505),
-    "body_above_4mib": (b"POST /mcp HTTP/1.1\r\nHost: h\r\nContent-Length: 5000000\r\n\r\n", 413),
+    "http_3_0": (b"GET /mcp HTTP/3.0\r\nHost: h\r\n\r\n", 505, "HTTP Version Not Supported"),
+    "body_above_4mib": (
+        b"POST /mcp HTTP/1.1\r\nHost: h\r\nContent-Length: 5000000\r\n\r\n",
+        413,
+        "above 4 MiB",
+    ),
     # No replica answers: nginx's 502, answered as a replica's 503.
     "unanswered": (
         b"POST /mcp HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
         503,
+        "no server replica could answer",
     ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(NGINX_ERRORS))
 def test_nginx_answers_each_error_of_its_own_in_json(balancers: Balancers, case: str) -> None:
-    request, status = NGINX_ERRORS[case]
+    request, status, says = NGINX_ERRORS[case]
     got, headers, body = _exchange(balancers.nginx, request)
     assert got == status, body[:300]
-    _json_rpc_error(headers, body)
+    assert says in str(_json_rpc_error(headers, body)["message"])
     if status == 503:
         assert headers.get("retry-after") == "1"
 
