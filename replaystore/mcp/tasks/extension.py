@@ -76,6 +76,7 @@ from ...taskstore import (
 )
 from ...taskstore.events import event_blob
 from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
+from ..metrics import count_task_end
 from ..sessions.again import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
@@ -132,8 +133,7 @@ class ReplayTasks(Extension):
     and prefix (``namespace="billing-staging"``), or to let servers of
     different names serve one app's tasks.
 
-    ``events``: how long each task's events (:func:`~replaystore.mcp.tasks.emit_event`,
-    its progress, its status changes) are kept for ``tasks/stream``.
+    ``events``: how long each task's events are kept for ``tasks/stream``.
     """
 
     identifier = EXTENSION
@@ -178,8 +178,7 @@ class ReplayTasks(Extension):
         self._draining = False
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
-        #: The app answers JSON only (set by the wiring): no ``tasks/stream`` then.
-        self.json_responses = False
+        self.json_responses = False  # the app answers JSON only: no tasks/stream (the wiring)
         #: How long a client's request waits for the store before it is answered
         #: 503 (the app's ``store_timeout``, set by the app wiring).
         self.store_timeout = DEFAULT_STORE_TIMEOUT
@@ -290,6 +289,9 @@ class ReplayTasks(Extension):
     @property
     def draining(self) -> bool:  # open ``tasks/stream`` requests end early
         return self._draining
+
+    def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
+        return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
 
     def drain(self) -> None:
         """Take no new task (503), for the process is stopping (on ``SIGTERM``).
@@ -567,6 +569,7 @@ class ReplayTasks(Extension):
                         message=message,
                         runner=self._runner,
                     )
+                    count_task_end(status)
                 except TaskInputError as exc:
                     text = f"the tool's result cannot be stored: {exc}"
                     error = {"code": INTERNAL_ERROR, "message": text}
