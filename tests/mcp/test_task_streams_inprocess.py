@@ -71,6 +71,19 @@ async def _bare(ctx: Any) -> str:
     return "stored"
 
 
+class _LostReplies(MemoryTaskStore):
+    """Stores each of the first appends, then loses its reply (the store said nothing)."""
+
+    lost = 0
+
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
+        seq = await super().emit(task_id, runner, blob, key=key)
+        if self.lost < 2:
+            self.lost += 1
+            raise StorageError("the reply was lost")
+        return seq
+
+
 class _Outage(MemoryTaskStore):
     async def events(self, *args: Any, **kwargs: Any) -> EventPage | None:
         raise StorageError("the store is down")
@@ -318,6 +331,20 @@ async def test_live_events_follow_the_replay_and_a_drain_ends_without_a_result()
         assert _seqs(events) == [0, 1] and final is None  # cut, never `{}`
         assert (await app.get(held))["result"]["status"] == "working"  # the task goes on
         app.gate.open.set()
+
+
+async def test_an_append_whose_reply_was_lost_is_sent_again_and_stored_once() -> None:
+    async with _app("sdk", store=_LostReplies()) as app:
+        task_id = await app.task("steps", n=2)
+        await app.until(task_id, "completed")
+        events, final, _ = await app.stream(task_id)
+        assert [e["payload"] for e in events] == [
+            {"status": "working"},
+            {"n": 0},
+            {"n": 1},
+            {"status": "completed"},
+        ]
+        assert _seqs(events) == [0, 1, 2, 3] and _empty(final)
 
 
 async def test_a_store_outage_is_503_never_an_empty_result() -> None:

@@ -74,7 +74,6 @@ from ...taskstore import (
     new_task_id,
     valid_task_id,
 )
-from ...taskstore.events import event_blob
 from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
 from ..metrics import count_task_end
 from ..sessions.again import bounded
@@ -289,6 +288,10 @@ class ReplayTasks(Extension):
     @property
     def draining(self) -> bool:  # open ``tasks/stream`` requests end early
         return self._draining
+
+    @property
+    def runner(self) -> str:  # this replica, as the holder of the tasks it runs
+        return self._runner
 
     def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
         return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
@@ -583,28 +586,6 @@ class ReplayTasks(Extension):
                     logger.warning("task %s: could not store its end: %s", task_id, exc)
                     return
             await anyio.sleep(self.check_interval)
-
-    async def emit(self, run: Run, event_type: str, payload: Mapping[str, Any]) -> int:
-        """Store an event of ``run``'s task; a run that no longer holds its task stops here."""
-        value = dict(payload) if isinstance(payload, Mapping) else payload  # else refused
-        blob, give_up = (
-            event_blob(event_type, value, self.events),
-            anyio.current_time() + self.lease,
-        )
-        run.emitted += 1
-        while True:  # a store that stalls is waited for (a lease); the key stores it once
-            try:
-                seq = await self.store.emit(run.task_id, self._runner, blob, key=str(run.emitted))
-                break
-            except StorageError:
-                if anyio.current_time() >= give_up:
-                    raise
-            await anyio.sleep(self.check_interval)
-        if seq is None:
-            run.ended = True
-            run.scope.cancel()
-            await anyio.sleep_forever()
-        return seq or 0
 
     async def _stream(self, ctx: ServerRequestContext[Any, Any], params: StreamParams) -> Any:
         return await stream_events(self, ctx, params, self._check(ctx, params))

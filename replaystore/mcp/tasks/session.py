@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from mcp.server.context import HandlerResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.session import ServerSession
@@ -26,6 +27,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 from ...errors import StorageError
+from ...taskstore.events import event_blob
 from ...taskstore.records import TaskInputError
 from ...taskstore.sep2694 import PROGRESS_TYPE
 from .leases import Run
@@ -79,8 +81,30 @@ class TaskSession(ServerSession):
         return result_type.model_validate(answer, by_name=False)
 
     async def emit_event(self, event_type: str, payload: Mapping[str, Any]) -> int:
-        """Store an event of this task (see :func:`~replaystore.mcp.tasks.emit_event`)."""
-        return await self._replay_tasks.emit(self._replay_run, event_type, payload)
+        """Store an event of this task (see :func:`~replaystore.mcp.tasks.emit_event`).
+
+        A store that stalls is waited for, up to a lease; the append's key (one
+        per append of this run) stores one sent again after a lost reply once.
+        A run that no longer holds its task (ended, or run again elsewhere) stops.
+        """
+        tasks, run = self._replay_tasks, self._replay_run
+        value = dict(payload) if isinstance(payload, Mapping) else payload  # else refused
+        blob = event_blob(event_type, value, tasks.events)
+        give_up = anyio.current_time() + tasks.lease
+        run.emitted += 1
+        while True:
+            try:
+                seq = await tasks.store.emit(run.task_id, tasks.runner, blob, key=str(run.emitted))
+                break
+            except StorageError:
+                if anyio.current_time() >= give_up:
+                    raise
+            await anyio.sleep(tasks.check_interval)
+        if seq is None:
+            run.ended = True
+            run.scope.cancel()
+            await anyio.sleep_forever()
+        return seq or 0
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
