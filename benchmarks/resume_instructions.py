@@ -513,8 +513,11 @@ def run(
                     print(
                         f"run {attempt + 1}: {kind:<12} {case:<9} "
                         f"{fig.ir_per_resume_net / 1e6:6.3f}M Ir per resume (net)"
-                        + (f", {fig.unexpected} unexpected answers: {fig.answers}"
-                           if fig.unexpected else ""),  # fmt: skip
+                        + (
+                            f", {fig.unexpected} unexpected answers: {fig.answers}"
+                            if fig.unexpected
+                            else ""
+                        ),
                         file=log,
                         flush=True,
                     )
