@@ -20,6 +20,7 @@ script says they are due.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -55,12 +56,15 @@ from .fences import Fences, behind, regressed, regressed_answer
 from .keys import DEFAULT_PREFIX, meta, run_index, session_keys
 from .keys import base as session_base
 from .keys import sequence as sequence_key
+from .marker import StoreMarker
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
+
+logger = logging.getLogger(__name__)
 
 #: Declared lists per sweep or touch call.
 _CHUNK = 1000
@@ -136,6 +140,9 @@ class RedisBackend(Backend):
         self._lean = run_split_ms(retention) == 0
         self._fences = Fences()  # what this process was handed (a failover may lose it)
         self._disconnected = False  # a connection failed since the fences were last checked
+        #: The store's run marker as this process saw it (a restore takes it back).
+        self.marker = StoreMarker(self._wire.command, prefix)
+        self.marker.on_regressed(self._end_fenced)
 
     @classmethod
     def from_url(
@@ -149,7 +156,14 @@ class RedisBackend(Backend):
 
     def coordination(self) -> OnRedis:
         """Replicas share this Redis: registry keys beside the session's, pub/sub notifications."""
-        return OnRedis(self.client, self.prefix, self.key_base, self._wire)
+        return OnRedis(
+            self.client,
+            self.prefix,
+            self.key_base,
+            self._wire,
+            marker=self.marker,
+            end_restored=self.end_restored,
+        )
 
     # -- keys ----------------------------------------------------------------
 
@@ -510,15 +524,35 @@ class RedisBackend(Backend):
 
     async def check_fences(self) -> list[str]:
         """End every session whose store lost positions this process was handed (after a
-        lost connection, before the next append or resume); the sessions ended."""
+        lost connection, before the next append or resume); the sessions ended.
+
+        The store's marker is read first: a store restored from an older
+        snapshot (a restart cuts every connection) ends every fenced session.
+        """
         self._disconnected = False
         try:
+            await self.marker.look()
             return await behind(
                 self._fences, self.client, lambda s: meta(self.key_base(s)), self._end_regressed
             )
         except (RedisError, RedisClusterException) as exc:
             self._disconnected = True  # still unreachable: check again next time
             raise storage_error("checking for lost appends", exc) from exc
+
+    async def end_restored(self, session: str, epoch: str = "") -> None:
+        """End ``session`` for every replica (whatever its incarnation, without ``epoch``):
+        the store went back in time since it began (:mod:`.marker`)."""
+        self._fences.forget(session)
+        tomb = tombstone_head("store_restored", Verdict.STORE_REGRESSED.value)
+        await self._close(session, tomb, (epoch, "always", ""), later=True)
+
+    async def _end_fenced(self) -> None:
+        """The store went back: end every session this process was appending to."""
+        for session, epoch, _ in self._fences.sessions():
+            try:
+                await self.end_restored(session, epoch)
+            except StorageError as exc:  # its record is refused when read, by era
+                logger.warning("session %s could not be ended: %s", session, exc)
 
     async def _end_regressed(self, session: str, epoch: str) -> None:
         """End ``session`` (incarnation ``epoch``) for every replica: the store lost appends.

@@ -44,6 +44,7 @@ __all__ = [
     "sequence",
     "session_channel",
     "session_keys",
+    "store_marker",
     "swept",
     "task_index",
     "task_keys",
@@ -157,6 +158,11 @@ def replica_channel(prefix: str, replica: str) -> str:
 def probe_channel(prefix: str, replica: str) -> str:
     """The channel a replica's start-up check publishes on and subscribes to."""
     return replica_channel(prefix, f"probe.{replica}")
+
+
+def store_marker(prefix: str) -> str:
+    """The store's run marker: an id and a count of lasting facts, to see the store go back."""
+    return f"{prefix}{{store}}:marker"
 
 
 def request_state(prefix: str) -> str:

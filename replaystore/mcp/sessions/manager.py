@@ -56,8 +56,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
-from ...errors import StorageError
-from ...verdicts import Verdict
+from ...errors import StorageError, StoreRegressedError
+from ...verdicts import Evidence, Resumption, Verdict, reason_text
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
 from ..metrics import ResumptionObserver
@@ -362,6 +362,12 @@ class ReplaySessionManager(ManagerOverrides):
             view = transport.view if transport is not None else None
             if isinstance(read, _Read) and refused is None and view is not None:
                 view.live.pending = (read.cursor, read.attachment)
+        except StoreRegressedError:
+            logger.warning(
+                "session %s ended: the store went back in time since it began", session_id[:64]
+            )
+            await cannot_resume(session_id, _restored(session_id))(scope, receive, send)
+            return True
         except StorageError as exc:
             logger.warning(
                 "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)
@@ -673,6 +679,12 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
 
 #: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
 HEALTH_PATH = "/healthz"
+
+
+def _restored(session_id: str) -> Resumption:
+    """The verdict on a session whose record is older than the store's last step back."""
+    evidence = Evidence(session_id, reason_text("store_restored"), torn_down=True)
+    return Resumption(Verdict.STORE_REGRESSED, evidence)
 
 
 def _unavailable(exc: StorageError) -> Response:
