@@ -116,13 +116,15 @@ class RedisRegistry(Registry):
         return reply
 
     async def _trusted(self, session: str, raw: Any) -> dict[str, str] | None:
-        """The record in ``raw``; one written before the store went back ends its session."""
+        """The record in ``raw``; one written before the store went back ends its session.
+
+        The record is left to expire, so that every replica reading it says why.
+        """
         if not raw:
             return None
         record = _pairs(raw)
         if self._marker is None or self._marker.trusts(record.get(ERA)):
             return record
-        await self._call("drop", "DEL", self._record(session))
         if self._end_restored is not None:
             await self._end_restored(session)
         raise StoreRegressedError(session)
