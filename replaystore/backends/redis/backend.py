@@ -20,11 +20,11 @@ script says they are due.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
@@ -52,7 +52,7 @@ from .client import build_client, storage_error
 from .coordination import OnRedis
 from .durability import append_and_wait, appended, check_options, options_from
 from .fastpath import Failed, FastPath
-from .fences import Fences, behind, regressed, regressed_answer
+from .fences import Fences, behind, end_every, regressed, regressed_answer
 from .keys import DEFAULT_PREFIX, meta, run_index, session_keys
 from .keys import base as session_base
 from .keys import sequence as sequence_key
@@ -63,8 +63,6 @@ from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
 from .wire import Wire, pack_args, talks_to_one_server
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
-
-logger = logging.getLogger(__name__)
 
 #: Declared lists per sweep or touch call.
 _CHUNK = 1000
@@ -140,9 +138,9 @@ class RedisBackend(Backend):
         self._lean = run_split_ms(retention) == 0
         self._fences = Fences()  # what this process was handed (a failover may lose it)
         self._disconnected = False  # a connection failed since the fences were last checked
-        #: The store's run marker as this process saw it (a restore takes it back).
-        self.marker = StoreMarker(self._wire.command, prefix)
-        self.marker.on_regressed(self._end_fenced)
+        self.marker = StoreMarker(self._wire.command, prefix)  # the store's, as seen here
+        self._end_restored = partial(self._end_regressed, code="store_restored")
+        self.marker.on_regressed(lambda: end_every(self._fences, self._end_restored))
 
     @classmethod
     def from_url(
@@ -156,14 +154,8 @@ class RedisBackend(Backend):
 
     def coordination(self) -> OnRedis:
         """Replicas share this Redis: registry keys beside the session's, pub/sub notifications."""
-        return OnRedis(
-            self.client,
-            self.prefix,
-            self.key_base,
-            self._wire,
-            marker=self.marker,
-            end_restored=self.end_restored,
-        )
+        shared = (self.client, self.prefix, self.key_base, self._wire)
+        return OnRedis(*shared, self.marker, self._end_restored)
 
     # -- keys ----------------------------------------------------------------
 
@@ -524,14 +516,10 @@ class RedisBackend(Backend):
 
     async def check_fences(self) -> list[str]:
         """End every session whose store lost positions this process was handed (after a
-        lost connection, before the next append or resume); the sessions ended.
-
-        The store's marker is read first: a store restored from an older
-        snapshot (a restart cuts every connection) ends every fenced session.
-        """
+        lost connection, before the next append or resume); the sessions ended."""
         self._disconnected = False
         try:
-            await self.marker.look()
+            await self.marker.look()  # a restore from an older snapshot ends every fenced one
             return await behind(
                 self._fences, self.client, lambda s: meta(self.key_base(s)), self._end_regressed
             )
@@ -539,29 +527,15 @@ class RedisBackend(Backend):
             self._disconnected = True  # still unreachable: check again next time
             raise storage_error("checking for lost appends", exc) from exc
 
-    async def end_restored(self, session: str, epoch: str = "") -> None:
-        """End ``session`` for every replica (whatever its incarnation, without ``epoch``):
-        the store went back in time since it began (:mod:`.marker`)."""
-        self._fences.forget(session)
-        tomb = tombstone_head("store_restored", Verdict.STORE_REGRESSED.value)
-        await self._close(session, tomb, (epoch, "always", ""), later=True)
-
-    async def _end_fenced(self) -> None:
-        """The store went back: end every session this process was appending to."""
-        for session, epoch, _ in self._fences.sessions():
-            try:
-                await self.end_restored(session, epoch)
-            except StorageError as exc:  # its record is refused when read, by era
-                logger.warning("session %s could not be ended: %s", session, exc)
-
-    async def _end_regressed(self, session: str, epoch: str) -> None:
-        """End ``session`` (incarnation ``epoch``) for every replica: the store lost appends.
+    async def _end_regressed(self, session: str, epoch: str, code: str = "store_regressed") -> None:
+        """End ``session`` (incarnation ``epoch``, or any) for every replica: the store lost appends
+        (``store_restored``: went back in time since the session began, :mod:`.marker`).
 
         Once the lost positions are issued again the loss stays true, so the
         teardown needs no condition beyond the incarnation.
         """
         self._fences.forget(session)
-        tomb = tombstone_head("store_regressed", Verdict.STORE_REGRESSED.value)
+        tomb = tombstone_head(code, Verdict.STORE_REGRESSED.value)
         await self._close(session, tomb, (epoch, "always", ""), later=True)
 
     async def _resolve(

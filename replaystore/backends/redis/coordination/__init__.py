@@ -54,9 +54,8 @@ class OnRedis:
         prefix: str,
         key_base: Callable[[str], str],
         wire: Wire | None = None,
-        *,
         marker: StoreMarker | None = None,
-        end_restored: Callable[[str], Awaitable[None]] | None = None,
+        end_restored: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.client = client
         #: How the registry's and the bus's commands reach Redis (the backend's own, shared).

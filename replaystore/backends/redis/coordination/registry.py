@@ -66,7 +66,7 @@ class RedisRegistry(Registry):
         wire: Wire,
         key_base: Callable[[str], str],
         marker: StoreMarker | None = None,
-        end_restored: Callable[[str], Awaitable[None]] | None = None,
+        end_restored: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self._key_base = key_base
         self._wire = wire
@@ -126,7 +126,7 @@ class RedisRegistry(Registry):
         if self._marker is None or self._marker.trusts(record.get(ERA)):
             return record
         if self._end_restored is not None:
-            await self._end_restored(session)
+            await self._end_restored(session, "")
         raise StoreRegressedError(session)
 
     async def look_back(self) -> None:
