@@ -123,7 +123,8 @@ class RedisRegistry(Registry):
         if not raw:
             return None
         record = _pairs(raw)
-        if self._marker is None or self._marker.trusts(record.get(ERA)):
+        era = record.pop(ERA, None)  # the registry's own: not one of the caller's fields
+        if self._marker is None or self._marker.trusts(era):
             return record
         if self._end_restored is not None:
             await self._end_restored(session, "")
