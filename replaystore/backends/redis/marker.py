@@ -45,7 +45,7 @@ __all__ = ["StoreMarker"]
 
 logger = logging.getLogger(__name__)
 
-# The marker read, created when the store holds none (a new store).
+# The marker created when the store holds none (a new store), and read.
 _LOOK = (
     "redis.call('HSETNX', KEYS[1], 'id', ARGV[1]) "
     "return redis.call('HMGET', KEYS[1], 'id', 'n', 'at')"
@@ -116,8 +116,8 @@ class StoreMarker:
         return ("HMGET", self.key, "id", "n", "at")
 
     async def look(self) -> None:
-        """Read the marker (creating it in a store that holds none) and take it in."""
-        await self.seen(await self._command(("EVAL", _LOOK, 1, self.key, _fresh())))
+        """Read the marker and take it in (a plain read: served by a full or read-only store)."""
+        await self.seen(await self._command(self.read))
 
     async def counted(self) -> None:
         """Count one more lasting fact (a session ended, a task ended) and take the reply in."""
@@ -143,8 +143,8 @@ class StoreMarker:
         stored, count, since = _decode(reply)
         era = self.era
         if era is None:
-            if stored is None:
-                await self.look()  # a store without a marker yet: this creates it
+            if stored is None:  # a store without a marker yet: create it
+                await self.seen(await self._command(("EVAL", _LOOK, 1, self.key, _fresh())))
             else:
                 self.era, self.count, self.since = stored, count, since
             return
