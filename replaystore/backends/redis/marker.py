@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,7 +42,12 @@ import anyio
 
 from . import keys
 
-__all__ = ["StoreMarker"]
+__all__ = ["FRESH", "StoreMarker"]
+
+#: Seconds a read of the marker stays fresh: a read made anyway (a session
+#: record, a task) carries one only when the last is older, so a storm of
+#: reads costs a few marker reads per second, not one each.
+FRESH = 0.05
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +98,7 @@ def _decode(reply: Any) -> tuple[str | None, int, int]:
 class StoreMarker:
     """What this process saw of its store's marker: the era, its count, its declaration time."""
 
-    __slots__ = ("_command", "_lock", "_reactions", "count", "era", "key", "since")
+    __slots__ = ("_command", "_fresh_until", "_lock", "_reactions", "count", "era", "key", "since")
 
     def __init__(self, command: Callable[[tuple[Any, ...]], Awaitable[Any]], prefix: str) -> None:
         self.key = keys.store_marker(prefix)
@@ -105,10 +111,15 @@ class StoreMarker:
         self.since = 0
         self._reactions: list[Callable[[], Awaitable[None]]] = []
         self._lock = anyio.Lock()
+        self._fresh_until = 0.0
 
     def on_regressed(self, react: Callable[[], Awaitable[None]]) -> None:
         """Call ``react`` each time this process learns that the store went back."""
         self._reactions.append(react)
+
+    def due(self) -> bool:
+        """Whether a read made anyway should carry a read of the marker (:data:`FRESH`)."""
+        return time.monotonic() >= self._fresh_until
 
     @property
     def read(self) -> tuple[Any, ...]:
@@ -141,6 +152,7 @@ class StoreMarker:
     async def seen(self, reply: Any) -> None:
         """Take in a read of the marker (``HMGET id n at``, or a script's same reply)."""
         stored, count, since = _decode(reply)
+        self._fresh_until = time.monotonic() + FRESH
         era = self.era
         if era is None:
             if stored is None:  # a store without a marker yet: create it

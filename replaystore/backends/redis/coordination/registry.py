@@ -95,9 +95,10 @@ class RedisRegistry(Registry):
             raise storage_error(f"session registry {what}", exc) from exc
 
     async def _with_marker(self, what: str, command: tuple[Any, ...]) -> Any:
-        """``command``'s reply, the store's marker read in the same packet and taken in."""
+        """``command``'s reply, the store's marker read in the same packet and taken in
+        (unless read a moment ago: :data:`..marker.FRESH`)."""
         marker = self._marker
-        if marker is None:
+        if marker is None or not marker.due():
             return await self._call(what, *command)
         try:
             if self._wire.by_hand:  # shared with the other calls ready, as a single command is

@@ -384,9 +384,9 @@ class RedisTaskStore(TaskStore):
 
     async def _seen(self, steps: Sequence[_Step]) -> list[Any]:
         """``steps``' replies, the store's marker read first in the same round trip and taken in
-        (:mod:`..marker`); without a marker, ``steps`` alone."""
+        (:mod:`..marker`); ``steps`` alone without a marker, or one read a moment ago."""
         marker = self._marker
-        if marker is None:
+        if marker is None or not marker.due():
             return await self._send(steps)
         seen, *replies = await self._send([_Step(None, args=marker.read), *steps])
         try:
