@@ -70,6 +70,7 @@ async def test_after_a_restore_what_ended_stays_ended_on_every_replica(
         ]
         with redis.Redis.from_url(own_server.url) as direct:
             direct.save()  # the snapshot: the session live, the task working
+        assert _task_field(own_server.url, task_id, "st") == b"working"  # so it was at the SAVE
 
         deleted = await fresh.delete(a.url, headers=session.headers())
         assert deleted.status_code == 200
