@@ -412,9 +412,12 @@ class RedisTaskStore(TaskStore):
         await self.finish(task_id, "failed", error=RESTORED_ERROR, message=message)
 
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
-        [reply] = await self._seen([_Step("get", self.keys(task_id), (owner or "",))])
-        if isinstance(reply, Exception):
-            raise _storage_error("task get", reply)
+        if self._marker is not None and self._marker.due():
+            [reply] = await self._seen([_Step("get", self.keys(task_id), (owner or "",))])
+            if isinstance(reply, Exception):
+                raise _storage_error("task get", reply)
+        else:
+            reply = await self._run("get", task_id, owner or "")
         if not reply:
             return None
         rerun = len(reply) > 2 and int(reply[2]) == 1
