@@ -683,8 +683,10 @@ HEALTH_PATH = "/healthz"
 
 def _restored(session_id: str) -> Resumption:
     """The verdict on a session whose record is older than the store's last step back."""
-    evidence = Evidence(session_id, reason_text("store_restored"), torn_down=True)
-    return Resumption(Verdict.STORE_REGRESSED, evidence)
+    return Resumption(
+        Verdict.STORE_REGRESSED,
+        Evidence(session_id, reason_text("store_restored"), torn_down=True),
+    )
 
 
 def _unavailable(exc: StorageError) -> Response:
