@@ -118,8 +118,16 @@ class StoreMarker:
         self._reactions.append(react)
 
     def due(self) -> bool:
-        """Whether a read made anyway should carry a read of the marker (:data:`FRESH`)."""
-        return time.monotonic() >= self._fresh_until
+        """Whether a read made anyway should carry a read of the marker (:data:`FRESH`).
+
+        True for one caller per :data:`FRESH` seconds: of reads sent at once,
+        one carries it, not every one in flight before its reply is back.
+        """
+        now = time.monotonic()
+        if now < self._fresh_until:
+            return False
+        self._fresh_until = now + FRESH
+        return True
 
     @property
     def read(self) -> tuple[Any, ...]:
