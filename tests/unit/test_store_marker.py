@@ -7,10 +7,15 @@ with real processes and a real Redis restarted from an older snapshot, is in
 
 from __future__ import annotations
 
+import anyio
 import pytest
 from fakeredis import FakeAsyncRedis, FakeServer
 
+from replaystore import Retention
+from replaystore.backends.redis import RedisBackend, keys
 from replaystore.backends.redis.marker import StoreMarker
+from replaystore.errors import StoreRegressedError
+from replaystore.taskstore import RESTORED_ERROR
 
 pytestmark = pytest.mark.anyio
 
@@ -92,3 +97,41 @@ async def test_a_process_that_never_saw_the_newer_facts_cannot_tell() -> None:
     c = _process(client, late)
     await c.look()
     assert c.era == era and late == []
+
+
+async def _restore(client: FakeAsyncRedis, key: str, fields: dict[bytes, bytes]) -> None:
+    """``key`` as it was when ``fields`` were read, and the count of ended things back to 0."""
+    await client.delete(key)
+    await client.hset(key, mapping=fields)  # type: ignore[arg-type]
+    await client.hset(KEY, "n", 0)
+
+
+async def test_records_from_before_a_step_back_are_refused_and_tasks_never_run_again() -> None:
+    client = FakeAsyncRedis(server=FakeServer())
+    backend = RedisBackend(Retention(), client, prefix="rs")
+    on_redis = backend.coordination()
+    registry, tasks = on_redis.registry(), on_redis.task_store()
+    await registry.put_session("s", {"version": "v"}, 60)
+    record_key = keys.registry(backend.key_base("s"))
+    snapshot = await client.hgetall(record_key)
+    assert await registry.end_session("s") is None  # ended, and counted
+    await _restore(client, record_key, snapshot)
+    await registry.look_back()
+    with pytest.raises(StoreRegressedError):
+        await registry.hold("s", "r2")
+    with pytest.raises(StoreRegressedError):  # on every read, not only the first
+        await registry.get_session("s")
+
+    call = {"name": "countdown", "arguments": {}}
+    await tasks.create("t", runner="r1", lease=0.01, ttl_ms=60_000, attempts=2, call=call)
+    task_key = tasks.keys("t")[0]  # type: ignore[attr-defined]
+    snapshot = await client.hgetall(task_key)
+    assert await tasks.finish("t", "completed", result={"content": []}, runner="r1")
+    await _restore(client, task_key, snapshot)
+    await registry.look_back()
+    await anyio.sleep(0.05)  # the restored lease lapses: a claim would run it again
+    assert await tasks.claim("t", "r2", 1.0) is None
+    ended = await tasks.get("t")
+    assert ended is not None and ended.status == "failed", ended
+    assert ended.error == RESTORED_ERROR
+    assert await client.hget(task_key, "att") == b"1"  # run once
