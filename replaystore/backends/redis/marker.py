@@ -28,7 +28,7 @@ session record read on adoption or on a resume of a session served
 elsewhere, a task read or claim; one such read per :data:`FRESH` seconds),
 after a lost connection (before its next append or resume), and once per
 check interval in the background of a replica. ``docs/guarantees.md``
-(section 11, restores) says what remains uncaught.
+(section 12, restores) says what remains uncaught.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
 from ...errors import StorageError, StoreRegressedError
-from ...verdicts import Evidence, Resumption, Verdict, reason_text
+from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
 from ..metrics import ResumptionObserver
@@ -66,7 +66,7 @@ from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error, unavailable
+from .answers import json_error, not_found, restored, unavailable, unknown, why_gone
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
@@ -362,11 +362,8 @@ class ReplaySessionManager(ManagerOverrides):
             view = transport.view if transport is not None else None
             if isinstance(read, _Read) and refused is None and view is not None:
                 view.live.pending = (read.cursor, read.attachment)
-        except StoreRegressedError:
-            logger.warning(
-                "session %s ended: the store went back in time since it began", session_id[:64]
-            )
-            await cannot_resume(session_id, _restored(session_id))(scope, receive, send)
+        except StoreRegressedError:  # its record is older than the store's last step back
+            await not_found(session_id, restored(session_id))(scope, receive, send)
             return True
         except StorageError as exc:
             logger.warning(
@@ -377,7 +374,34 @@ class ReplaySessionManager(ManagerOverrides):
         if refused is not None:
             await refused(scope, receive, send)
             return True
-        return False
+        return await self._not_found(session_id, scope, receive, send)
+
+    async def _not_found(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """404 for a session this replica will not serve, with the verdict and why it ended.
+
+        Where the SDK would answer a bare "Session not found": a session
+        nobody serves (the store ended it, lost it, or never had it), one
+        terminated here a moment ago, and one asked for with another
+        credential than its creator's (answered exactly as one that never
+        existed). False when the SDK serves the request.
+        """
+        served = self._server_instances.get(session_id)
+        if served is not None and not served.is_terminated:
+            if _requestor(scope) == self._session_owners.get(session_id):
+                return False
+            logger.warning(
+                "Rejecting request for session %s: credential does not match the one that "
+                "created the session",
+                session_id[:64],
+            )
+            gone = unknown(session_id)
+        else:
+            logger.info("Rejected request with unknown or ended session ID: %s", session_id[:64])
+            gone = await why_gone(
+                self._replay_store.buffer, session_id, self._replica.settings.store_timeout
+            )
+        await not_found(None, gone)(scope, receive, send)
+        return True
 
     async def _resume_from_store(
         self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
@@ -446,7 +470,7 @@ class ReplaySessionManager(ManagerOverrides):
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it
         await view.end_everywhere(failed=True)
-        await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
+        await not_found(session_id, attachment.resumption)(request.scope, request.receive, send)
         return True
 
     async def _adopt_session(
@@ -679,14 +703,6 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
 
 #: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
 HEALTH_PATH = "/healthz"
-
-
-def _restored(session_id: str) -> Resumption:
-    """The verdict on a session whose record is older than the store's last step back."""
-    return Resumption(
-        Verdict.STORE_REGRESSED,
-        Evidence(session_id, reason_text("store_restored"), torn_down=True),
-    )
 
 
 def _unavailable(exc: StorageError) -> Response:

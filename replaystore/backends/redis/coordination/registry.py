@@ -92,7 +92,7 @@ class RedisRegistry(Registry):
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error(f"session registry {what}", exc) from exc
+            raise storage_error(f"session registry {what}", exc, self._wire.client) from exc
 
     async def _with_marker(self, what: str, command: tuple[Any, ...]) -> Any:
         """``command``'s reply, the store's marker read in the same packet and taken in
@@ -157,10 +157,10 @@ class RedisRegistry(Registry):
         try:  # one packet: the record is replaced whole
             replies = await self._wire.pipeline(commands)
         except Exception as exc:
-            raise storage_error("session registry write", exc) from exc
+            raise storage_error("session registry write", exc, self._wire.client) from exc
         for reply in replies:
             if isinstance(reply, Exception):
-                raise storage_error("session registry write", reply)
+                raise storage_error("session registry write", reply, self._wire.client)
 
     async def get_session(self, session: str) -> dict[str, str] | None:
         raw = await self._with_marker("read", ("HGETALL", self._record(session)))
