@@ -81,24 +81,20 @@ class UnknownSessionError(ReplayStoreError, LookupError):
 
 
 class StoreRegressedError(UnknownSessionError):
-    """The store lost writes it had acknowledged, so the session was ended.
+    """The store lost appends it had acknowledged, so the session was ended.
 
     Raised by an append that finds the session's high-water below a position
     this process was handed earlier in the same incarnation: the store (a
     replica promoted before it received them) would issue those positions
-    again to other events. Raised too by a read of a session's record
-    written before the store went back in time (restored from an older
-    snapshot): what was ended or answered since may be undone. The session
-    is torn down for every replica with the verdict ``store_regressed``, and
-    its clients must start a new one.
+    again to other events. The session is torn down for every replica with
+    the verdict ``store_regressed``, and its clients must start a new one.
     """
 
     def __init__(self, session: str) -> None:
         super().__init__(session)
         self.args = (
-            f"session {session!r} ended: the store lost writes it had acknowledged "
-            "(a failover to a replica that had not received them, or a restore "
-            "from an older snapshot)",
+            f"session {session!r} ended: the store lost appends it had acknowledged "
+            "(a failover to a replica that had not received them)",
         )
 
 

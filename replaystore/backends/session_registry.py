@@ -64,9 +64,8 @@ class Registry(ABC):
     async def get_session(self, session: str) -> dict[str, str] | None:
         """The record, or None if the store does not know the session (or it ended).
 
-        Raises :class:`~replaystore.errors.StoreRegressedError` (and ends the
-        session) for a record written before the store went back in time, as
-        :meth:`hold` does.
+        A record written before the store went back in time (restored from an
+        older snapshot) ends its session, and reads as None, as in :meth:`hold`.
         """
 
     async def look_back(self) -> None:

@@ -11,10 +11,9 @@ import anyio
 import pytest
 from fakeredis import FakeAsyncRedis, FakeServer
 
-from replaystore import Retention
+from replaystore import ReplayBuffer, Retention, Verdict
 from replaystore.backends.redis import RedisBackend, keys
 from replaystore.backends.redis.marker import StoreMarker
-from replaystore.errors import StoreRegressedError
 from replaystore.taskstore import RESTORED_ERROR
 
 pytestmark = pytest.mark.anyio
@@ -111,16 +110,20 @@ async def test_records_from_before_a_step_back_are_refused_and_tasks_never_run_a
     backend = RedisBackend(Retention(), client, prefix="rs")
     on_redis = backend.coordination()
     registry, tasks = on_redis.registry(), on_redis.task_store()
+    buffer = ReplayBuffer(backend)
+    await buffer.open_session("s")
     await registry.put_session("s", {"version": "v"}, 60)
     record_key = keys.registry(backend.key_base("s"))
     snapshot = await client.hgetall(record_key)
     assert await registry.end_session("s") is None  # ended, and counted
     await _restore(client, record_key, snapshot)
     await registry.look_back()
-    with pytest.raises(StoreRegressedError):
-        await registry.hold("s", "r2")
-    with pytest.raises(StoreRegressedError):  # on every read, not only the first
-        await registry.get_session("s")
+    assert await registry.hold("s", "r2") is None
+    assert await registry.get_session("s") is None
+    gone = await buffer.resolve("s", "0")  # why, for every request
+    assert gone.verdict is Verdict.UNKNOWN_SESSION
+    tombstone = gone.evidence.tombstone
+    assert tombstone is not None and tombstone.verdict is Verdict.STORE_REGRESSED, gone
 
     call = {"name": "countdown", "arguments": {}}
     await tasks.create("t", runner="r1", lease=0.01, ttl_ms=60_000, attempts=2, call=call)

@@ -23,7 +23,7 @@ from ...verdicts import Evidence, Resumption, Verdict, reason_text
 from ..unavailable import RETRY_AFTER
 from .again import bounded
 
-__all__ = ["json_error", "not_found", "restored", "unavailable", "unknown", "why_gone"]
+__all__ = ["json_error", "not_found", "unavailable", "unknown", "why_gone"]
 
 
 def json_error(
@@ -117,12 +117,3 @@ def unknown(session_id: str, *, served: bool = False) -> Resumption:
     if served:
         return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text("vanished")))
     return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text("no_session")))
-
-
-def restored(session_id: str) -> Resumption:
-    """``store_regressed`` for a session whose record is older than the store's last step back
-    (restored from an older snapshot): ended in the store, every replica refuses it."""
-    return Resumption(
-        Verdict.STORE_REGRESSED,
-        Evidence(session_id, reason_text("store_restored"), torn_down=True),
-    )

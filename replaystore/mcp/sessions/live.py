@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ...cursor import Cursor
-from ...errors import StorageError, StoreRegressedError, UnknownSessionError
+from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Evidence, Resumption, Verdict, reason_text
 from .messages import GET_STREAM, is_response_payload
 from .tail import Tail
@@ -298,10 +298,7 @@ class LiveStreams:
         replica = self.view.replica
         if replica is None:
             return self.get_mark
-        try:
-            record = await replica.registry.get_session(self.session_id)
-        except StoreRegressedError:  # ended in the store: the resume says so
-            return self.get_mark
+        record = await replica.registry.get_session(self.session_id)
         if record is None:
             return self.get_mark
         mark = record.get("get") or self.get_mark

@@ -56,7 +56,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
-from ...errors import StorageError, StoreRegressedError
+from ...errors import StorageError
 from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
@@ -66,7 +66,7 @@ from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import json_error, not_found, restored, unavailable, unknown, why_gone
+from .answers import json_error, not_found, unavailable, unknown, why_gone
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
@@ -362,9 +362,6 @@ class ReplaySessionManager(ManagerOverrides):
             view = transport.view if transport is not None else None
             if isinstance(read, _Read) and refused is None and view is not None:
                 view.live.pending = (read.cursor, read.attachment)
-        except StoreRegressedError:  # its record is older than the store's last step back
-            await not_found(session_id, restored(session_id))(scope, receive, send)
-            return True
         except StorageError as exc:
             logger.warning(
                 "session %s cannot be looked up: %s", session_id[:64], store_trouble(exc)

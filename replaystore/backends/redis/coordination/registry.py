@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from ....errors import StorageError, StoreRegressedError
+from ....errors import StorageError
 from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 from .. import keys
 from ..client import storage_error
@@ -117,19 +117,18 @@ class RedisRegistry(Registry):
         return reply
 
     async def _trusted(self, session: str, raw: Any) -> dict[str, str] | None:
-        """The record in ``raw``; one written before the store went back ends its session.
-
-        The record is left to expire, so that every replica reading it says why.
-        """
+        """The record in ``raw``; None for one written before the store went back in time,
+        whose session ends here: its tombstone (``store_restored``) tells every request why."""
         if not raw:
             return None
         record = _pairs(raw)
         era = record.pop(ERA, None)  # the registry's own: not one of the caller's fields
         if self._marker is None or self._marker.trusts(era):
             return record
+        await self._call("drop", "DEL", self._record(session))
         if self._end_restored is not None:
             await self._end_restored(session, "")
-        raise StoreRegressedError(session)
+        return None
 
     async def look_back(self) -> None:
         if self._marker is None:
