@@ -18,7 +18,7 @@ from replaystore.taskstore import RESTORED_ERROR
 
 pytestmark = pytest.mark.anyio
 
-KEY = "rs{store}:marker"
+KEY = "rs{store}:era"
 
 
 @pytest.fixture

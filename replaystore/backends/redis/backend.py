@@ -138,9 +138,8 @@ class RedisBackend(Backend):
         self._lean = run_split_ms(retention) == 0
         self._fences = Fences()  # what this process was handed (a failover may lose it)
         self._disconnected = False  # a connection failed since the fences were last checked
-        self.marker = StoreMarker(self._wire.command, prefix)  # the store's, as seen here
-        self._end_restored = partial(self._end_regressed, code="store_restored")
-        self.marker.on_regressed(lambda: end_every(self._fences, self._end_restored))
+        self._end_restored = end = partial(self._end_regressed, code="store_restored")
+        self.marker = StoreMarker(self._wire.command, prefix, partial(end_every, self._fences, end))
 
     @classmethod
     def from_url(
@@ -423,9 +422,10 @@ class RedisBackend(Backend):
             await self._maintain(session, out[3], out[4])
         return ids
 
-    async def close_session(self, session: str) -> bool:
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
         self._fences.forget(session)
-        return await self._close(session, '{"code":"closed"', ("", "always", ""))
+        kept = None if tombstone_ttl is None else max(1, round(tombstone_ttl * 1000))
+        return await self._close(session, '{"code":"closed"', ("", "always", ""), tomb_ms=kept)
 
     async def _close(
         self,
@@ -435,6 +435,7 @@ class RedisBackend(Backend):
         tags: Sequence[str] = (),
         *,
         later: bool = False,
+        tomb_ms: int | None = None,
     ) -> bool:
         """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists.
 
@@ -447,7 +448,7 @@ class RedisBackend(Backend):
             "close",
             session,
             tags,
-            [tomb, self.retention.tombstone_ttl_ms, nonce, *expect],
+            [tomb, tomb_ms or self.retention.tombstone_ttl_ms, nonce, *expect],
             retry=True,
         )
         if not int(out[0]):
@@ -528,8 +529,7 @@ class RedisBackend(Backend):
             raise storage_error("checking for lost appends", exc, self.client) from exc
 
     async def _end_regressed(self, session: str, epoch: str, code: str = "store_regressed") -> None:
-        """End ``session`` (incarnation ``epoch``, or any) for every replica: the store lost appends
-        (``store_restored``: went back in time since the session began, :mod:`.marker`).
+        """End ``session`` (incarnation ``epoch`` or any) for every replica: the store lost appends.
 
         Once the lost positions are issued again the loss stays true, so the
         teardown needs no condition beyond the incarnation.

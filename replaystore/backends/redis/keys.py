@@ -45,6 +45,7 @@ __all__ = [
     "sequence",
     "session_channel",
     "session_keys",
+    "store_era",
     "store_marker",
     "swept",
     "task_index",
@@ -161,14 +162,19 @@ def probe_channel(prefix: str, replica: str) -> str:
     return replica_channel(prefix, f"probe.{replica}")
 
 
-def store_marker(prefix: str) -> str:
-    """The store's run marker: an id and a count of lasting facts, to see the store go back."""
-    return f"{prefix}{{store}}:marker"
+def store_era(prefix: str) -> str:
+    """The store's era and its count of ended sessions and tasks: a store gone back shows it."""
+    return f"{prefix}{{store}}:era"
 
 
 def request_state(prefix: str) -> str:
     """The key that seals the ``requestState`` tokens every replica hands out."""
     return f"{prefix}{{request-state}}:key"
+
+
+def store_marker(prefix: str) -> str:
+    """A token replicas read after an outage: missing or changed, the store came back empty."""
+    return f"{prefix}{{store}}:marker"
 
 
 def request_state_used(prefix: str, digest: str) -> str:

@@ -4,7 +4,7 @@ A Redis restarted from an older snapshot (RDB or AOF), a failover to a
 replica that had not received the newest writes, an operator's restore: each
 brings records back as they were, so a session ended since answers again and
 a task reported finished reads as running, and nothing in a restored record
-says so. The marker does. It is one hash (``<prefix>{store}:marker``): a
+says so. The marker does. It is one hash (``<prefix>{store}:era``): a
 random ``id`` (the store's *era*), written once, and ``n``, a count that every
 lasting fact raises (a session ended, a task reaching a terminal status).
 Each process remembers the era and the highest count it read or raised; the
@@ -101,8 +101,14 @@ class StoreMarker:
 
     __slots__ = ("_command", "_fresh_until", "_lock", "_reactions", "count", "era", "key", "since")
 
-    def __init__(self, command: Callable[[tuple[Any, ...]], Awaitable[Any]], prefix: str) -> None:
-        self.key = keys.store_marker(prefix)
+    def __init__(
+        self,
+        command: Callable[[tuple[Any, ...]], Awaitable[Any]],
+        prefix: str,
+        *reactions: Callable[[], Awaitable[None]],
+    ) -> None:
+        """``reactions``: called, as :meth:`on_regressed`, when the store went back."""
+        self.key = keys.store_era(prefix)
         self._command = command
         #: The store's era as this process knows it (None until first read).
         self.era: str | None = None
@@ -110,7 +116,7 @@ class StoreMarker:
         self.count = 0
         #: When the era was declared, in the server's milliseconds (0: the store's first era).
         self.since = 0
-        self._reactions: list[Callable[[], Awaitable[None]]] = []
+        self._reactions: list[Callable[[], Awaitable[None]]] = list(reactions)
         self._lock = anyio.Lock()
         self._fresh_until = 0.0
 
