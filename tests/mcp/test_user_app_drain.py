@@ -1,0 +1,154 @@
+"""The app a user builds drains on a rolling restart, with no code of its own for it.
+
+Two replicas of a user-style app (``tests/mcp/user_sdk_app.py``, an
+``MCPServer``; ``tests/mcp/user_fastmcp_app.py``, a FastMCP app: the docs'
+snippets plus one 8 s tool), each started by plain ``uvicorn module:app``
+as an operator would, behind ``deploy/nginx.conf`` (started as
+``test_balancers`` starts it), on one Redis. ``SIGTERM`` to the replica
+running the call: the shipped client gets its result and every progress
+notification once. Without the wiring's drain, uvicorn and sse-starlette
+end the call's stream at the signal and the app's shutdown stops the tool:
+the client is told its request was lost.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+import redis
+
+from replaystore.mcp.client import ResumingSession
+from replaystore.testing.servers import ServerHandle, find_free_port
+from tests.mcp.test_balancers import ROOT, Replica, _ensure_balancers, _start_balancers
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+#: The call the replica is stopped under: 16 progress notifications, 0.5 s apart (8 s).
+STEPS, INTERVAL = 16, 0.5
+
+APPS = {"sdk": "tests.mcp.user_sdk_app:app", "fastmcp": "tests.mcp.user_fastmcp_app:app"}
+
+
+@dataclass
+class UvicornReplica(Replica):
+    """A replica of a user's app, run as ``uvicorn module:app`` with uvicorn's defaults."""
+
+    app: str = ""
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.logs / f"replica-{self.port}-{self.starts}.log"
+        args = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
+                "--port", str(self.port)]  # fmt: skip
+        env = {**os.environ, "REPLAYSTORE_URL": self.store}
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+
+@dataclass
+class Pair:
+    replicas: list[UvicornReplica]
+    url: str
+    prefix: str
+
+
+@pytest.fixture(scope="module", params=sorted(APPS))
+def pair(request: pytest.FixtureRequest, mcp_redis: ServerHandle) -> Iterator[Pair]:
+    """Two replicas of one user app behind nginx (HAProxy idles beside it), on one Redis."""
+    _ensure_balancers()
+    work = Path(tempfile.mkdtemp(prefix="replaystore-user-drain-"))
+    prefix = f"userdrain-{request.param}:"
+    store = f"{mcp_redis.url}?prefix={prefix}"
+    replicas = [
+        UvicornReplica(find_free_port(), store, work, app=APPS[request.param]) for _ in range(2)
+    ]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for replica in replicas:
+            replica.start()
+        # deploy/nginx.conf names three replicas: the second stands in for the third.
+        ports = [replicas[0].port, replicas[1].port, replicas[1].port]
+        nginx_port, _, _ = _start_balancers(work, ports, procs)
+        for replica in replicas:
+            replica.wait_healthy()
+        yield Pair(replicas, f"http://127.0.0.1:{nginx_port}/mcp", prefix)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for replica in replicas:
+            replica.stop(signal.SIGKILL, timeout=5)
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _running_on(pair: Pair, redis_url: str) -> UvicornReplica:
+    """The replica holding the one request lease in the store (its id is in its health check)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        owners = {
+            value.decode()
+            for key in client.scan_iter(match=f"{pair.prefix}*mcp:lease:*")
+            if (value := client.get(key)) not in (None, b"-")
+        }
+    finally:
+        client.close()
+    assert len(owners) == 1, owners
+    owner = owners.pop()
+    found = [r for r in pair.replicas if owner in r.wait_healthy()]
+    assert len(found) == 1, (owner, found)
+    return found[0]
+
+
+async def test_sigterm_to_the_replica_running_a_call_loses_nothing(
+    pair: Pair, mcp_redis: ServerHandle
+) -> None:
+    progress: list[float] = []
+    two = anyio.Event()
+    results: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+        if len(progress) == 2:
+            two.set()
+
+    async with ResumingSession(pair.url) as client:
+
+        async def call() -> None:
+            result = await client.call_tool(
+                "countdown", {"n": STEPS, "interval": INTERVAL}, progress_callback=on_progress
+            )
+            results.append(result.content[0].text)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(20):
+                await two.wait()
+            victim = await anyio.to_thread.run_sync(_running_on, pair, mcp_redis.url)
+            stopped = await anyio.to_thread.run_sync(victim.stop)
+        # The session goes on, on the replica left.
+        with anyio.fail_after(15):
+            after = await client.call_tool("countdown", {"n": 1, "interval": 0})
+    assert results == [f"done {STEPS}"], victim.log_tail()
+    assert progress == [float(i) for i in range(1, STEPS + 1)]
+    assert after.content[0].text == "done 1"
+    # The replica stopped once its call was done, within its drain (10 s by default).
+    assert stopped < 10, (stopped, victim.log_tail())
+    assert victim.proc is not None and victim.proc.returncode is not None
