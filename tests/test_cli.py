@@ -551,6 +551,10 @@ def test_example_server_log_level_reaches_the_server(
             proc.terminate()
             proc.wait(30)
     info, warning = (started[level][2].read_text(errors="replace") for level in started)
+    # Where it listens, one line at start, whatever the level.
+    for level, text in (("info", info), ("warning", warning)):
+        address = f"serving MCP at http://127.0.0.1:{started[level][0]}/mcp"
+        assert text.count(address) == 1, text[:3000]
     assert "Application startup complete" in info, info
     assert re.search(r"^\S*\s*INFO\b", info, re.M), info
     assert "Traceback" not in info + warning

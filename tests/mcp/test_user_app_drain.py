@@ -19,16 +19,24 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 import redis
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
 
+from replaystore import ReplayBuffer
+from replaystore.mcp import streamable_http_app
 from replaystore.mcp.client import ResumingSession
 from replaystore.testing.servers import ServerHandle, find_free_port
+from replaystore.testing.sse import sse_events
+from tests.mcp._support import RawSession, progress_of, result_text
 from tests.mcp.test_balancers import ROOT, Replica, _ensure_balancers, _start_balancers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
@@ -152,3 +160,54 @@ async def test_sigterm_to_the_replica_running_a_call_loses_nothing(
     # The replica stopped once its call was done, within its drain (10 s by default).
     assert stopped < 10, (stopped, victim.log_tail())
     assert victim.proc is not None and victim.proc.returncode is not None
+
+
+async def test_what_outlasts_the_drain_is_cut_when_it_runs_out() -> None:
+    """uvicorn told to stop (in this process, as its signal handler does), a 1 s drain.
+
+    The running call's stream stays open for the drain, then ends (its
+    client would resume it elsewhere), and uvicorn finishes stopping, with
+    no timeout of its own: nothing holds the shutdown past the drain.
+    """
+    server_app = MCPServer("demo")
+
+    @server_app.tool()
+    async def countdown(ctx: Context, n: int) -> str:
+        for i in range(n):
+            await anyio.sleep(0.1)
+            await ctx.report_progress(i + 1, n)
+        return f"done {n}"
+
+    app = streamable_http_app(server_app, ReplayBuffer.from_url("memory://"), drain_seconds=1)
+    port = find_free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    async with anyio.create_task_group() as tg:
+        stopped = anyio.Event()
+
+        async def serve() -> None:
+            await server.serve()
+            stopped.set()
+
+        tg.start_soon(serve)
+        with anyio.fail_after(20):
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                await anyio.sleep(0.02)
+        async with httpx.AsyncClient(timeout=30) as http:
+            session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
+            request_id, body = session.call("countdown", {"n": 300}, token="t")
+            async with session.post(body) as running:
+                events = sse_events(running)
+                async for event in events:
+                    if progress_of(event) is not None:
+                        break
+                told = time.monotonic()
+                server.should_exit = True
+                with anyio.fail_after(10):
+                    async for event in events:
+                        assert result_text(event, request_id) is None
+                ended = time.monotonic() - told
+        with anyio.fail_after(10):
+            await stopped.wait()
+        down = time.monotonic() - told
+    assert 1.0 <= ended < 3.0, ended
+    assert down < 4.0, down

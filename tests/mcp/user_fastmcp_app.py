@@ -24,4 +24,6 @@ async def countdown(ctx: Context, n: int, interval: float) -> str:
     return f"done {n}"
 
 
-app = fastmcp_http_app(mcp, ReplayBuffer.from_url(os.environ["REPLAYSTORE_URL"]), retry_interval=1000)
+app = fastmcp_http_app(
+    mcp, ReplayBuffer.from_url(os.environ["REPLAYSTORE_URL"]), retry_interval=1000
+)
