@@ -208,7 +208,7 @@ class ReplayTasks(Extension):
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, Run] = {}
-        #: Seconds running tasks may go on once :meth:`drain` was called (set by the server).
+        #: Seconds running tasks may go on once :meth:`drain` was called (set by the wiring).
         self.drain_seconds = 0.0
         #: When the drain ends (``time.monotonic()``), once :meth:`drain` was called.
         self._drain_until: float | None = None
