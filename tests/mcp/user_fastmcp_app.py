@@ -1,7 +1,8 @@
-"""A FastMCP app as a user writes it from ``docs/mcp.md``: ``uvicorn tests.mcp.user_fastmcp_app:app``.
+"""A FastMCP app as a user writes it from ``docs/mcp.md``, run by plain uvicorn.
 
-Nothing but the documented wiring: no drain, signal or collector code of
-its own. ``REPLAYSTORE_URL`` names the store its replicas share.
+``uvicorn tests.mcp.user_fastmcp_app:app``: nothing but the documented
+wiring, no drain, signal or collector code of its own. ``REPLAYSTORE_URL``
+names the store its replicas share.
 """
 
 import os
