@@ -48,7 +48,7 @@ from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
 from .collector import COLLECTOR_THRESHOLD, tune_collector
 from .logs import LOG_RECORD_LIMIT, capping_records
-from .metrics import ResumptionObserver
+from .metrics import ResumptionObserver, serve_metrics, watch
 from .request_state import Secret, StoreKeyRing
 from .rounds import SingleUseBoundary
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
@@ -121,7 +121,7 @@ def _tune_collector_once(threshold: int | None) -> None:
         tune_collector(threshold)
 
 
-@dataclass
+@dataclass(eq=False)  # one per app, kept in a weak set by the metrics
 class Shared:
     """What an app shares with the other replicas beyond sessions (``app.state.replaystore``).
 
@@ -160,6 +160,7 @@ def wire(
     share: bool = True,
     outer: AbstractAsyncContextManager[Any] | None = None,
     process: Process | None = None,
+    metrics_path: str | None = None,
 ) -> Any:
     """Build the app with ``build()`` and make it a replica of every app on ``store``.
 
@@ -173,11 +174,13 @@ def wire(
     watch for the server's stop (the drain); the garbage collector is tuned
     once all of it started (``process``: :class:`Process`). With tasks, a
     ``tasks/*`` request whose ``Mcp-Name`` disagrees with its body is refused
-    (:func:`task_name_header`).
+    (:func:`task_name_header`). ``metrics_path``: where the app answers
+    Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
     process = process if process is not None else Process()
     shared = Shared(tasks=tasks)
+    watch(shared)
     lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
     if tasks is not None:
         tasks.bind(buffer, server)
@@ -215,6 +218,10 @@ def wire(
         add_health_route(app, manager)
         manager.store_checked = not process.check_store
     app.state.replaystore = shared
+    if metrics_path is not None:
+        observer = serve_metrics(app, metrics_path)
+        if store.observer is None and observer is not None:
+            store.observer = observer
     inner = app.router.lifespan_context
 
     @asynccontextmanager
@@ -479,6 +486,7 @@ def streamable_http_app(
     collector_threshold: int | None = COLLECTOR_THRESHOLD,
     log_record_limit: int | None = LOG_RECORD_LIMIT,
     check_store: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -508,7 +516,10 @@ def streamable_http_app(
     the SDK does.
 
     The app also answers the health check at ``/healthz``
-    (:meth:`ReplaySessionManager.health_endpoint`); :func:`manager_of` gives
+    (:meth:`ReplaySessionManager.health_endpoint`), and with ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``) Prometheus scrapes:
+    every metric of ``prometheus_client.REGISTRY``, replaystore's
+    (:mod:`replaystore.mcp.metrics`) and your own. :func:`manager_of` gives
     its session manager.
 
     What the app does to its process, the same as ``replaystore
@@ -544,6 +555,7 @@ def streamable_http_app(
         share=share,
         outer=store.buffer if close_buffer else None,
         process=process,
+        metrics_path=metrics_path,
     )
     return app
 

@@ -61,6 +61,7 @@ def fastmcp_http_app(
     collector_threshold: int | None = COLLECTOR_THRESHOLD,
     log_record_limit: int | None = LOG_RECORD_LIMIT,
     check_store: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -89,7 +90,9 @@ def fastmcp_http_app(
     when there is one, and each ``requestState`` runs its round once across
     the replicas unless ``request_state_once=False``.
     ``share=False`` keeps FastMCP's own per-process defaults for both
-    (:mod:`replaystore.mcp.app` lists what replicas share).
+    (:mod:`replaystore.mcp.app` lists what replicas share). ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``): where the app
+    answers Prometheus scrapes (:mod:`replaystore.mcp.metrics`).
 
     ``drain_seconds``, ``collector_threshold``, ``log_record_limit`` and
     ``check_store``: what the app does to its process, as with
@@ -127,6 +130,7 @@ def fastmcp_http_app(
         request_state_secret=request_state_secret,
         share=share,
         process=process,
+        metrics_path=metrics_path,
     )
 
 
