@@ -372,8 +372,14 @@ class _OwnCoordination:
     def listen_events(self, *, keep: int, block: float | None) -> EventLog:
         return self._inner.listen_events(keep=keep, block=block)
 
-    async def request_state_key(self, candidate: str) -> str:
+    async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         return await self._inner.request_state_key(candidate)
+
+    async def first_use(self, digest: str, ttl: float) -> str | None:
+        return await self._inner.first_use(digest, ttl)
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        await self._inner.keep_answer(digest, answer, ttl)
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         self.built.append("probe")
@@ -473,6 +479,27 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
                 await three.wait()
             await two.bus.unwatch("T")
     assert heard.heard == [("wake", "7"), ("end", "S{1}"), ("fwd", "{}")]
+
+
+async def test_the_store_check_leaves_only_keys_with_a_short_expiry(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    """The start-up (deep) check writes a throwaway session and a lease: what it leaves in
+    the store expires within seconds, as docs/deployment.md says, not the tombstones' hour."""
+    import redis.asyncio
+
+    if "redis" not in real_servers:
+        real_servers["redis"] = start_standalone(redis_server_binary(), "redis")
+    url = real_servers["redis"].url
+    prefix = f"check{uuid.uuid4().hex[:6]}:"
+    async with ReplayBuffer.from_url(url, prefix=prefix) as buffer:
+        assert await check_store(buffer) == []
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        left = {key: await client.pttl(key) async for key in client.scan_iter(f"{prefix}*")}
+    finally:
+        await client.aclose()
+    assert all(0 < ms <= 5000 for ms in left.values()), left
 
 
 async def test_notifications_resume_after_the_connection_is_cut(

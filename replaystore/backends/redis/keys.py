@@ -40,10 +40,13 @@ __all__ = [
     "registry_lease",
     "replica_channel",
     "request_state",
+    "request_state_used",
     "run_index",
     "sequence",
     "session_channel",
     "session_keys",
+    "store_era",
+    "store_marker",
     "swept",
     "task_index",
     "task_keys",
@@ -159,9 +162,24 @@ def probe_channel(prefix: str, replica: str) -> str:
     return replica_channel(prefix, f"probe.{replica}")
 
 
+def store_era(prefix: str) -> str:
+    """The store's era and its count of ended sessions and tasks: a store gone back shows it."""
+    return f"{prefix}{{store}}:era"
+
+
 def request_state(prefix: str) -> str:
     """The key that seals the ``requestState`` tokens every replica hands out."""
     return f"{prefix}{{request-state}}:key"
+
+
+def store_marker(prefix: str) -> str:
+    """A token replicas read after an outage: missing or changed, the store came back empty."""
+    return f"{prefix}{{store}}:marker"
+
+
+def request_state_used(prefix: str, digest: str) -> str:
+    """The mark of a ``requestState`` token already used (its own hash tag: spread on a cluster)."""
+    return f"{prefix}{{request-state:{digest}}}:used"
 
 
 # -- listen events (under a tag of their own)

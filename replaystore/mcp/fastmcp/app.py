@@ -19,16 +19,25 @@ from typing import TYPE_CHECKING, Any
 
 from ...buffer import ReplayBuffer
 from .._sdk.checked import check as check_sdk
-from ..app import session_managers, wire
+from ..app import Process, session_managers, wire
+from ..collector import COLLECTOR_THRESHOLD
+from ..logs import LOG_RECORD_LIMIT
 from ..metrics import ResumptionObserver
 from ..sessions.manager import as_event_store
 from ..sessions.view import ReplayEventStore
-from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from ..settings import (
+    DEFAULT_CHECK_INTERVAL,
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_LEASE_TTL,
+    DEFAULT_STORE_TIMEOUT,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
     from mcp.server.subscriptions import SubscriptionBus
 
+    from ..request_state import Secret
     from ..tasks.extension import ReplayTasks
 
 __all__ = ["fastmcp_http_app"]
@@ -45,7 +54,14 @@ def fastmcp_http_app(
     tasks: ReplayTasks | None = None,
     subscriptions: SubscriptionBus | None = None,
     request_state: RequestStateSecurity | None = None,
+    request_state_once: bool = True,
+    request_state_secret: Secret | None = None,
     share: bool = True,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    collector_threshold: int | None = COLLECTOR_THRESHOLD,
+    log_record_limit: int | None = LOG_RECORD_LIMIT,
+    check_store: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -69,15 +85,27 @@ def fastmcp_http_app(
     ``notifications.taskIds``), and ``server/discover`` says so
     (``listChanged``, ``resources.subscribe``). ``requestState`` is sealed
     under a key kept in the store unless the server was given its own
-    ``request_state_security`` (or ``request_state`` is given here).
+    ``request_state_security`` (or ``request_state`` is given here), derived
+    from ``request_state_secret`` (or ``REPLAYSTORE_REQUEST_STATE_SECRET``)
+    when there is one, and each ``requestState`` runs its round once across
+    the replicas unless ``request_state_once=False``.
     ``share=False`` keeps FastMCP's own per-process defaults for both
-    (:mod:`replaystore.mcp.app` lists what replicas share).
+    (:mod:`replaystore.mcp.app` lists what replicas share). ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``): where the app
+    answers Prometheus scrapes (:mod:`replaystore.mcp.metrics`).
+
+    ``drain_seconds``, ``collector_threshold``, ``log_record_limit`` and
+    ``check_store``: what the app does to its process, as with
+    :func:`~replaystore.mcp.streamable_http_app` (served by uvicorn, it
+    drains when told to stop). :func:`~replaystore.mcp.manager_of` gives its
+    session manager once it started.
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
     if kwargs.get("transport", "http") not in ("http", "streamable-http"):
         raise ValueError("resumability needs the streamable HTTP transport")
+    process = Process(drain_seconds, collector_threshold, log_record_limit, check_store)
     store = as_event_store(buffer, observer)
     settings = Settings(
         lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
@@ -98,7 +126,11 @@ def fastmcp_http_app(
         tasks=tasks,
         subscriptions=subscriptions,
         request_state=request_state,
+        request_state_once=request_state_once,
+        request_state_secret=request_state_secret,
         share=share,
+        process=process,
+        metrics_path=metrics_path,
     )
 
 
