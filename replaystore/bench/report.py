@@ -1,4 +1,4 @@
-"""What a storm shows its user: a progress bar, the markdown table, PNG plots.
+"""What a storm shows its user: its progress, the markdown table, PNG plots.
 
 The progress goes to stderr while the storm runs (a rich bar on a terminal,
 plain lines elsewhere), so stdout keeps only the table (the tables of
@@ -21,9 +21,10 @@ plain lines elsewhere), so stdout keeps only the table (the tables of
 Every plot names a store that answered any reconnect wrong as such ("3 of
 18 wrong") in its legend or under its bar.
 
-The table is followed by what each column means and, for a run too short to
-compare speed (fewer than :data:`MIN_RESUMES` resumes for a store, or one
-round), a line saying so, with the targets of speed left unjudged.
+The table is followed by what each column means. A run too short to compare
+speed (fewer than :data:`MIN_RESUMES` resumes for some store) gets a line
+saying so above it, and its speed targets are left unjudged; a run of one
+round gets a line saying its ratios are one storm's.
 
 An axis is logarithmic only when every value on it is positive: a latency that
 rounds to 0 ms would make matplotlib refuse the whole plot. A bar chart's
@@ -244,8 +245,6 @@ def _http_rounds(report: dict[str, Any]) -> list[str]:
         for pair in by_round[0]:
             values = [r.get(pair) for r in by_round]
             lines.append(f"- {pair}: " + ", ".join(_ratio(v) for v in values))
-        if not by_round[0]:
-            lines.append("- none measured: the stores of these ratios did not run")
     return lines
 
 
@@ -359,6 +358,9 @@ def _legend(columns: tuple[tuple[str, str], ...], *, kinds: bool) -> list[str]:
 
 # -- the progress bar ---------------------------------------------------------------
 
+#: Seconds between two progress lines of one phase when stderr is not a terminal.
+LINE_EVERY = 10.0
+
 
 class Bar:
     """Progress on stderr, one bar per phase; plain lines when stderr is not a terminal.
@@ -452,10 +454,6 @@ class Bar:
         say(f"0/{total:,}")
         yield advance
         say(f"{total:,}/{total:,} in {time.monotonic() - began:.1f} s")
-
-
-#: Seconds between two progress lines of one phase when stderr is not a terminal.
-LINE_EVERY = 10.0
 
 
 # -- the plots ------------------------------------------------------------------------
