@@ -123,6 +123,9 @@ def test_storm_on_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "Too short" not in table and "One round" not in table
     ratio = next(t for t in table.splitlines() if t.startswith("| resumes/s vs the raw"))
     assert ratio.endswith(("| yes |", "| **no** |")), ratio
+    # Rounds whose ratios nobody measured say so rather than list nothing.
+    report["ratios"]["by_round"] = [{}, {}, {}]
+    assert "round by round:\n\n- none measured: " in markdown(report)
 
 
 @pytest.fixture
