@@ -108,9 +108,9 @@ def _norm(name: str) -> str:
 def extra_closure(extra: str) -> set[str]:
     """Every distribution ``pip install 'replaystore[extra]'`` installs (normalized names)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    own = {
+    own: dict[str | None, list[str]] = {
         None: project["dependencies"],
-        **{k: v for k, v in project["optional-dependencies"].items()},
+        **project["optional-dependencies"],
     }
     todo: list[tuple[str, str | None]] = [("replaystore", extra)]
     done: set[tuple[str, str | None]] = set()
