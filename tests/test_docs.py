@@ -68,7 +68,7 @@ def doc_blocks(page: Path) -> list[Block]:
         marker = _NOT_RUN.search(before)
         blocks.append(
             Block(
-                page=str(page.relative_to(ROOT)),
+                page=str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else page.name,
                 line=before.count("\n") + 1,
                 heading=headings[-1] if headings else "top",
                 code=match.group(1),
@@ -100,6 +100,17 @@ def unbound_names(code: str, filename: str) -> set[str]:
 
     visit(top)
     return missing
+
+
+def test_a_block_marked_not_run_is_only_checked(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# A\n\n<!-- not run: needs a GPU -->\n```python\nimport x\n```\n\n"
+        "Then:\n\n```python\nprint(1)\n```\n\nIt prints:\n\n```text\n1\n```\n"
+    )
+    first, second = doc_blocks(page)
+    assert (first.not_run, first.line, first.code) == ("needs a GPU", 4, "import x\n")
+    assert (second.not_run, second.prints) == (None, "1\n")
 
 
 def test_the_checks_find_what_a_snippet_lacks() -> None:
