@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -60,13 +61,13 @@ from ...errors import StorageError
 from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
-from ..metrics import ResumptionObserver
+from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
 from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error, unavailable
+from .answers import json_error, not_found, unavailable, unknown, why_gone
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
@@ -213,6 +214,11 @@ class ReplaySessionManager(ManagerOverrides):
     def replica(self) -> Replica:
         return self._replica
 
+    @property
+    def sessions_open(self) -> int:
+        """Sessions this replica serves now (its copies: every session lives in the store)."""
+        return len(self._server_instances)
+
     # ---------------------------------------------------------------- lifecycle
 
     @asynccontextmanager
@@ -262,6 +268,8 @@ class ReplaySessionManager(ManagerOverrides):
         clients' resumptions are still served, until the server stops; then
         whatever still runs is handed over as a replica that stopped is.
         """
+        if not self._replica.draining:
+            count_drain("started")
         self._replica.draining = True
         for transport in list(self._server_instances.values()):
             view = transport._event_store
@@ -289,7 +297,11 @@ class ReplaySessionManager(ManagerOverrides):
                 buffer = self._replay_store.buffer
                 durable = bool(getattr(buffer.backend, "wait_replicas", 0))
                 deep = replica.refused is not None or APPENDS.failing or durable
-                await probe(buffer, replica.registry, replica.id, deep=deep)
+                started = time.perf_counter()
+                try:
+                    await probe(buffer, replica.registry, replica.id, deep=deep)
+                finally:
+                    time_store("health", time.perf_counter() - started)
         except StorageError as exc:
             if exc.permanent:
                 replica.refused = exc
@@ -371,7 +383,34 @@ class ReplaySessionManager(ManagerOverrides):
         if refused is not None:
             await refused(scope, receive, send)
             return True
-        return False
+        return await self._not_found(session_id, scope, receive, send)
+
+    async def _not_found(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """404 for a session this replica will not serve, with the verdict and why it ended.
+
+        Where the SDK would answer a bare "Session not found": a session
+        nobody serves (the store ended it, lost it, or never had it), one
+        terminated here a moment ago, and one asked for with another
+        credential than its creator's (answered exactly as one that never
+        existed). False when the SDK serves the request.
+        """
+        served = self._server_instances.get(session_id)
+        if served is not None and not served.is_terminated:
+            if _requestor(scope) == self._session_owners.get(session_id):
+                return False
+            logger.warning(
+                "Rejecting request for session %s: credential does not match the one that "
+                "created the session",
+                session_id[:64],
+            )
+            gone = unknown(session_id)
+        else:
+            logger.info("Rejected request with unknown or ended session ID: %s", session_id[:64])
+            gone = await why_gone(
+                self._replay_store.buffer, session_id, self._replica.settings.store_timeout
+            )
+        await not_found(None, gone)(scope, receive, send)
+        return True
 
     async def _resume_from_store(
         self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
@@ -440,7 +479,7 @@ class ReplaySessionManager(ManagerOverrides):
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it
         await view.end_everywhere(failed=True)
-        await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
+        await not_found(session_id, attachment.resumption)(request.scope, request.receive, send)
         return True
 
     async def _adopt_session(

@@ -75,6 +75,7 @@ from ...taskstore import (
     new_task_id,
     valid_task_id,
 )
+from ..metrics import count_task_end
 from ..sessions.again import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
@@ -318,6 +319,9 @@ class ReplayTasks(Extension):
                         await drain_runs(self._runs, self.drain_seconds)
                     await hand_over(self.store, self._runs, self._runner, self.store_timeout)
                 group.cancel_scope.cancel()
+
+    def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
+        return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
 
     def drain(self) -> None:
         """Take no new task (503), for the process is stopping (on ``SIGTERM``).
@@ -589,6 +593,7 @@ class ReplayTasks(Extension):
                         message=message,
                         runner=self._runner,
                     )
+                    count_task_end(status)
                 except TaskInputError as exc:
                     text = f"the tool's result cannot be stored: {exc}"
                     error = {"code": INTERNAL_ERROR, "message": text}
