@@ -32,7 +32,7 @@ package and may change between releases.
 from __future__ import annotations
 
 from ._sdk.checked import SDKCompatibilityError
-from .app import streamable_http_app
+from .app import manager_of, streamable_http_app
 from .collector import tune_collector
 from .fastmcp import fastmcp_http_app
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
@@ -52,6 +52,7 @@ __all__ = [
     "StoreKeyRing",
     "StoreSubscriptionBus",
     "fastmcp_http_app",
+    "manager_of",
     "streamable_http_app",
     "tune_collector",
 ]

@@ -53,10 +53,9 @@ from ..buffer import ReplayBuffer
 from ..errors import StorageError
 from . import preflight
 from .app import streamable_http_app
-from .collector import tune_collector
 from .metrics import ResumptionObserver
-from .sessions.manager import HEALTH_PATH, ReplaySessionManager
-from .settings import DEFAULT_LEASE_TTL
+from .sessions.manager import HEALTH_PATH
+from .settings import DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
 from .tasks.extension import ReplayTasks, TaskSupport
 
@@ -68,10 +67,6 @@ RETRY_INTERVAL_MS = 100
 #: Largest message stored (bytes): well above ordinary tool results (the SDK
 #: accepts request bodies up to 4 MiB, and an error may echo one back).
 DEFAULT_MAX_PAYLOAD = 8 << 20
-
-#: Seconds a stopping server (``SIGTERM``) lets running requests finish: it
-#: takes no new work meanwhile, then hands over what still runs.
-DRAIN_SECONDS = 10.0
 
 #: Seconds between two keep-alive comments on an idle SSE stream: a balancer's
 #: read timeout must be above it (sse-starlette's default, 15 s, made explicit).
@@ -92,10 +87,6 @@ DEFAULT_MAX_EVENTS = 10_000
 #: The log levels a server accepts (uvicorn's names; ``trace`` is below ``debug``).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 DEFAULT_LOG_LEVEL = "warning"
-
-#: Longest log record written, in characters: a client can send megabytes of
-#: text (a tool name, an id) that libraries echo into their log records.
-LOG_RECORD_LIMIT = 2000
 
 
 def build_server(
@@ -172,16 +163,21 @@ def build_app(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     task_ttl: float = DEFAULT_TASK_TTL,
     allowed_hosts: Sequence[str] = (),
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    check_store: bool = True,
     **buffer_options: Any,
 ) -> Starlette:
     """The ASGI app: MCP at ``/mcp``, the health check at ``/healthz``, metrics at ``/metrics``.
 
-    (Metrics if prometheus_client is there.) The buffer is closed when the
-    app's lifespan ends. ``max_payload`` (bytes, :data:`DEFAULT_MAX_PAYLOAD`
-    here) and the other buffer options go to :meth:`ReplayBuffer.from_url`.
-    ``allowed_hosts`` (``Host`` header values, ``name:*`` for any port) keeps
-    the SDK's DNS-rebinding protection on for names a balancer passes
-    through; the session manager is ``app.state.replay_manager``.
+    (Metrics if prometheus_client is there.) Built by
+    :func:`~replaystore.mcp.streamable_http_app` as any app of yours, so it
+    drains when its server stops, for ``drain_seconds``, and checks the
+    store at start unless ``check_store`` is false. The buffer is closed
+    when the app's lifespan ends. ``max_payload`` (bytes,
+    :data:`DEFAULT_MAX_PAYLOAD` here) and the other buffer options go to
+    :meth:`ReplayBuffer.from_url`. ``allowed_hosts`` (``Host`` header
+    values, ``name:*`` for any port) keeps the SDK's DNS-rebinding
+    protection on for names a balancer passes through.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
     tasks = example_tasks(task_ttl, lease_ttl)
@@ -196,10 +192,11 @@ def build_app(
         lease_ttl=lease_ttl,
         tasks=tasks,
         close_buffer=True,
+        drain_seconds=drain_seconds,
+        check_store=check_store,
         metrics_path="/metrics" if _has_prometheus() else None,
         **_transport_security(allowed_hosts),
     )
-    app.state.replay_manager = server.session_manager
     return app
 
 
@@ -239,16 +236,19 @@ def serve(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
     task_ttl: float = DEFAULT_TASK_TTL,
-    drain_seconds: float = DRAIN_SECONDS,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     ping_seconds: float = PING_SECONDS,
     allowed_hosts: Sequence[str] = (),
     check_store: bool = True,
 ) -> None:
     """Serve :func:`build_app` with uvicorn until ``SIGTERM`` (or Ctrl-C), then drain.
 
-    ``check_store``: check once, at start-up, what the store must give a
-    replica (:meth:`ReplaySessionManager.check_store`), logging each problem
-    in one line; ``False`` when the caller did.
+    Plain uvicorn: the app drains by itself when uvicorn is told to stop
+    (:mod:`replaystore.mcp.stopping`), as any app built by
+    :func:`~replaystore.mcp.streamable_http_app` does. ``check_store``:
+    check once, at start-up, what the store must give a replica
+    (:meth:`ReplaySessionManager.check_store`), logging each problem in one
+    line; ``False`` when the caller did.
 
     On the signal the replica stops taking work (its health check answers
     503 ``draining``, new requests 503 with ``Retry-After``, uvicorn stops
@@ -259,20 +259,13 @@ def serve(
     ``drain_seconds``, then an idempotent tool's task is released for another
     replica to run again at once, and any other ends ``failed`` saying so.
     """
-    import asyncio
-    from types import FrameType
-
     import uvicorn
     from sse_starlette import EventSourceResponse
-    from sse_starlette.sse import AppStatus
 
     # broadcast() uses notifications/message on purpose (a standalone stream
     # message); the SDK flags the logging capability as deprecated for 2026-07-28.
     warnings.filterwarnings("ignore", message="The logging capability is deprecated")
     logging.getLogger("uvicorn.access").addFilter(_HealthChecksUnlogged())
-    # sse-starlette ends every SSE stream as soon as the server is told to
-    # stop, which would cut running calls: the drain below decides instead.
-    AppStatus.enable_automatic_graceful_drain = False
     # Every SSE stream of this process (the SDK's and ours) pings this often.
     EventSourceResponse.DEFAULT_PING_INTERVAL = ping_seconds  # type: ignore[assignment]
 
@@ -284,44 +277,18 @@ def serve(
         max_payload=max_payload,
         task_ttl=task_ttl,
         allowed_hosts=allowed_hosts,
+        drain_seconds=drain_seconds,
+        check_store=check_store,
     )
-    manager: ReplaySessionManager = app.state.replay_manager
-    manager.store_checked = not check_store
-    tasks: ReplayTasks | None = app.state.replaystore.tasks
-    if tasks is not None:
-        tasks.drain_seconds = drain_seconds
 
-    class DrainingServer(uvicorn.Server):
-        loop: asyncio.AbstractEventLoop | None = None
-
-        async def serve(self, sockets: Any = None) -> None:
-            self.loop = asyncio.get_running_loop()
-            await super().serve(sockets)
+    class AnnouncingServer(uvicorn.Server):
+        """uvicorn's server, saying where it listens once it does (the system may pick the port)."""
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
-            tune_collector()  # what start-up built stays; see replaystore.mcp.collector
             _say_where(self.servers)
 
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if self.loop is not None and not manager.draining:
-                # In a task of the loop: drain() closes streams, which needs one.
-                self.loop.call_soon_threadsafe(self.loop.create_task, _drain())
-            super().handle_exit(sig, frame)
-
-    async def _drain() -> None:
-        manager.drain()
-        if tasks is not None:
-            tasks.drain()
-
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_graceful_shutdown=max(1, round(drain_seconds)),
-    )
-    DrainingServer(config).run()
+    AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
 
 
 def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TTL) -> ReplayTasks:
@@ -433,7 +400,7 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
     add(
         "--drain-seconds",
         type=_seconds,
-        default=DRAIN_SECONDS,
+        default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, how long running requests and tasks may finish while no new work "
         "is taken; what still runs then is handed over (default: %(default)s)",
     )
@@ -455,32 +422,29 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
     return options
 
 
-class _BoundedFormatter(logging.Formatter):
-    """One line per record, at most ``limit`` characters, whatever a peer put in it.
+class _OneRecordFormatter(logging.Formatter):
+    """A record's lines indented under its first: one record reads as one entry.
 
-    Log records quote what clients send (tool names, ids, cursors); a 2 MB
-    tool name must not become megabytes of log.
+    Records are at most :data:`~replaystore.mcp.logs.LOG_RECORD_LIMIT`
+    characters long (message and traceback each) while the app runs: the
+    wiring caps them (:mod:`replaystore.mcp.logs`).
     """
 
-    def __init__(self, limit: int = LOG_RECORD_LIMIT) -> None:
+    def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        self.limit = limit
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record).replace("\n", "\n    ")
-        if len(text) > self.limit:
-            text = f"{text[: self.limit]}... ({len(text)} characters)"
-        return text
+        return super().format(record).replace("\n", "\n    ")
 
 
 def configure_logging(level: str) -> None:
-    """The server's log: ``level`` for every logger, bounded records on stderr.
+    """The server's log: ``level`` for every logger, one entry per record, on stderr.
 
     Configured before the MCP server is built, so the SDK's own logging setup
     (which only applies to an unconfigured process) leaves it alone.
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_BoundedFormatter())
+    handler.setFormatter(_OneRecordFormatter())
     numeric = 5 if level == "trace" else level.upper()  # uvicorn's TRACE is 5
     logging.basicConfig(level=numeric, handlers=[handler])
 

@@ -55,6 +55,7 @@ def test_every_pair_the_rules_produce_is_known() -> None:
             "invalid_session",
             "index_lost",
             "store_regressed",
+            "store_restored",
         }
     )
     assert used == set(REASONS)

@@ -45,6 +45,7 @@ __all__ = [
     "sequence",
     "session_channel",
     "session_keys",
+    "store_era",
     "store_marker",
     "swept",
     "task_index",
@@ -159,6 +160,11 @@ def replica_channel(prefix: str, replica: str) -> str:
 def probe_channel(prefix: str, replica: str) -> str:
     """The channel a replica's start-up check publishes on and subscribes to."""
     return replica_channel(prefix, f"probe.{replica}")
+
+
+def store_era(prefix: str) -> str:
+    """The store's era and its count of ended sessions and tasks: a store gone back shows it."""
+    return f"{prefix}{{store}}:era"
 
 
 def request_state(prefix: str) -> str:

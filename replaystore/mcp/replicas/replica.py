@@ -22,6 +22,7 @@ check_interval`` seconds, never a hang.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -119,6 +120,7 @@ class Replica:
         async with anyio.create_task_group() as tg:
             await tg.start(self._run_bus)
             tg.start_soon(self._renew_loop)
+            tg.start_soon(self._look_back_loop)
             self._task_group = tg
             try:
                 yield
@@ -248,6 +250,19 @@ class Replica:
                         key[1][:64],
                         key[0],
                     )
+
+    async def _look_back_loop(self) -> None:
+        """Whether the store went back in time, looked at once per check interval.
+
+        Reads the store's marker (:meth:`Registry.look_back`), so that this
+        replica knows the newest facts even when it served none of them, and
+        sees a restore that cut no connection.
+        """
+        while True:
+            # An outage is told by the requests it fails; the next look tries again.
+            with contextlib.suppress(StorageError):
+                await self.registry.look_back()
+            await anyio.sleep(self.settings.check_interval)
 
     async def lease_lapsed(self, session: str, stream: str) -> bool:
         """True if no replica holds the lease of ``stream`` (and this one does not run it)."""

@@ -258,7 +258,11 @@ class ReplaySessionManager(ManagerOverrides):
         return self._replica.draining
 
     def drain(self) -> None:
-        """Stop taking new work: the process is about to stop (call it on ``SIGTERM``).
+        """Stop taking new work: the process is about to stop (on ``SIGTERM``).
+
+        An app built by the wiring calls it when uvicorn is told to stop
+        (:mod:`replaystore.mcp.stopping`); under another server, call it
+        yourself (:func:`~replaystore.mcp.manager_of`).
 
         From now on :meth:`health` says so (a balancer takes the replica out
         of rotation), new requests are answered 503 with ``Retry-After`` (a

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -208,9 +209,10 @@ class ReplayTasks(Extension):
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, Run] = {}
-        #: Seconds running tasks may go on once :meth:`drain` was called (set by the server).
+        #: Seconds running tasks may go on once :meth:`drain` was called (set by the wiring).
         self.drain_seconds = 0.0
-        self._draining = False
+        #: When the drain ends (``time.monotonic()``), once :meth:`drain` was called.
+        self._drain_until: float | None = None
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
         #: How long a client's request waits for the store before it is answered
@@ -315,10 +317,16 @@ class ReplayTasks(Extension):
             finally:
                 self._group = None
                 with anyio.CancelScope(shield=True):
-                    if self._draining:
-                        await drain_runs(self._runs, self.drain_seconds)
+                    if self._drain_until is not None:
+                        left = self._drain_until - time.monotonic()
+                        await drain_runs(self._runs, max(0.0, left))
                     await hand_over(self.store, self._runs, self._runner, self.store_timeout)
                 group.cancel_scope.cancel()
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` was called: no new task is taken."""
+        return self._drain_until is not None
 
     def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
         return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
@@ -326,10 +334,13 @@ class ReplayTasks(Extension):
     def drain(self) -> None:
         """Take no new task (503), for the process is stopping (on ``SIGTERM``).
 
-        Running tasks go on for :attr:`drain_seconds` once :meth:`running`
-        exits, then are handed over (:mod:`~replaystore.mcp.tasks.drain`).
+        Running tasks go on for up to :attr:`drain_seconds` from this call
+        (the server may stop serving requests sooner: :meth:`running` exits
+        then, and waits for the rest of the drain), then are handed over
+        (:mod:`~replaystore.mcp.tasks.drain`).
         """
-        self._draining = True
+        if self._drain_until is None:
+            self._drain_until = time.monotonic() + self.drain_seconds
 
     @asynccontextmanager
     async def reaping(self, lifespan: Callable[[], Any] | None = None) -> AsyncIterator[None]:
@@ -431,7 +442,7 @@ class ReplayTasks(Extension):
         group = self._group
         if group is None:
             raise MCPError(INTERNAL_ERROR, "the task runner is not running")
-        if self._draining:
+        if self._drain_until is not None:
             raise draining()
         ttl = support.ttl if support.ttl is not None else self.ttl
         owner = self.owner_of(ctx)

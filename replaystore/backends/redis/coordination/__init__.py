@@ -15,11 +15,12 @@ builds every key and channel name in :mod:`replaystore.backends.redis.keys`:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..client import storage_error
 from ..keys import matching, request_state, request_state_used
+from ..marker import StoreMarker
 from ..wire import Wire
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class OnRedis:
     #: Replicas in other processes share the Redis.
     spans_processes = True
 
-    __slots__ = ("client", "key_base", "prefix", "wire")
+    __slots__ = ("client", "end_restored", "key_base", "marker", "prefix", "wire")
 
     def __init__(
         self,
@@ -53,17 +54,23 @@ class OnRedis:
         prefix: str,
         key_base: Callable[[str], str],
         wire: Wire | None = None,
+        marker: StoreMarker | None = None,
+        end_restored: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.client = client
         #: How the registry's and the bus's commands reach Redis (the backend's own, shared).
         self.wire = wire if wire is not None else Wire(client)
         self.prefix = prefix
         self.key_base = key_base
+        #: The store's run marker, shared by every part (:mod:`..marker`); None: not watched.
+        self.marker = marker
+        #: Ends a session's events for every replica when the store went back since it began.
+        self.end_restored = end_restored
 
     def registry(self) -> Registry:
         from .registry import RedisRegistry
 
-        return RedisRegistry(self.wire, self.key_base)
+        return RedisRegistry(self.wire, self.key_base, self.marker, self.end_restored)
 
     def bus(self, replica: str, handler: Handler) -> Bus:
         from .bus import RedisBus
@@ -84,6 +91,7 @@ class OnRedis:
             namespace=namespace,
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
+            marker=self.marker,
         )
 
     def listen_events(self, *, keep: int, block: float | None) -> RedisEventLog:

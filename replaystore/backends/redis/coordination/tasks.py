@@ -42,6 +42,7 @@ from ....errors import StorageError
 from ....taskstore.records import (
     LOST_ERROR,
     OUTAGE_ERROR,
+    RESTORED_ERROR,
     TERMINAL,
     Beat,
     NotReplicatedError,
@@ -53,6 +54,7 @@ from ....taskstore.records import (
 from ....taskstore.store import TaskStore
 from ..client import storage_error
 from ..keys import task_index, task_keys, task_nudges
+from ..marker import StoreMarker
 
 __all__ = ["RedisTaskStore"]
 
@@ -184,12 +186,14 @@ class RedisTaskStore(TaskStore):
         namespace: str = "",
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        marker: StoreMarker | None = None,
     ) -> None:
         self._client = client
         self._key_base = key_base
         self._space = _space(namespace)
         self._wait_replicas = wait_replicas
         self._wait_timeout = wait_timeout
+        self._marker = marker
 
     def keys(self, task_id: str) -> list[str]:
         """The task's keys, hash tag included (the backend's rule, so ids with braces are safe).
@@ -378,12 +382,50 @@ class RedisTaskStore(TaskStore):
         now = int(created)
         return TaskRecord(task_id, "working", now, now, ttl_ms, poll_ms)
 
+    async def _seen(self, steps: Sequence[_Step]) -> list[Any]:
+        """``steps``' replies, the store's marker read first in the same round trip and taken in
+        (:mod:`..marker`); ``steps`` alone without a marker, or one read a moment ago."""
+        marker = self._marker
+        if marker is None or not marker.due():
+            return await self._send(steps)
+        seen, *replies = await self._send([_Step(None, args=marker.read), *steps])
+        try:
+            if isinstance(seen, Exception):
+                raise seen
+            await marker.seen(seen)
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the store's marker", exc, self._client) from exc
+        return replies
+
+    def _untrusted(self, created_ms: int, status: str) -> bool:
+        """An unfinished task created before the store last went back: its record may be
+        older than what its client saw (a status it reported ended, say)."""
+        marker = self._marker
+        return marker is not None and created_ms < marker.since and status not in TERMINAL
+
+    async def _end_restored(self, task_id: str) -> None:
+        """End a task of :meth:`_untrusted` ``failed``: never run again, never read unfinished."""
+        message = RESTORED_ERROR["message"]
+        logger.warning("task %s: %s", task_id, message)
+        await self.finish(task_id, "failed", error=RESTORED_ERROR, message=message)
+
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
-        reply = await self._run("get", task_id, owner or "")
+        if self._marker is not None and self._marker.due():
+            [reply] = await self._seen([_Step("get", self.keys(task_id), (owner or "",))])
+            if isinstance(reply, Exception):
+                raise storage_error("task get", reply, self._client)
+        else:
+            reply = await self._run("get", task_id, owner or "")
         if not reply:
             return None
         rerun = len(reply) > 2 and int(reply[2]) == 1
-        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]), rerun)
+        record = _record(task_id, _pairs(reply[0]), _pairs(reply[1]), rerun)
+        if not self._untrusted(record.created_ms, record.status):
+            return record
+        await self._end_restored(task_id)
+        return await self.get(task_id, owner=owner)
 
     async def ask(
         self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
@@ -419,7 +461,18 @@ class RedisTaskStore(TaskStore):
             client=True,
             after=("ZREM", self._index(), task_id),
         )
+        if reply:
+            await self._counted(task_id)
         return bool(reply)
+
+    async def _counted(self, task_id: str) -> None:
+        """A task ended: a lasting fact, counted in the store's marker (:mod:`..marker`)."""
+        if self._marker is None:
+            return
+        try:
+            await self._marker.counted()
+        except Exception as exc:  # the task ended; only the count is missing
+            logger.warning("the end of task %s was not counted: %s", task_id, exc)
 
     async def finish(
         self,
@@ -450,6 +503,8 @@ class RedisTaskStore(TaskStore):
             runner or "",
             after=("ZREM", self._index(), task_id),
         )
+        if ended:
+            await self._counted(task_id)
         return bool(ended)
 
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
@@ -527,6 +582,20 @@ class RedisTaskStore(TaskStore):
         tools: Collection[str] | None = None,
         grace: float = 0.0,
     ) -> dict[str, Any] | None:
+        if self._marker is not None:
+            # Read before the claim, so that a task from before the store went
+            # back is ended, not run again.
+            [read] = await self._seen(
+                [_Step(None, args=("HMGET", self.keys(task_id)[0], "c", "st"))]
+            )
+            if isinstance(read, Exception):
+                raise storage_error("task claim", read, self._client)
+            created, status = read
+            if created is None or status is None:
+                return None
+            if self._untrusted(int(created), _text(status)):
+                await self._end_restored(task_id)
+                return None
         served = () if tools is None else (int(grace * 1000), *sorted(tools))
         blob = await self._change("claim", task_id, runner, int(lease * 1000), *served)
         return None if blob is None else unpack(blob)
