@@ -34,10 +34,11 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="play a reconnect storm against the store and print each verdict",
-        description="Play a reconnect storm against the store: each reconnect attempt gets its "
-        "verdict, next to what a naive store would have answered. On Redis the demo deletes "
-        "its keys when it ends.",
+        help="play seven scripted reconnects of one session and print each verdict",
+        description="Play seven scripted reconnects of one session against the store (its own "
+        "cursor, an evicted one, another stream's, a bare position, one ahead, one of an "
+        "earlier incarnation): each gets its verdict, next to what a naive store would have "
+        "answered. On Redis the demo deletes its keys when it ends.",
     )
     demo.add_argument("--url", default="memory://", help=f"{_URL_HELP} (default: memory://)")
 

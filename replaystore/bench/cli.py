@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Sessions fill up, then most of their clients reconnect at once (some with "
         "a conflated, evicted, ahead or foreign cursor, or a second connection) while writers "
         "keep appending. Every store answers the same reconnects; each answer is judged "
-        "against what was stored. Prints a markdown table; the progress bar goes to stderr.",
+        "against what was stored. Prints a markdown table; progress goes to stderr (a bar "
+        "on a terminal, lines elsewhere).",
     )
     _where(storm)
     _workload(storm)
@@ -137,7 +138,7 @@ def _output(storm: argparse.ArgumentParser) -> None:
     """Where the figures go besides the table on stdout."""
     storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
     storm.add_argument("--plots", type=Path, help="write PNG plots into this directory")
-    storm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    storm.add_argument("--no-progress", action="store_true", help="no progress on stderr")
 
 
 def _unreachable(url: str) -> str | None:

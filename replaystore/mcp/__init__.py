@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from ._sdk.checked import SDKCompatibilityError
 from .app import manager_of, streamable_http_app
-from .collector import tune_collector
 from .fastmcp import fastmcp_http_app
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
+from .process import tune_collector
 from .request_state import StoreKeyRing
 from .sessions.manager import ReplaySessionManager
 from .sessions.view import ReplayEventStore

@@ -46,9 +46,8 @@ from starlette.applications import Starlette
 from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
-from .collector import COLLECTOR_THRESHOLD, tune_collector
-from .logs import LOG_RECORD_LIMIT, capping_records
 from .metrics import ResumptionObserver, serve_metrics, watch
+from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
 from .request_state import Secret, StoreKeyRing
 from .rounds import SingleUseBoundary
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
@@ -91,7 +90,7 @@ class Process:
     garbage collector tuned once the app started
     (:func:`~replaystore.mcp.tune_collector`; None leaves it alone).
     ``log_record_limit``: the longest log record written while the app runs,
-    in characters (:mod:`~replaystore.mcp.logs`; None leaves the log alone).
+    in characters (:mod:`~replaystore.mcp.process`; None leaves the log alone).
     ``check_store``: check what the store must give a replica once, in the
     background, at start (:meth:`ReplaySessionManager.check_store`).
     """
@@ -255,7 +254,7 @@ def wire(
             await stack.enter_async_context(
                 draining_on_stop(shared.managers, tasks, process.drain_seconds)
             )
-            # What start-up built stays: see replaystore.mcp.collector.
+            # What start-up built stays: see replaystore.mcp.process.
             _tune_collector_once(process.collector_threshold)
             yield state
 

@@ -425,9 +425,9 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
 class _OneRecordFormatter(logging.Formatter):
     """A record's lines indented under its first: one record reads as one entry.
 
-    Records are at most :data:`~replaystore.mcp.logs.LOG_RECORD_LIMIT`
+    Records are at most :data:`~replaystore.mcp.process.LOG_RECORD_LIMIT`
     characters long (message and traceback each) while the app runs: the
-    wiring caps them (:mod:`replaystore.mcp.logs`).
+    wiring caps them (:mod:`replaystore.mcp.process`).
     """
 
     def __init__(self) -> None:

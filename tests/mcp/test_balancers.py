@@ -863,7 +863,7 @@ async def test_a_task_answer_within_the_documented_limit_passes(
     async with TaskClient(url) as client:
         with anyio.fail_after(60):
             result = await client.call("ask", {}, on_input=answer)
-    assert result["content"][0]["text"] == f"hello {name}"
+    assert result.content[0].text == f"hello {name}"
     too_large = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "y" * (5 << 20)}}
     async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
         refused = await http.post(url, json=too_large, headers=_HEADERS)

@@ -1,4 +1,4 @@
-"""Log records cut to a bounded length while an app runs (``replaystore.mcp.logs``)."""
+"""Log records cut to a bounded length while an app runs (``replaystore.mcp.process``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from replaystore.mcp.logs import capping_records
+from replaystore.mcp.process import capping_records
 
 
 def test_every_handler_writes_bounded_records_while_capping_and_whole_ones_after() -> None:

@@ -19,6 +19,7 @@ from .extension import ClientTasks, CreatedTask
 from .once import OncePerStream
 from .resuming import DesyncWatch, ResumingSession, desync_error, raise_for_desync
 from .tasks import (
+    OnCreatedError,
     TaskCancelledError,
     TaskClient,
     TaskError,
@@ -31,6 +32,7 @@ __all__ = [
     "ClientTasks",
     "CreatedTask",
     "DesyncWatch",
+    "OnCreatedError",
     "OncePerStream",
     "ResumingSession",
     "TaskCancelledError",

@@ -30,7 +30,7 @@ calls.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -38,7 +38,16 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import CallToolResult, Request, RequestParams, Result
 from pydantic import BaseModel, ConfigDict
 
-from .tasks import EXTENSION, InputHandler, TaskCancelledError, TaskError, TaskFailedError
+from .tasks import (
+    EXTENSION,
+    CreatedHandler,
+    InputHandler,
+    TaskCancelledError,
+    TaskError,
+    TaskFailedError,
+    run_on_created,
+    tool_result,
+)
 
 __all__ = ["ClientTasks", "CreatedTask"]
 
@@ -90,9 +99,11 @@ class ClientTasks(ClientExtension):
     ``on_input(key, request)`` answers one input request (an
     ``elicitation/create`` request's answer is ``{"action": ..., "content":
     ...}``); without it a task that needs input raises :class:`TaskError`.
-    ``on_created(task_id)`` runs once the server created the task, before
-    polling starts: persist the id there to pick the task up after a restart
-    (with :meth:`TaskClient.wait <replaystore.mcp.client.TaskClient.wait>`).
+    ``on_created(task_id)`` (plain or async) runs once the server created
+    the task, before polling starts: persist the id there to pick the task
+    up after a restart (with :meth:`TaskClient.wait
+    <replaystore.mcp.client.TaskClient.wait>`); if it raises, the call
+    raises :class:`~replaystore.mcp.client.OnCreatedError` carrying the id.
     Polling waits at least ``min_poll`` and at most ``max_poll`` seconds,
     whatever the server suggests.
     """
@@ -103,7 +114,7 @@ class ClientTasks(ClientExtension):
         self,
         *,
         on_input: InputHandler | None = None,
-        on_created: Callable[[str], Awaitable[None]] | None = None,
+        on_created: CreatedHandler | None = None,
         min_poll: float = 0.05,
         max_poll: float = 30.0,
     ) -> None:
@@ -118,15 +129,14 @@ class ClientTasks(ClientExtension):
     async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> CallToolResult:
         """Poll the task to its end; its ``CallToolResult``, or the error saying why not."""
         task_id = created.task_id
-        if self._on_created is not None:
-            await self._on_created(task_id)
+        await run_on_created(self._on_created, task_id)
         timeout = ctx.read_timeout_seconds
         answered: set[str] = set()
         task: Mapping[str, Any] = created.model_dump(by_alias=True, mode="json")
         while True:
             status = task.get("status")
             if status == "completed":
-                return CallToolResult.model_validate(task.get("result") or {}, by_name=False)
+                return tool_result(task.get("result") or {}, task_id)
             if status == "failed":
                 raise TaskFailedError(task)
             if status == "cancelled":

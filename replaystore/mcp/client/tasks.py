@@ -4,10 +4,12 @@ A server speaking the tasks extension may answer ``tools/call`` with a task
 instead of a result. :class:`TaskClient` declares the extension, polls
 ``tasks/get`` at the server's suggested ``pollIntervalMs``, answers the task's
 ``inputRequests`` through a callback (each key once), and returns the tool's
-``CallToolResult`` (or raises :class:`TaskFailedError` /
-:class:`TaskCancelledError`). Give it ``on_created`` to persist the task id:
-after the client restarts, :meth:`TaskClient.wait` with that id resumes the
-polling where it was, on any replica behind any balancer::
+``CallToolResult`` (the SDK's ``mcp_types.CallToolResult``, as its own
+client returns; or raises :class:`TaskFailedError` /
+:class:`TaskCancelledError`). Give it ``on_created`` (a plain or an async
+function) to persist the task id: after the client restarts,
+:meth:`TaskClient.wait` with that id resumes the polling where it was, on
+any replica behind any balancer::
 
     async with TaskClient("http://localhost:8000/mcp") as client:
         result = await client.call("report", {"days": 7}, on_input=ask_user, on_created=save)
@@ -34,6 +36,7 @@ itself) ends a call sooner.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import uuid
@@ -43,10 +46,13 @@ from typing import Any
 
 import anyio
 import httpx2
+from mcp_types import CallToolResult
+from pydantic import ValidationError
 
 from ...errors import ReplayStoreError
 
 __all__ = [
+    "OnCreatedError",
     "TaskCancelledError",
     "TaskClient",
     "TaskError",
@@ -61,6 +67,8 @@ VERSION = "2026-07-28"
 #: ``on_input(key, request)``: the response to one input request (an
 #: ``elicitation/create`` request's answer is ``{"action": ..., "content": ...}``).
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
+#: ``on_created(task_id)``: a plain function or a coroutine function.
+CreatedHandler = Callable[[str], Awaitable[None] | None]
 
 
 class TaskError(ReplayStoreError):
@@ -88,6 +96,40 @@ class TaskUnavailableError(TaskRequestError):
 RETRY_STATUSES = frozenset({408, 413, 429, 500, 502, 503, 504})
 #: The -32603 message of servers that answer a store outage with HTTP 200.
 _STORE_UNREACHABLE = "the task store is unreachable"
+
+
+class OnCreatedError(TaskError):
+    """``on_created`` raised: the task exists and runs on; ``task_id`` says which.
+
+    Raised from the callback's own exception (its ``__cause__``), so that a
+    failure to persist the id never loses it: :meth:`TaskClient.wait` or
+    :meth:`TaskClient.cancel` with ``task_id`` take the task from there.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"on_created failed for task {task_id} (the task runs on)")
+
+
+async def run_on_created(on_created: CreatedHandler | None, task_id: str) -> None:
+    """Call ``on_created(task_id)``, plain or async; its failure as :class:`OnCreatedError`."""
+    if on_created is None:
+        return
+    try:
+        outcome = on_created(task_id)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception as exc:
+        raise OnCreatedError(task_id) from exc
+
+
+def tool_result(result: Mapping[str, Any], tool: str) -> CallToolResult:
+    """A ``tools/call`` (or a completed task's) result as the SDK's ``CallToolResult``."""
+    try:
+        return CallToolResult.model_validate(result, by_name=False)
+    except ValidationError as exc:
+        kind = result.get("resultType", "complete")
+        raise TaskError(f"{tool}: the server's result ({kind}) is not a CallToolResult") from exc
 
 
 class TaskFailedError(TaskError):
@@ -219,20 +261,20 @@ class TaskClient:
         arguments: Mapping[str, Any] | None = None,
         *,
         on_input: InputHandler | None = None,
-        on_created: Callable[[str], Awaitable[None]] | None = None,
-    ) -> dict[str, Any]:
+        on_created: CreatedHandler | None = None,
+    ) -> CallToolResult:
         """Call ``tool``; if the server makes it a task, wait for the task's result.
 
-        ``on_created(task_id)`` runs before polling starts: persist the id
-        there to :meth:`wait` for it after a restart.
+        ``on_created(task_id)`` (plain or async) runs before polling starts:
+        persist the id there to :meth:`wait` for it after a restart. If it
+        raises, the call raises :class:`OnCreatedError` carrying the id.
         """
         params = {"name": tool, "arguments": dict(arguments or {})}
         result = await self.request("tools/call", params, tool)
         if result.get("resultType") != "task":
-            return result
+            return tool_result(result, tool)
         task_id = str(result["taskId"])
-        if on_created is not None:
-            await on_created(task_id)
+        await run_on_created(on_created, task_id)
         return await self.wait(task_id, on_input=on_input, first=result)
 
     async def get(self, task_id: str) -> dict[str, Any]:
@@ -249,7 +291,7 @@ class TaskClient:
         *,
         on_input: InputHandler | None = None,
         first: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Poll until the task ends: its ``CallToolResult``, or an exception saying why not.
 
         Each input request key is answered once (the server keeps showing a
@@ -261,8 +303,7 @@ class TaskClient:
         while True:
             status = task.get("status")
             if status == "completed":
-                result: dict[str, Any] = dict(task.get("result") or {})
-                return result
+                return tool_result(task.get("result") or {}, task_id)
             if status == "failed":
                 raise TaskFailedError(task)
             if status == "cancelled":

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 from ...buffer import ReplayBuffer
 from .._sdk.checked import check as check_sdk
 from ..app import Process, session_managers, wire
-from ..collector import COLLECTOR_THRESHOLD
-from ..logs import LOG_RECORD_LIMIT
 from ..metrics import ResumptionObserver
+from ..process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT
 from ..sessions.manager import as_event_store
 from ..sessions.view import ReplayEventStore
 from ..settings import (
