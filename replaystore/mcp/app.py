@@ -50,7 +50,8 @@ from .metrics import ResumptionObserver, serve_metrics, watch
 from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
 from .request_state import Secret, StoreKeyRing
 from .rounds import SingleUseBoundary
-from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
+from .sessions.health import HEALTH_PATH, add_health_route
+from .sessions.manager import ReplaySessionManager, as_event_store
 from .sessions.view import ReplayEventStore
 from .settings import (
     DEFAULT_CHECK_INTERVAL,
@@ -521,7 +522,7 @@ def streamable_http_app(
     the SDK does.
 
     The app also answers the health check at ``/healthz``
-    (:meth:`ReplaySessionManager.health_endpoint`), and with ``metrics_path``
+    (:func:`~replaystore.mcp.sessions.health.health_endpoint`), and with ``metrics_path``
     (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``) Prometheus scrapes:
     every metric of ``prometheus_client.REGISTRY``, replaystore's
     (:mod:`replaystore.mcp.metrics`) and your own. :func:`manager_of` gives

@@ -54,7 +54,7 @@ from ..errors import StorageError
 from . import preflight
 from .app import streamable_http_app
 from .metrics import ResumptionObserver
-from .sessions.manager import HEALTH_PATH
+from .sessions.health import HEALTH_PATH
 from .settings import DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
 from .tasks.extension import ReplayTasks, TaskSupport

@@ -50,10 +50,8 @@ from mcp.server.streamable_http import (
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types import INTERNAL_ERROR, InitializeRequestParams
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
@@ -74,12 +72,7 @@ from .sse import answer_whole
 from .transport import ReplayTransport, header_text
 from .view import APPENDS, ReplayEventStore, SessionView
 
-__all__ = [
-    "HEALTH_PATH",
-    "ReplaySessionManager",
-    "add_health_route",
-    "as_event_store",
-]
+__all__ = ["ReplaySessionManager", "as_event_store"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -339,20 +332,6 @@ class ReplaySessionManager(ManagerOverrides):
             # The health check asks the deep questions until they pass.
             self._replica.refused = StorageError("refused at start-up", permanent=True)
         return problems
-
-    async def health_endpoint(self, request: Request) -> Response:
-        """``GET /healthz``: 200 ``ok``, or 503 with the reason (plain text, never cached).
-
-        Served beside the MCP endpoint, not through it: no ``Host``,
-        ``Accept`` or session checks apply, so a balancer's bare check works.
-        """
-        ok, detail = await self.health()
-        return Response(
-            "" if request.method == "HEAD" else detail + "\n",
-            status_code=200 if ok else int(HTTPStatus.SERVICE_UNAVAILABLE),
-            media_type="text/plain",
-            headers={"Cache-Control": "no-store"},
-        )
 
     # ---------------------------------------------------------------- requests
 
@@ -714,14 +693,5 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
     connection.initialized.set()
 
 
-#: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
-HEALTH_PATH = "/healthz"
-
-
 def _unavailable(exc: StorageError) -> Response:
     return unavailable(None, *unavailable_error(exc))
-
-
-def add_health_route(app: Starlette, manager: ReplaySessionManager) -> None:
-    """Serve ``manager``'s health check at :data:`HEALTH_PATH` (``GET`` and ``HEAD``)."""
-    app.router.routes.append(Route(HEALTH_PATH, manager.health_endpoint, methods=["GET", "HEAD"]))
