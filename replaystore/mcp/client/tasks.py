@@ -39,12 +39,15 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
 
 from ...errors import ReplayStoreError
+
+if TYPE_CHECKING:
+    from .task_events import OnGone, TaskEventStream
 
 __all__ = [
     "TaskCancelledError",
@@ -142,6 +145,11 @@ class TaskClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
 
+    @property
+    def http(self) -> httpx2.AsyncClient:
+        """The HTTP client the requests go through."""
+        return self._http
+
     async def __aenter__(self) -> TaskClient:
         return self
 
@@ -165,23 +173,7 @@ class TaskClient:
         lasted ``retry_for`` seconds.
         """
         request_id = uuid.uuid4().hex  # one id for every copy: the server knows a copy
-        meta = {
-            "io.modelcontextprotocol/protocolVersion": VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
-        }
-        body = {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": method,
-            "params": {**params, "_meta": meta},
-        }
-        headers = {
-            **self._headers,
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": VERSION,
-            "Mcp-Method": method,
-            "Mcp-Name": name,
-        }
+        body, headers = self.envelope(request_id, method, params, name)
         deadline = anyio.current_time() + self.retry_for
         pause = self.backoff
         while True:
@@ -212,6 +204,29 @@ class TaskClient:
                 raise TaskUnavailableError(method, failure)
             await anyio.sleep(delay)
             pause = min(pause * 2, self.max_backoff)
+
+    def envelope(
+        self, request_id: str, method: str, params: Mapping[str, Any], name: str
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The JSON-RPC body and the HTTP headers of one request (the extension declared)."""
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": method,
+            "params": {**params, "_meta": meta},
+        }
+        headers = {
+            **self._headers,
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": VERSION,
+            "Mcp-Method": method,
+            "Mcp-Name": name,
+        }
+        return body, headers
 
     async def call(
         self,
@@ -290,6 +305,26 @@ class TaskClient:
         if not math.isfinite(seconds):
             seconds = 1.0
         return min(max(seconds, self._min_poll), self._max_poll)
+
+    def stream_events(
+        self,
+        task_id: str,
+        *,
+        after: int | None = None,
+        on_gone: OnGone = "raise",
+        idle_timeout: float = 30.0,
+    ) -> TaskEventStream:
+        """The task's events after ``after`` (``tasks/stream``), each once, in order, to its end.
+
+        See :class:`~replaystore.mcp.client.TaskEventStream`: it reconnects
+        with the last ``seq`` it handed over until the server says the task
+        ended and every event was sent.
+        """
+        from .task_events import TaskEventStream
+
+        return TaskEventStream(
+            self, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout
+        )
 
 
 def _transient(error: Mapping[str, Any], status: int) -> bool:
