@@ -1,0 +1,281 @@
+"""A task's event stream through replicas, cut connections, a killed runner and a paused Redis.
+
+One deployment for the module, all real processes: a Redis of its own (so
+that it can be paused), three ``replaystore example-server`` replicas on
+it, a fourth that runs the task the kill test kills, a fifth keeping 10
+events per task (``--task-events 10``), and two ``scripts/round_robin_proxy.py``
+in front: one sending each request to the next replica on a new connection,
+one that also cuts every answer at a random byte. The client is
+:meth:`TaskClient.stream_events`. What is checked, for each task:
+
+- the client gets ``seq`` 0..N once each, in order, and the result ``{}``,
+  through 15 and more reconnects with ``after``;
+- what it got is what the store holds: a fresh read of the task's events
+  gives the same event for every ``seq`` (so no ``seq`` ever named two
+  different events, whatever a dying runner or a paused store did);
+- the stream ended only when the task was terminal, its last event the
+  terminal status ``tasks/get`` shows;
+- ``events_gone`` names the earliest event kept; bad cursors get -32602.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from replaystore.mcp.client import EventsGoneError, TaskClient, TaskEvent, TaskRequestError
+from replaystore.mcp.client.task_events import TaskEventStream
+from replaystore.testing.servers import ServerHandle, find_free_port
+from tests.mcp._support import ROOT, ServerProcess, spawn_replica, wait_ready
+from tests.plugins.servers import RealServers
+
+pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
+
+STATUS = "dev.replaystore/status"
+TERMINAL = {"completed", "failed", "cancelled"}
+STEP_MS = 50
+#: A lapsed runner's task is taken over this soon (the kill test waits for it).
+LEASE = "2"
+
+
+@dataclass
+class Proxy:
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_proxy(upstreams: list[ServerProcess], log: Path, *extra: str) -> Proxy:
+    port = find_free_port()
+    args = [sys.executable, "scripts/round_robin_proxy.py", "--port", str(port), *extra]
+    for server in upstreams:
+        args += ["--upstream", f"127.0.0.1:{server.port}"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while True:
+        assert proc.poll() is None, log.read_text()
+        with contextlib.suppress(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return Proxy(port, proc)
+        assert time.monotonic() < deadline, "proxy not ready"
+        time.sleep(0.05)
+
+
+@dataclass
+class Deployment:
+    store: ServerHandle
+    replicas: list[ServerProcess]
+    victim: ServerProcess  # runs the task the kill test kills; behind the cutting proxy
+    small: ServerProcess  # keeps 10 events per task
+    plain: Proxy
+    cutting: Proxy
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    real_servers: RealServers, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    logs = tmp_path_factory.mktemp("task-streams")
+    store = real_servers.own("redis")
+    url = f"{store.url}?prefix=tstream:"
+    lease = ("--lease-seconds", LEASE)
+    replicas = [spawn_replica(f"r{i}", url, logs, *lease) for i in range(3)]
+    victim = spawn_replica("victim", url, logs, *lease)
+    small = spawn_replica("small", url, logs, *lease, "--task-events", "10")
+    servers = [*replicas, victim, small]
+    proxies: list[Proxy] = []
+    try:
+        wait_ready(servers)
+        proxies.append(start_proxy(replicas, logs / "plain.log"))
+        proxies.append(start_proxy([*replicas, victim], logs / "cut.log", "--cut-bytes", "900"))
+        yield Deployment(store, replicas, victim, small, *proxies)
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        for server in servers:
+            server.stop()
+        store.stop()
+
+
+@contextlib.asynccontextmanager
+async def tasks_at(url: str, **options: Any) -> AsyncIterator[TaskClient]:
+    """A client opening a new connection per request (the proxy routes each one anew)."""
+    http = httpx2.AsyncClient(limits=httpx2.Limits(max_keepalive_connections=0))
+    settings: dict[str, Any] = {"backoff": 0.02, "max_backoff": 0.5, "retry_for": 30.0}
+    async with http, TaskClient(url, http=http, **{**settings, **options}) as client:
+        yield client
+
+
+async def start_countdown(url: str, n: int, interval_ms: int = STEP_MS) -> str:
+    async with tasks_at(url) as client:
+        arguments = {"n": n, "interval_ms": interval_ms}
+        created = await client.request(
+            "tools/call", {"name": "countdown", "arguments": arguments}, "countdown"
+        )
+    assert created.get("resultType") == "task", created
+    return str(created["taskId"])
+
+
+async def read_all(
+    url: str, task_id: str, **options: Any
+) -> tuple[list[TaskEvent], TaskEventStream]:
+    async with tasks_at(url) as client:
+        stream = client.stream_events(task_id, idle_timeout=5.0, **options)
+        with anyio.fail_after(60):
+            events = [event async for event in stream]
+        return events, stream
+
+
+def shape(events: list[TaskEvent]) -> list[tuple[int, str, dict[str, Any]]]:
+    return [(event.seq, event.type, event.payload) for event in events]
+
+
+async def check_whole(d: Deployment, task_id: str, events: list[TaskEvent]) -> str:
+    """Every seq once, in order, as stored, ending on the terminal status tasks/get shows."""
+    assert [e.seq for e in events] == list(range(len(events)))
+    stored, again = await read_all(d.plain.url, task_id)
+    assert again.completed and again.requests == 1
+    assert shape(events) == shape(stored)
+    assert events[0].type == STATUS and events[0].payload["status"] == "working"
+    last = events[-1]
+    assert last.type == STATUS and last.payload["status"] in TERMINAL, last
+    async with tasks_at(d.plain.url) as client:
+        task = await client.get(task_id)
+    assert task["status"] == last.payload["status"]
+    return str(task["status"])
+
+
+def steps(events: list[TaskEvent]) -> list[TaskEvent]:
+    return [event for event in events if event.type != STATUS]
+
+
+async def test_a_40_step_countdown_arrives_once_in_order_through_cut_streams(
+    deployment: Deployment,
+) -> None:
+    task_id = await start_countdown(deployment.plain.url, 40)
+    events, stream = await read_all(deployment.cutting.url, task_id)
+    assert stream.completed
+    assert stream.requests >= 16, stream.requests  # 15 reconnects at least
+    assert await check_whole(deployment, task_id, events) == "completed"
+    assert len(steps(events)) == 40
+
+
+async def test_events_gone_names_the_earliest_event_kept(deployment: Deployment) -> None:
+    task_id = await start_countdown(deployment.small.url, 20, interval_ms=0)
+    async with tasks_at(deployment.plain.url) as client:
+        await client.wait(task_id)
+    kept, stream = await read_all(deployment.plain.url, task_id)  # no cursor: the earliest kept
+    assert stream.completed and len(kept) == 10
+    earliest = kept[0].seq
+    assert earliest > 1 and [e.seq for e in kept] == list(range(earliest, earliest + 10))
+    with pytest.raises(EventsGoneError) as gone:
+        await read_all(deployment.cutting.url, task_id, after=0)
+    assert gone.value.earliest_seq == earliest and gone.value.task_id == task_id
+    rest, stream = await read_all(deployment.cutting.url, task_id, after=0, on_gone="earliest")
+    assert shape(rest) == shape(kept) and stream.lost == [(1, earliest - 1)]
+
+
+async def test_bad_cursors_get_invalid_params(deployment: Deployment) -> None:
+    task_id = await start_countdown(deployment.plain.url, 2, interval_ms=0)
+    events, _ = await read_all(deployment.plain.url, task_id)
+    last = events[-1].seq
+    async with tasks_at(deployment.plain.url) as client:
+        for after in (-1, "3", 1.5, True, None, last + 1, 2**70):
+            with pytest.raises(TaskRequestError) as refused:
+                await client.request("tasks/stream", {"taskId": task_id, "after": after}, task_id)
+            assert refused.value.code == -32602, (after, refused.value.error)
+        with pytest.raises(TaskRequestError) as unknown:
+            await client.request("tasks/stream", {"taskId": "no-such-task"}, "no-such-task")
+        assert unknown.value.code == -32602
+
+
+@contextlib.contextmanager
+def paused(store: ServerHandle) -> Iterator[None]:
+    pids = store.pids()
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def stream_while(
+    d: Deployment, task_id: str, fault: Any, after_events: int
+) -> tuple[list[TaskEvent], TaskEventStream]:
+    """Stream through the cutting proxy; ``fault()`` runs once ``after_events`` arrived."""
+    events: list[TaskEvent] = []
+    reached = anyio.Event()
+    async with tasks_at(d.cutting.url) as client, anyio.create_task_group() as group:
+        stream = client.stream_events(task_id, idle_timeout=5.0)
+
+        async def read() -> None:
+            with anyio.fail_after(90):
+                async for event in stream:
+                    events.append(event)
+                    if len(events) >= after_events:
+                        reached.set()
+            reached.set()
+
+        group.start_soon(read)
+        await reached.wait()
+        await fault()
+    return events, stream
+
+
+async def test_a_4s_redis_pause_never_duplicates_skips_or_ends_falsely(
+    deployment: Deployment,
+) -> None:
+    task_id = await start_countdown(deployment.plain.url, 40)
+
+    async def pause() -> None:
+        with paused(deployment.store):
+            await anyio.sleep(4)
+
+    events, stream = await stream_while(deployment, task_id, pause, after_events=8)
+    assert stream.completed and len(events) > 8
+    await check_whole(deployment, task_id, events)
+
+
+async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
+    deployment: Deployment,
+) -> None:
+    task_id = await start_countdown(deployment.victim.url, 40)
+
+    async def kill() -> None:
+        deployment.victim.proc.send_signal(signal.SIGKILL)
+        deployment.victim.proc.wait(5)
+
+    events, stream = await stream_while(deployment, task_id, kill, after_events=8)
+    assert stream.completed
+    await check_whole(deployment, task_id, events)
+    # The run after the runner died says so on the stream.
+    attempts = [e.payload.get("attempt") for e in events if e.type == STATUS]
+    assert any(isinstance(a, int) and a >= 2 for a in attempts), attempts
