@@ -10,6 +10,7 @@ memory one in :mod:`replaystore.backends.memory.tasks`, the Redis one in
 
 from __future__ import annotations
 
+from .events import EventPage, EventRetention, TaskEvent, TaskEventError
 from .records import (
     CANCELLED,
     COMPLETED,
@@ -38,7 +39,11 @@ __all__ = [
     "TERMINAL",
     "WORKING",
     "Beat",
+    "EventPage",
+    "EventRetention",
     "NotReplicatedError",
+    "TaskEvent",
+    "TaskEventError",
     "TaskInputError",
     "TaskRecord",
     "TaskStore",

@@ -68,6 +68,7 @@ from ...errors import StorageError
 from ...taskstore import (
     FAILED,
     LOST_ERROR,
+    EventRetention,
     NotReplicatedError,
     TaskInputError,
     TaskRecord,
@@ -75,6 +76,8 @@ from ...taskstore import (
     new_task_id,
     valid_task_id,
 )
+from ...taskstore.events import event_blob
+from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
 from ..sessions.again import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
@@ -89,6 +92,7 @@ from .session import (
     sdk_rerun,
     sdk_tool_names,
 )
+from .stream import stream_events
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
 
@@ -145,6 +149,12 @@ class TaskIdParams(RequestParams):
     task_id: str = Field(max_length=256)
 
 
+class StreamParams(TaskIdParams):
+    """``tasks/stream`` params: ``after`` is judged as sent (see ``sep2694.judge_cursor``)."""
+
+    after: Any = None
+
+
 class UpdateParams(TaskIdParams):
     """``tasks/update`` params."""
 
@@ -170,6 +180,9 @@ class ReplayTasks(Extension):
     :meth:`bind`); set it when two deployments of one server share a store
     and prefix (``namespace="billing-staging"``), or to let servers of
     different names serve one app's tasks.
+
+    ``events``: how long each task's events (:func:`~replaystore.mcp.tasks.emit_event`,
+    its progress, its status changes) are kept for ``tasks/stream``.
     """
 
     identifier = EXTENSION
@@ -185,6 +198,7 @@ class ReplayTasks(Extension):
         owner: Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
         store: TaskStore | None = None,
         namespace: str | None = None,
+        events: EventRetention | None = None,
     ) -> None:
         self._tools = {
             name: support if isinstance(support, TaskSupport) else TaskSupport(support)
@@ -200,6 +214,8 @@ class ReplayTasks(Extension):
         self.poll_interval = poll_interval
         self.lease = lease
         self.check_interval = check_interval
+        #: How long each task's events are kept (``tasks/stream``), fixed at its creation.
+        self.events = events if events is not None else EventRetention()
         self._owner = owner
         self._store = store
         self._namespace = namespace
@@ -319,6 +335,11 @@ class ReplayTasks(Extension):
                     await hand_over(self.store, self._runs, self._runner, self.store_timeout)
                 group.cancel_scope.cancel()
 
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` was called: open ``tasks/stream`` requests end early."""
+        return self._draining
+
     def drain(self) -> None:
         """Take no new task (503), for the process is stopping (on ``SIGTERM``).
 
@@ -352,12 +373,17 @@ class ReplayTasks(Extension):
             finally:
                 group.cancel_scope.cancel()
 
+    def settings(self) -> dict[str, Any]:
+        """What ``server/discover`` advertises under the extension: task event streams."""
+        return {STREAM_CAPABILITY: {}}
+
     def methods(self) -> list[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
         return [
             MethodBinding("tasks/get", TaskIdParams, self._get, versions),
             MethodBinding("tasks/update", UpdateParams, self._update, versions),
             MethodBinding("tasks/cancel", TaskIdParams, self._cancel, versions),
+            MethodBinding(STREAM_METHOD, StreamParams, self._stream, versions),
         ]
 
     # -- tools/call ----------------------------------------------------------------
@@ -457,6 +483,7 @@ class ReplayTasks(Extension):
                 owner=owner,
                 attempts=support.attempts if call is not None else 1,
                 call=call,
+                events=self.events,
             ),
             lambda: task_id in self._runs,
             launch,
@@ -602,6 +629,27 @@ class ReplayTasks(Extension):
                     logger.warning("task %s: could not store its end: %s", task_id, exc)
                     return
             await anyio.sleep(self.check_interval)
+
+    async def emit(self, run: Run, event_type: str, payload: Mapping[str, Any]) -> int:
+        """Store an event of ``run``'s task; its ``seq``. A run that no longer holds its task stops.
+
+        :class:`~replaystore.taskstore.TaskEventError` for an event that may not
+        be emitted (nothing stored); ``StorageError`` when the store fails.
+        """
+        value: object = dict(payload) if isinstance(payload, Mapping) else payload
+        blob = event_blob(event_type, value, self.events)
+        seq = await self.store.emit(run.task_id, self._runner, blob)
+        if seq is None:  # cancelled, ended, or run again elsewhere: stop here
+            run.ended = True
+            run.scope.cancel()
+            await anyio.sleep_forever()
+        return int(seq) if seq is not None else -1
+
+    async def _stream(
+        self, ctx: ServerRequestContext[Any, Any], params: StreamParams
+    ) -> HandlerResult:
+        owner = self._check(ctx, params)
+        return await stream_events(self, ctx, params, owner)
 
     async def _input(self, run: Run, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""

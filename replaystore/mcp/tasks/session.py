@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.context import HandlerResult
@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
+from ...taskstore.sep2694 import PROGRESS_TYPE
 from .leases import Run
 
 if TYPE_CHECKING:
@@ -44,8 +45,9 @@ class TaskSession(ServerSession):
     """The tool's session inside a task: server-to-client requests become input requests.
 
     Everything else is the request's own session (reached through
-    ``__getattr__``, so no SDK attribute is named here). Progress and log
-    notifications are dropped: the tasks extension does not carry them.
+    ``__getattr__``, so no SDK attribute is named here). Progress the tool
+    reports becomes a task event (``tasks/stream`` carries it; the tasks
+    extension itself carries no progress); log notifications are dropped.
     """
 
     def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: Run) -> None:
@@ -74,11 +76,25 @@ class TaskSession(ServerSession):
         answer = await self._replay_tasks._input(self._replay_run, wire)
         return result_type.model_validate(answer, by_name=False)
 
-    async def report_progress(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    async def emit_event(self, event_type: str, payload: Mapping[str, Any]) -> int:
+        """Store an event of this task (see :func:`~replaystore.mcp.tasks.emit_event`)."""
+        return await self._replay_tasks.emit(self._replay_run, event_type, payload)
 
-    async def send_progress_notification(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        await self.emit_event(PROGRESS_TYPE, progress_payload(progress, total, message))
+
+    async def send_progress_notification(
+        self,
+        progress_token: str | int,
+        progress: float,
+        total: float | None = None,
+        message: str | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        await self.report_progress(progress, total, message)
 
     async def send_log_message(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -132,6 +148,16 @@ def sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
         return result
 
     return rerun
+
+
+def progress_payload(progress: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """The payload of a progress event: the fields of ``notifications/progress``."""
+    payload: dict[str, Any] = {"progress": progress}
+    if total is not None:
+        payload["total"] = total
+    if message is not None:
+        payload["message"] = message
+    return payload
 
 
 def result_of(value: HandlerResult) -> dict[str, Any]:
