@@ -48,6 +48,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import httpx2
 
+from ...taskstore.sep2694 import EVENT_NOTIFICATION as EVENT
+from ...taskstore.sep2694 import EVENTS_GONE, EVENTS_GONE_CODE
+from ...taskstore.sep2694 import STREAM_METHOD as STREAM
 from ...testing.sse import sse_events
 from .tasks import (
     RETRY_STATUSES,
@@ -63,11 +66,6 @@ if TYPE_CHECKING:
     from .tasks import TaskClient
 
 __all__ = ["EventsGoneError", "TaskEvent", "TaskEventStream", "TaskStreamError"]
-
-STREAM = "tasks/stream"
-EVENT = "notifications/tasks/event"
-#: The JSON-RPC error code of events no longer retained, with ``data.reason == "events_gone"``.
-EVENTS_GONE = -32010
 
 OnGone = Literal["raise", "earliest"]
 
@@ -271,7 +269,11 @@ class TaskEventStream:
     def _judge(self, error: Mapping[str, Any], status: int) -> bool:
         """Raise for an error that ends the stream; True to go on at once, False to retry later."""
         data = error.get("data")
-        if error.get("code") == EVENTS_GONE and isinstance(data, Mapping):
+        if (
+            error.get("code") == EVENTS_GONE_CODE
+            and isinstance(data, Mapping)
+            and data.get("reason") == EVENTS_GONE
+        ):
             earliest = data.get("earliestSeq")
             if not isinstance(earliest, int) or isinstance(earliest, bool) or earliest < 0:
                 raise TaskStreamError(f"task {self.task_id}: events_gone with {earliest!r}")
