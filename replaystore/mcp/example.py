@@ -26,9 +26,9 @@ For a 2026-07-28 client that declares the ``io.modelcontextprotocol/tasks``
 extension, ``countdown`` and ``ask`` run as durable tasks (kept
 ``--task-ttl`` seconds): ``ask``'s elicitation becomes an input request, and
 ``countdown`` emits one task event per step instead of a progress
-notification (type ``com.example/countdown``, payload ``{"step", "left",
-"at"}``, ``at`` the Unix time it was emitted), which any replica streams
-(``tasks/stream``); each task keeps its last ``--task-events`` events.
+notification (type ``com.example/countdown``, payload ``{"step", "left"}``),
+which any replica streams (``tasks/stream``); each task keeps its last
+``--task-events`` events.
 
 Any number of these servers on one Redis URL are replicas of each other.
 """
@@ -39,7 +39,6 @@ import argparse
 import logging
 import math
 import sys
-import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -123,7 +122,7 @@ def build_server(
         """Count n steps, then finish: a progress notification each (closing the stream after
         close_after), or in a task, a task event each."""
         for i in range(n):
-            step = {"step": i + 1, "left": n - i - 1, "at": time.time()}
+            step = {"step": i + 1, "left": n - i - 1}
             if await emit_event(ctx, "com.example/countdown", step) is None:  # not a task
                 await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
             if close_after and i + 1 == close_after:
