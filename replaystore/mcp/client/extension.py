@@ -38,6 +38,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import CallToolResult, Request, RequestParams, Result
 from pydantic import BaseModel, ConfigDict
 
+from .task_events import OnGone, TaskEventStream, stream_of
 from .tasks import EXTENSION, InputHandler, TaskCancelledError, TaskError, TaskFailedError
 
 __all__ = ["ClientTasks", "CreatedTask"]
@@ -159,3 +160,22 @@ class ClientTasks(ClientExtension):
         if not math.isfinite(seconds):
             seconds = 1.0
         return min(max(seconds, self._min_poll), self._max_poll)
+
+    @staticmethod
+    def stream_events(
+        client: Any,
+        task_id: str,
+        *,
+        after: int | None = None,
+        on_gone: OnGone = "raise",
+        idle_timeout: float = 30.0,
+    ) -> TaskEventStream:
+        """The task's events (``tasks/stream``) on the server ``client`` talks to, each once.
+
+        ``client``: a FastMCP ``Client`` over HTTP (or the server's URL). The
+        client's session hands notifications to extensions through a queue
+        that drops the oldest and may reorder them, so the stream goes on a
+        connection of its own, with the client's URL, headers and token, and
+        resumes on its own (see :class:`~replaystore.mcp.client.TaskEventStream`).
+        """
+        return stream_of(client, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout)

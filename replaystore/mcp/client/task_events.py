@@ -121,7 +121,9 @@ class TaskEventStream:
         after: int | None = None,
         on_gone: OnGone = "raise",
         idle_timeout: float = 30.0,
+        close_client: bool = False,
     ) -> None:
+        """``close_client``: the client's HTTP connections are the stream's, closed at its end."""
         if after is not None and (isinstance(after, bool) or after < 0):
             raise ValueError("after must be a non-negative integer or None")
         if on_gone not in ("raise", "earliest"):
@@ -143,6 +145,7 @@ class TaskEventStream:
         #: True once the server ended the stream with its result ``{}``.
         self.completed = False
         self._iterator: AsyncIterator[TaskEvent] | None = None
+        self._close_client = close_client
 
     def __aiter__(self) -> AsyncIterator[TaskEvent]:
         if self._iterator is None:
@@ -164,9 +167,19 @@ class TaskEventStream:
         """Stop reading: close the open response (the task goes on)."""
         iterator = self._iterator
         if iterator is not None and hasattr(iterator, "aclose"):
-            await iterator.aclose()
+            await iterator.aclose()  # its end closes the client if it is the stream's
+        elif self._close_client:
+            await self.client.http.aclose()
 
     async def _events(self) -> AsyncIterator[TaskEvent]:
+        try:
+            async for event in self._resuming():
+                yield event
+        finally:
+            if self._close_client:
+                await self.client.http.aclose()
+
+    async def _resuming(self) -> AsyncIterator[TaskEvent]:
         client = self.client
         pause = client.backoff
         deadline = anyio.current_time() + client.retry_for
@@ -299,3 +312,36 @@ def _json(data: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
+
+
+def stream_of(
+    client: Any,
+    task_id: str,
+    *,
+    after: int | None = None,
+    on_gone: OnGone = "raise",
+    idle_timeout: float = 30.0,
+) -> TaskEventStream:
+    """The events of ``task_id`` on the server a FastMCP ``Client`` (or a URL) talks to.
+
+    The stream uses a connection of its own, with the client's URL, headers
+    and authentication (an ``httpx2.Auth``, or a bearer token given as a
+    string); it is closed with the stream.
+    """
+    from .tasks import TaskClient
+
+    transport = getattr(client, "transport", client)
+    url = transport if isinstance(transport, str) else getattr(transport, "url", None)
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise TaskError(f"task events are read over HTTP; {client!r} has no HTTP URL")
+    headers = dict(getattr(transport, "headers", None) or {})
+    auth = getattr(transport, "auth", None)
+    if auth == "oauth":
+        raise TaskError("a client with OAuth cannot lend its token; give TaskClient an httpx2.Auth")
+    if isinstance(auth, str):
+        headers["Authorization"] = f"Bearer {auth}"
+        auth = None
+    tasks = TaskClient(url, http=httpx2.AsyncClient(auth=auth, timeout=30.0), headers=headers)
+    return TaskEventStream(
+        tasks, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout, close_client=True
+    )
