@@ -35,8 +35,15 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from fastmcp import Client
 
-from replaystore.mcp.client import EventsGoneError, TaskClient, TaskEvent, TaskRequestError
+from replaystore.mcp.client import (
+    ClientTasks,
+    EventsGoneError,
+    TaskClient,
+    TaskEvent,
+    TaskRequestError,
+)
 from replaystore.mcp.client.task_events import TaskEventStream
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import ROOT, ServerProcess, spawn_replica, wait_ready
@@ -279,3 +286,19 @@ async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
     # The run after the runner died says so on the stream.
     attempts = [e.payload.get("attempt") for e in events if e.type == STATUS]
     assert any(isinstance(a, int) and a >= 2 for a in attempts), attempts
+
+
+async def test_a_fastmcp_client_streams_a_tasks_events(deployment: Deployment) -> None:
+    created: list[str] = []
+
+    async def save(task_id: str) -> None:
+        created.append(task_id)
+
+    tasks = ClientTasks(on_created=save)
+    async with Client(deployment.plain.url, extensions=[tasks]) as client:
+        await client.call_tool("countdown", {"n": 5, "interval_ms": 0})
+        stream = tasks.stream_events(client, created[0])
+        events = [event async for event in stream]
+    assert stream.completed
+    await check_whole(deployment, created[0], events)
+    assert [e.payload["step"] for e in steps(events)] == [1, 2, 3, 4, 5]
