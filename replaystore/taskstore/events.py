@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import TERMINAL, TaskInputError, pack, unpack
+from .records import LOST_ERROR, OUTAGE_ERROR, TERMINAL, TaskInputError, pack, unpack
 from .sep2694 import STATUS_TYPE, type_problem
 
 __all__ = [
@@ -34,6 +34,9 @@ __all__ = [
     "encode_status",
     "event_blob",
 ]
+
+
+_LOST = b"\x00lost:"
 
 
 class TaskEventError(TaskInputError):
@@ -146,7 +149,11 @@ def decode_event(seq: int, entry: bytes) -> TaskEvent:
         return TaskEvent(seq, event_type.decode(), unpack(blob), int(at))
     status, attempt, message = rest.split(b":", 2)
     payload: dict[str, Any] = {"status": status.decode()}
-    if message:
+    if message.startswith(_LOST):  # failed as lost: the flag names the error (Redis scripts)
+        payload["statusMessage"] = (OUTAGE_ERROR if message == _LOST + b"2" else LOST_ERROR)[
+            "message"
+        ]
+    elif message:
         payload["statusMessage"] = message.decode("utf-8", "replace")
     if int(attempt) > 1:
         payload["attempt"] = int(attempt)

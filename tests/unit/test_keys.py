@@ -103,12 +103,17 @@ def test_the_listen_keys(on_redis: OnRedis) -> None:
 def test_the_task_keys(on_redis: OnRedis) -> None:
     store = on_redis.task_store(namespace="app")
     assert isinstance(store, RedisTaskStore)
-    assert store.keys("t1") == ["rs{task:app:t1}:task", "rs{task:app:t1}:in", "rs{task:app:t1}:ans"]
+    assert store.keys("t1") == [
+        "rs{task:app:t1}:task",
+        "rs{task:app:t1}:in",
+        "rs{task:app:t1}:ans",
+        "rs{task:app:t1}:ev",
+    ]
     assert store._index() == "rs{tasks:app}:running"
     assert store._nudge_prefix() == "rs{tasks:app}:nudge:"
     bare = on_redis.task_store()
     assert isinstance(bare, RedisTaskStore)
-    assert bare.keys("t1") == ["rs{task:t1}:task", "rs{task:t1}:in", "rs{task:t1}:ans"]
+    assert bare.keys("t1")[3] == "rs{task:t1}:ev"
     assert bare._index() == "rs{tasks}:running"
     assert bare._nudge_prefix() == "rs{tasks}:nudge:"
 

@@ -1,9 +1,11 @@
 """Tasks on Redis (standalone, Sentinel, Cluster) or Valkey: one Lua script per operation.
 
-A task is three keys sharing one hash tag, so on a cluster they live in one
+A task is four keys sharing one hash tag, so on a cluster they live in one
 slot and every script declares all of them: the task hash (status, times,
-runner lease, owner, packed result or error), its outstanding input requests,
-and the answers the runner has not taken yet. Times come from the server's
+runner lease, owner, packed result or error, the next event ``seq`` and the
+events' retention), its outstanding input requests, the answers the runner
+has not taken yet, and its retained events (a list, oldest first; an append
+is announced by a ``PUBLISH`` on the list's own name). Times come from the server's
 clock (``TIME`` inside the script), so replicas with skewed clocks agree on
 leases and ``lastUpdatedAt``. Every key expires with the task's TTL: after it,
 the store holds nothing of the task.
@@ -27,6 +29,7 @@ costs one check or delays a background end; it can never end a task wrongly.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
@@ -39,6 +42,7 @@ from typing import Any
 import anyio
 
 from ....errors import StorageError
+from ....taskstore.events import EventPage, EventRetention, decode_event
 from ....taskstore.records import (
     LOST_ERROR,
     OUTAGE_ERROR,
@@ -52,7 +56,7 @@ from ....taskstore.records import (
 )
 from ....taskstore.store import TaskStore
 from ..client import storage_error
-from ..keys import task_index, task_keys, task_nudges
+from ..keys import task_event_channels, task_index, task_keys, task_nudges
 
 __all__ = ["RedisTaskStore"]
 
@@ -66,7 +70,19 @@ def _source(name: str) -> str:
 _LIB = _source("_lib")
 _SCRIPTS = {
     name: _LIB + _source(name)
-    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat", "claim", "reap")
+    for name in (
+        "create",
+        "get",
+        "ask",
+        "respond",
+        "cancel",
+        "finish",
+        "beat",
+        "claim",
+        "reap",
+        "emit",
+        "events",
+    )
 }
 _SCRIPTS["sweep"] = _source("sweep")  # the index alone: no task keys
 _SHAS = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
@@ -190,6 +206,8 @@ class RedisTaskStore(TaskStore):
         self._space = _space(namespace)
         self._wait_replicas = wait_replicas
         self._wait_timeout = wait_timeout
+        pattern, head, tail = task_event_channels(key_base, self._space)
+        self._wakeups = _Wakeups(client, pattern, head, tail)
 
     def keys(self, task_id: str) -> list[str]:
         """The task's keys, hash tag included (the backend's rule, so ids with braces are safe).
@@ -355,8 +373,10 @@ class RedisTaskStore(TaskStore):
         owner: str | None = None,
         attempts: int = 1,
         call: Mapping[str, Any] | None = None,
+        events: EventRetention | None = None,
     ) -> TaskRecord:
         poll = "" if poll_ms is None else str(poll_ms)
+        kept = events if events is not None else EventRetention()
         call_blob = pack(call) if call is not None else b""
         tool = call.get("name") if call is not None else None
         args = (
@@ -368,6 +388,9 @@ class RedisTaskStore(TaskStore):
             max(1, attempts),
             call_blob,
             tool if isinstance(tool, str) else "",  # plain, for claim to compare
+            kept.max_events,
+            kept.age_ms,
+            kept.terminal_ms,
         )
         # The index entry first: a task is never running without one. Its time,
         # 0, makes the next scan look at it and file it under its real lease.
@@ -452,6 +475,28 @@ class RedisTaskStore(TaskStore):
         )
         return bool(ended)
 
+    async def emit(self, task_id: str, runner: str, blob: bytes) -> int | None:
+        reply = await self._run("emit", task_id, runner, blob)
+        return None if reply is None else int(reply)
+
+    async def events(
+        self, task_id: str, *, owner: str | None = None, start: int | None = None, limit: int = 100
+    ) -> EventPage | None:
+        first = "" if start is None else str(max(0, start))
+        reply = await self._run("events", task_id, owner or "", first, max(0, limit))
+        if not reply:
+            return None
+        status, next_seq, kept, entries, rerun = reply
+        next_seq, floor = int(next_seq), int(next_seq) - int(kept)
+        begin = floor if start is None else max(start, floor)
+        decoded = [decode_event(begin + i, entry) for i, entry in enumerate(entries)]
+        return EventPage(floor, next_seq, _text(status), decoded, int(rerun) == 1)
+
+    @asynccontextmanager
+    async def event_wakeups(self, task_id: str, wake: Callable[[], None]) -> AsyncIterator[None]:
+        async with self._wakeups.watch(task_id, wake):
+            yield
+
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
         reply = await self._run("beat", task_id, runner, int(lease * 1000))
         if not reply:
@@ -530,6 +575,82 @@ class RedisTaskStore(TaskStore):
         served = () if tools is None else (int(grace * 1000), *sorted(tools))
         blob = await self._change("claim", task_id, runner, int(lease * 1000), *served)
         return None if blob is None else unpack(blob)
+
+
+class _Wakeups:
+    """One ``PSUBSCRIBE`` per store to every task's event channel, while any reader waits.
+
+    Started by the first reader and stopped with the last one: a replica with
+    no open task stream holds no connection for it. Every append publishes on
+    its task's channel; the listener calls the waiting readers of that task.
+    A hint only (readers read the store on a timer too), so a message lost
+    while the connection is down costs latency, never an event.
+    """
+
+    def __init__(self, client: Any, pattern: str, head: str, tail: str) -> None:
+        self._client = client
+        self._pattern = pattern
+        self._head = head
+        self._tail = tail
+        self._waiting: dict[str, list[Callable[[], None]]] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    @asynccontextmanager
+    async def watch(self, task_id: str, wake: Callable[[], None]) -> AsyncIterator[None]:
+        self._waiting.setdefault(task_id, []).append(wake)
+        if self._listener is None or self._listener.done():
+            self._ready = asyncio.Event()
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+        # Subscribed before the reader reads, so no append after its read goes
+        # unheard; a slow subscription only leaves the reader to its timer.
+        with anyio.move_on_after(1.0):
+            await self._ready.wait()
+        try:
+            yield
+        finally:
+            waiting = self._waiting.get(task_id, [])
+            if wake in waiting:
+                waiting.remove(wake)
+            if not waiting:
+                self._waiting.pop(task_id, None)
+            if not self._waiting and self._listener is not None:
+                self._listener.cancel()
+                self._listener = None
+
+    async def _listen(self) -> None:
+        pubsub = self._client.pubsub()
+        try:
+            while True:
+                try:
+                    if not self._ready.is_set():
+                        await pubsub.psubscribe(self._pattern)
+                        while True:
+                            raw = await pubsub.get_message(timeout=1.0)
+                            if raw is not None and raw.get("type") == "psubscribe":
+                                break
+                        self._ready.set()
+                    raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                except Exception as exc:
+                    logger.debug("task event wake-ups interrupted (%s); reconnecting", exc)
+                    self._ready.clear()
+                    await anyio.sleep(0.5)
+                    continue
+                if raw is None or raw.get("type") != "pmessage":
+                    continue
+                channel = _text(raw.get("channel") or b"")
+                task_id = channel[len(self._head) : len(channel) - len(self._tail)]
+                for wake in list(self._waiting.get(task_id, ())):
+                    try:
+                        wake()
+                    except Exception:  # a hint: the reader reads on a timer anyway
+                        logger.exception("waking a reader of task %s failed", task_id)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await pubsub.aclose()
+                except Exception:
+                    logger.debug("closing the wake-up connection failed", exc_info=True)
 
 
 def _space(namespace: str) -> str:
