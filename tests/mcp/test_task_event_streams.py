@@ -2,10 +2,11 @@
 
 One deployment for the module, all real processes: a Redis of its own (so
 that it can be paused), three ``replaystore example-server`` replicas on
-it, a fourth that runs the task the kill test kills, a fifth keeping 10
-events per task (``--task-events 10``), and two ``scripts/round_robin_proxy.py``
-in front: one sending each request to the next replica on a new connection,
-one that also cuts every answer at a random byte. The client is
+it (the third keeps 10 events per task it creates, ``--task-events 10``),
+a fourth that runs the task the kill test kills, and two
+``scripts/round_robin_proxy.py`` in front: one sending each request to the
+next replica on a new connection, one that also cuts every answer at a
+random byte. A task keeps the retention of the replica that created it. The client is
 :meth:`TaskClient.stream_events`. What is checked, for each task:
 
 - the client gets ``seq`` 0..N once each, in order, and the result ``{}``,
@@ -56,6 +57,9 @@ TERMINAL = {"completed", "failed", "cancelled"}
 STEP_MS = 50
 #: A lapsed runner's task is taken over this soon (the kill test waits for it).
 LEASE = "2"
+#: The faults strike this long after the task was created: a few of its 20 steps in.
+FAULT_AFTER = 0.3
+FAULT_STEPS = 20
 
 
 @dataclass
@@ -99,7 +103,16 @@ class Deployment:
     store: ServerHandle
     replicas: list[ServerProcess]
     victim: ServerProcess  # runs the task the kill test kills; behind the cutting proxy
-    small: ServerProcess  # keeps 10 events per task
+
+    @property
+    def small(self) -> ServerProcess:
+        """The replica whose tasks keep 10 events."""
+        return self.replicas[2]
+
+    @property
+    def first(self) -> ServerProcess:
+        return self.replicas[0]
+
     plain: Proxy
     cutting: Proxy
 
@@ -112,16 +125,16 @@ def deployment(
     store = real_servers.own("redis")
     url = f"{store.url}?prefix=tstream:"
     lease = ("--lease-seconds", LEASE)
-    replicas = [spawn_replica(f"r{i}", url, logs, *lease) for i in range(3)]
+    replicas = [spawn_replica(f"r{i}", url, logs, *lease) for i in range(2)]
+    replicas.append(spawn_replica("r2", url, logs, *lease, "--task-events", "10"))
     victim = spawn_replica("victim", url, logs, *lease)
-    small = spawn_replica("small", url, logs, *lease, "--task-events", "10")
-    servers = [*replicas, victim, small]
+    servers = [*replicas, victim]
     proxies: list[Proxy] = []
     try:
         wait_ready(servers)
         proxies.append(start_proxy(replicas, logs / "plain.log"))
         proxies.append(start_proxy([*replicas, victim], logs / "cut.log", "--cut-bytes", "900"))
-        yield Deployment(store, replicas, victim, small, *proxies)
+        yield Deployment(store, replicas, victim, *proxies)
     finally:
         for proxy in proxies:
             proxy.stop()
@@ -185,7 +198,7 @@ def steps(events: list[TaskEvent]) -> list[TaskEvent]:
 async def test_a_40_step_countdown_arrives_once_in_order_through_cut_streams(
     deployment: Deployment,
 ) -> None:
-    task_id = await start_countdown(deployment.plain.url, 40)
+    task_id = await start_countdown(deployment.first.url, 40)
     events, stream = await read_all(deployment.cutting.url, task_id)
     assert stream.completed
     assert stream.requests >= 16, stream.requests  # 15 reconnects at least
@@ -209,7 +222,7 @@ async def test_events_gone_names_the_earliest_event_kept(deployment: Deployment)
 
 
 async def test_bad_cursors_get_invalid_params(deployment: Deployment) -> None:
-    task_id = await start_countdown(deployment.plain.url, 2, interval_ms=0)
+    task_id = await start_countdown(deployment.first.url, 2, interval_ms=0)
     events, _ = await read_all(deployment.plain.url, task_id)
     last = events[-1].seq
     async with tasks_at(deployment.plain.url) as client:
@@ -235,11 +248,14 @@ def paused(store: ServerHandle) -> Iterator[None]:
 
 
 async def stream_while(
-    d: Deployment, task_id: str, fault: Any, after_events: int
+    d: Deployment, task_id: str, fault: Any
 ) -> tuple[list[TaskEvent], TaskEventStream]:
-    """Stream through the cutting proxy; ``fault()`` runs once ``after_events`` arrived."""
+    """Stream through the cutting proxy; ``fault()`` runs a moment into the task's run.
+
+    The moment is the task's, not the reader's (a reader through cut
+    connections may lag the runner by seconds): the fault hits a running task.
+    """
     events: list[TaskEvent] = []
-    reached = anyio.Event()
     async with tasks_at(d.cutting.url) as client, anyio.create_task_group() as group:
         stream = client.stream_events(task_id, idle_timeout=5.0)
 
@@ -247,12 +263,9 @@ async def stream_while(
             with anyio.fail_after(90):
                 async for event in stream:
                     events.append(event)
-                    if len(events) >= after_events:
-                        reached.set()
-            reached.set()
 
         group.start_soon(read)
-        await reached.wait()
+        await anyio.sleep(FAULT_AFTER)
         await fault()
     return events, stream
 
@@ -260,32 +273,33 @@ async def stream_while(
 async def test_a_4s_redis_pause_never_duplicates_skips_or_ends_falsely(
     deployment: Deployment,
 ) -> None:
-    task_id = await start_countdown(deployment.plain.url, 40)
+    task_id = await start_countdown(deployment.first.url, FAULT_STEPS)
 
     async def pause() -> None:
         with paused(deployment.store):
             await anyio.sleep(4)
 
-    events, stream = await stream_while(deployment, task_id, pause, after_events=8)
-    assert stream.completed and len(events) > 8
+    events, stream = await stream_while(deployment, task_id, pause)
+    assert stream.completed
     await check_whole(deployment, task_id, events)
 
 
 async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
     deployment: Deployment,
 ) -> None:
-    task_id = await start_countdown(deployment.victim.url, 40)
+    task_id = await start_countdown(deployment.victim.url, FAULT_STEPS)
 
     async def kill() -> None:
         deployment.victim.proc.send_signal(signal.SIGKILL)
         deployment.victim.proc.wait(5)
 
-    events, stream = await stream_while(deployment, task_id, kill, after_events=8)
+    events, stream = await stream_while(deployment, task_id, kill)
     assert stream.completed
-    await check_whole(deployment, task_id, events)
-    # The run after the runner died says so on the stream.
+    assert await check_whole(deployment, task_id, events) == "completed"
+    # The run after the runner died says so on the stream, and counts again.
     attempts = [e.payload.get("attempt") for e in events if e.type == STATUS]
-    assert any(isinstance(a, int) and a >= 2 for a in attempts), attempts
+    assert any(isinstance(a, int) and a >= 2 for a in attempts), shape(events)
+    assert steps(events)[-1].payload == {"step": FAULT_STEPS, "left": 0}
 
 
 async def test_a_fastmcp_client_streams_a_tasks_events(deployment: Deployment) -> None:
