@@ -25,6 +25,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
+from ...errors import StorageError
+from ...taskstore.records import TaskInputError
 from ...taskstore.sep2694 import PROGRESS_TYPE
 from .leases import Run
 
@@ -83,7 +85,11 @@ class TaskSession(ServerSession):
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        await self.emit_event(PROGRESS_TYPE, progress_payload(progress, total, message))
+        """Progress as a task event; best effort, as progress is: a store error is logged only."""
+        try:
+            await self.emit_event(PROGRESS_TYPE, progress_payload(progress, total, message))
+        except (StorageError, TaskInputError) as exc:
+            logger.warning("task %s: progress not recorded: %s", self._replay_run.task_id, exc)
 
     async def send_progress_notification(
         self,
