@@ -409,11 +409,22 @@ def _task_ttl(text: str) -> float:
     return seconds
 
 
+def _task_events(text: str) -> int:
+    """Events kept per task: what :class:`~replaystore.taskstore.EventRetention` accepts."""
+    number = int(text)
+    try:
+        EventRetention(max_events=number)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, not {number}") from None
+    return number
+
+
 # argparse names the type in its error ("invalid _port value: 'x'"): name them for a person.
 _port.__name__ = "port"
 _positive_int.__name__ = "positive integer"
 _seconds.__name__ = "duration"
 _task_ttl.__name__ = "task TTL"
+_task_events.__name__ = "number of events"
 
 _DESCRIPTION = (
     "Serve an example MCP server at /mcp (streamable HTTP, resumable), with Prometheus "
@@ -466,7 +477,7 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
     )
     add(
         "--task-events",
-        type=_positive_int,
+        type=_task_events,
         default=DEFAULT_TASK_EVENTS,
         help="events kept per task for tasks/stream; a cursor older than the oldest kept "
         "gets events_gone (default: %(default)s)",

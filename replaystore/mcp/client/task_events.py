@@ -52,14 +52,14 @@ from ...taskstore.sep2694 import EVENT_NOTIFICATION as EVENT
 from ...taskstore.sep2694 import EVENTS_GONE, EVENTS_GONE_CODE
 from ...taskstore.sep2694 import STREAM_METHOD as STREAM
 from ...testing.sse import sse_events
-from .tasks import (
+from .answers import (
     RETRY_STATUSES,
     TaskError,
     TaskRequestError,
     TaskUnavailableError,
-    _message,
-    _retry_after,
-    _transient,
+    response_message,
+    retry_after,
+    transient,
 )
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ class TaskEventStream:
                 ) as response:
                     status = response.status_code
                     content_type = response.headers.get("content-type", "")
-                    wait = _retry_after(response.headers.get("retry-after"))
+                    wait = retry_after(response.headers.get("retry-after"))
                     if status == 200 and "text/event-stream" in content_type:
                         answer: dict[str, Any] | None = None
                         async for sse in sse_events(response):
@@ -217,7 +217,7 @@ class TaskEventStream:
                                 break
                     else:
                         text = (await response.aread()).decode(errors="replace")
-                        answer = _message(text, content_type, request_id)
+                        answer = response_message(text, content_type, request_id)
             except httpx2.ReadTimeout:
                 # Silent for idle_timeout: a quiet task, or a replica that stopped answering.
                 failure: dict[str, Any] = {"code": None, "message": "no event, stream reopened"}
@@ -301,7 +301,7 @@ class TaskEventStream:
             self.lost.append((first_wanted, earliest - 1))
             self.last_seq = earliest - 1
             return True
-        if not _transient(error, status):
+        if not transient(error, status):
             raise TaskRequestError(STREAM, error)
         return False
 
@@ -312,36 +312,3 @@ def _json(data: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
-
-
-def stream_of(
-    client: Any,
-    task_id: str,
-    *,
-    after: int | None = None,
-    on_gone: OnGone = "raise",
-    idle_timeout: float = 30.0,
-) -> TaskEventStream:
-    """The events of ``task_id`` on the server a FastMCP ``Client`` (or a URL) talks to.
-
-    The stream uses a connection of its own, with the client's URL, headers
-    and authentication (an ``httpx2.Auth``, or a bearer token given as a
-    string); it is closed with the stream.
-    """
-    from .tasks import TaskClient
-
-    transport = getattr(client, "transport", client)
-    url = transport if isinstance(transport, str) else getattr(transport, "url", None)
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise TaskError(f"task events are read over HTTP; {client!r} has no HTTP URL")
-    headers = dict(getattr(transport, "headers", None) or {})
-    auth = getattr(transport, "auth", None)
-    if auth == "oauth":
-        raise TaskError("a client with OAuth cannot lend its token; give TaskClient an httpx2.Auth")
-    if isinstance(auth, str):
-        headers["Authorization"] = f"Bearer {auth}"
-        auth = None
-    tasks = TaskClient(url, http=httpx2.AsyncClient(auth=auth, timeout=30.0), headers=headers)
-    return TaskEventStream(
-        tasks, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout, close_client=True
-    )

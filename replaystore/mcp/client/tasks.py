@@ -34,20 +34,25 @@ itself) ends a call sooner.
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import httpx2
 
-from ...errors import ReplayStoreError
-
-if TYPE_CHECKING:
-    from .task_events import OnGone, TaskEventStream
+from .answers import (
+    RETRY_STATUSES,
+    TaskError,
+    TaskRequestError,
+    TaskUnavailableError,
+    response_message,
+    retry_after,
+    transient,
+)
+from .task_events import OnGone, TaskEventStream
 
 __all__ = [
     "TaskCancelledError",
@@ -64,33 +69,6 @@ VERSION = "2026-07-28"
 #: ``on_input(key, request)``: the response to one input request (an
 #: ``elicitation/create`` request's answer is ``{"action": ..., "content": ...}``).
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
-
-
-class TaskError(ReplayStoreError):
-    """A task did not produce a result."""
-
-
-class TaskRequestError(TaskError):
-    """The server answered a request with a JSON-RPC error (e.g. -32602 for an unknown task)."""
-
-    def __init__(self, method: str, error: Mapping[str, Any]) -> None:
-        self.code = error.get("code")
-        self.error = dict(error)
-        super().__init__(f"{method}: {error.get('message')} ({self.code})")
-
-
-class TaskUnavailableError(TaskRequestError):
-    """The server (or the way to it) kept failing the request for ``retry_for`` seconds.
-
-    ``error`` is the last failure: the JSON-RPC error, or the HTTP status
-    (``code``) or the connection error (``code`` None) as a message.
-    """
-
-
-#: HTTP statuses of a "not now": a replica or a balancer that may serve the request later.
-RETRY_STATUSES = frozenset({408, 413, 429, 500, 502, 503, 504})
-#: The -32603 message of servers that answer a store outage with HTTP 200.
-_STORE_UNREACHABLE = "the task store is unreachable"
 
 
 class TaskFailedError(TaskError):
@@ -184,7 +162,7 @@ class TaskClient:
                 failure: dict[str, Any] = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
             else:
                 status = response.status_code
-                message = _message(
+                message = response_message(
                     response.text, response.headers.get("content-type", ""), request_id
                 )
                 if message is not None and "error" not in message:
@@ -192,13 +170,13 @@ class TaskClient:
                     return result
                 if message is not None:
                     failure = dict(message["error"])
-                    if not _transient(failure, status):
+                    if not transient(failure, status):
                         raise TaskRequestError(method, failure)
                 else:
                     failure = {"code": status, "message": f"HTTP {status}: no JSON-RPC response"}
                     if status not in RETRY_STATUSES:
                         raise TaskRequestError(method, failure)
-                wait = _retry_after(response.headers.get("retry-after"))
+                wait = retry_after(response.headers.get("retry-after"))
             delay = min(max(pause, wait or 0.0), self.max_backoff)
             if anyio.current_time() + delay > deadline:
                 raise TaskUnavailableError(method, failure)
@@ -320,50 +298,6 @@ class TaskClient:
         with the last ``seq`` it handed over until the server says the task
         ended and every event was sent.
         """
-        from .task_events import TaskEventStream
-
         return TaskEventStream(
             self, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout
         )
-
-
-def _transient(error: Mapping[str, Any], status: int) -> bool:
-    """Whether a JSON-RPC error says "not now" rather than "no".
-
-    A 503 (the store did not serve it, or the replica is draining) and the
-    -32603 of a store outage answered 200 by servers that do not say 503.
-    """
-    if status in (502, 503, 504):
-        return True
-    data = error.get("data")
-    if isinstance(data, Mapping) and data.get("reason") == "storage_error":
-        return True
-    return error.get("code") == -32603 and _STORE_UNREACHABLE in str(error.get("message"))
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds of a ``Retry-After`` header (a number; a date is ignored)."""
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _message(text: str, content_type: str, request_id: str) -> dict[str, Any] | None:
-    """The JSON-RPC response to ``request_id`` in a JSON or SSE body."""
-    candidates: list[str] = []
-    if "text/event-stream" in content_type:
-        for line in text.splitlines():
-            if line.startswith("data:"):
-                candidates.append(line[5:].strip())
-    else:
-        candidates.append(text)
-    for candidate in candidates:
-        try:
-            message = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and message.get("id") == request_id:
-            return message
-    return None

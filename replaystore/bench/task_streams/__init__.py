@@ -37,12 +37,12 @@ from typing import Any
 import anyio
 import httpx2
 
-from ..buffer import ReplayBuffer
-from ..mcp.client import TaskClient, TaskEvent
-from ..testing.servers import find_free_port
-from .servers import HOST, Servers
-from .stores import RedisProbe
-from .storm import RUN_PREFIX, delete_run_keys
+from ...buffer import ReplayBuffer
+from ...mcp.client import TaskClient, TaskEvent
+from ...testing.servers import find_free_port
+from ..servers import HOST, Servers
+from ..stores import RedisProbe
+from ..storm import RUN_PREFIX, delete_run_keys
 
 __all__ = ["TaskStreamOptions", "markdown", "run_task_streams"]
 
@@ -257,7 +257,7 @@ def run_task_streams(o: TaskStreamOptions, logs: Path | None = None) -> dict[str
 async def _run(
     o: TaskStreamOptions, urls: list[str], servers: Servers, store_url: str, prefix: str
 ) -> dict[str, Any]:
-    from ..backends.coordination import coordination_of
+    from ...backends.coordination import coordination_of
 
     probe = RedisProbe(o.url)
     buffer = ReplayBuffer.from_url(store_url)
@@ -294,7 +294,7 @@ def main(args: Any, argv: Sequence[str]) -> int:
         interval_ms=args.interval_ms, per_connection=args.per_connection, seed=args.seed,
     )  # fmt: skip
     if args.spawn_redis:
-        from ..testing.servers import redis_server_binary, start_standalone
+        from ...testing.servers import redis_server_binary, start_standalone
 
         with start_standalone(redis_server_binary()) as handle:
             options.url = handle.url
