@@ -3,10 +3,10 @@
 One deployment for the module, all real processes: a Redis of its own (so
 that it can be paused), three ``replaystore example-server`` replicas on
 it (the third keeps 10 events per task it creates, ``--task-events 10``),
-a fourth that runs the task the kill test kills, and two
-``scripts/round_robin_proxy.py`` in front: one sending each request to the
-next replica on a new connection, one that also cuts every answer at a
-random byte. A task keeps the retention of the replica that created it. The client is
+and two ``scripts/round_robin_proxy.py`` in front of all three: one
+sending each request to the next replica on a new connection, one that
+also cuts every answer at a random byte. A task keeps the retention of the
+replica that created it. The kill test, last, kills the second replica. The client is
 :meth:`TaskClient.stream_events`. What is checked, for each task:
 
 - the client gets ``seq`` 0..N once each, in order, and the result ``{}``,
@@ -102,7 +102,11 @@ def start_proxy(upstreams: list[ServerProcess], log: Path, *extra: str) -> Proxy
 class Deployment:
     store: ServerHandle
     replicas: list[ServerProcess]
-    victim: ServerProcess  # runs the task the kill test kills; behind the cutting proxy
+
+    @property
+    def victim(self) -> ServerProcess:
+        """The replica the kill test kills (behind both proxies)."""
+        return self.replicas[1]
 
     @property
     def small(self) -> ServerProcess:
@@ -127,14 +131,13 @@ def deployment(
     lease = ("--lease-seconds", LEASE)
     replicas = [spawn_replica(f"r{i}", url, logs, *lease) for i in range(2)]
     replicas.append(spawn_replica("r2", url, logs, *lease, "--task-events", "10"))
-    victim = spawn_replica("victim", url, logs, *lease)
-    servers = [*replicas, victim]
+    servers = replicas
     proxies: list[Proxy] = []
     try:
         wait_ready(servers)
         proxies.append(start_proxy(replicas, logs / "plain.log"))
-        proxies.append(start_proxy([*replicas, victim], logs / "cut.log", "--cut-bytes", "900"))
-        yield Deployment(store, replicas, victim, *proxies)
+        proxies.append(start_proxy(replicas, logs / "cut.log", "--cut-bytes", "900"))
+        yield Deployment(store, replicas, *proxies)
     finally:
         for proxy in proxies:
             proxy.stop()
@@ -235,6 +238,22 @@ async def test_bad_cursors_get_invalid_params(deployment: Deployment) -> None:
         assert unknown.value.code == -32602
 
 
+async def test_a_fastmcp_client_streams_a_tasks_events(deployment: Deployment) -> None:
+    created: list[str] = []
+
+    async def save(task_id: str) -> None:
+        created.append(task_id)
+
+    tasks = ClientTasks(on_created=save)
+    async with Client(deployment.plain.url, extensions=[tasks]) as client:
+        await client.call_tool("countdown", {"n": 5, "interval_ms": 0})
+        stream = tasks.stream_events(client, created[0])
+        events = [event async for event in stream]
+    assert stream.completed
+    await check_whole(deployment, created[0], events)
+    assert [e.payload["step"] for e in steps(events)] == [1, 2, 3, 4, 5]
+
+
 @contextlib.contextmanager
 def paused(store: ServerHandle) -> Iterator[None]:
     pids = store.pids()
@@ -300,19 +319,3 @@ async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
     attempts = [e.payload.get("attempt") for e in events if e.type == STATUS]
     assert any(isinstance(a, int) and a >= 2 for a in attempts), shape(events)
     assert steps(events)[-1].payload == {"step": FAULT_STEPS, "left": 0}
-
-
-async def test_a_fastmcp_client_streams_a_tasks_events(deployment: Deployment) -> None:
-    created: list[str] = []
-
-    async def save(task_id: str) -> None:
-        created.append(task_id)
-
-    tasks = ClientTasks(on_created=save)
-    async with Client(deployment.plain.url, extensions=[tasks]) as client:
-        await client.call_tool("countdown", {"n": 5, "interval_ms": 0})
-        stream = tasks.stream_events(client, created[0])
-        events = [event async for event in stream]
-    assert stream.completed
-    await check_whole(deployment, created[0], events)
-    assert [e.payload["step"] for e in steps(events)] == [1, 2, 3, 4, 5]
