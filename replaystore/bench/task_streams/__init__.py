@@ -13,7 +13,9 @@ that each one's CPU is its own:
 - ``listen (no replay)``: the same schedule, but each new connection starts
   at the task's newest event (``after`` its last issued ``seq``, read from
   the store as the reconnect happens), as a listener that gets only live
-  events does: what it loses while it reconnects is counted.
+  events does: what it loses while it reconnects is counted;
+- ``replaystore, finished tasks``: the resuming reader on tasks that ended
+  before the phase began: the CPU of resumes alone, with no task running.
 
 Then ``raw LRANGE``: the Redis CPU of one ``LRANGE`` of as many entries as a
 resume read, on a list of the same size, as a floor for the store's share of
@@ -48,7 +50,10 @@ __all__ = ["TaskStreamOptions", "markdown", "run_task_streams"]
 
 #: The example server's MCP server name: the namespace its tasks are stored under.
 NAMESPACE = "replaystore-example"
-STEP = "com.example/countdown"
+#: The readers (phases), in the order they run.
+RESUMING = "replaystore"
+LIVE = "listen (no replay)"
+FINISHED = "replaystore, finished tasks"
 
 
 @dataclass
@@ -140,6 +145,15 @@ def _judge(stored: Sequence[Any], got: list[TaskEvent]) -> dict[str, int]:
     }
 
 
+async def _create(http: httpx2.AsyncClient, url: str, steps: int, interval_ms: int) -> str:
+    """A countdown task created on the replica at ``url``; its id."""
+    arguments = {"n": steps, "interval_ms": interval_ms}
+    created = await TaskClient(url, http=http).request(
+        "tools/call", {"name": "countdown", "arguments": arguments}, "countdown"
+    )
+    return str(created["taskId"])
+
+
 async def _phase(
     name: str,
     o: TaskStreamOptions,
@@ -148,31 +162,34 @@ async def _phase(
     probe: RedisProbe,
     store: Any,
 ) -> dict[str, Any]:
-    """Start ``o.tasks`` countdowns, each read from its creation by reader ``name``; figures.
+    """``o.tasks`` countdowns, each read from its creation by reader ``name``; the figures.
 
-    The CPU figures cover the whole phase: the tasks' own work (creation,
-    leases, events) is in them, the same for both readers.
+    The CPU figures cover the whole phase: for the first two readers the
+    tasks' own work (creation, leases, events) is in them, the same for
+    both; :data:`FINISHED` reads tasks that ended before the clock started,
+    so its figures are the resumes' alone.
     """
     rng = random.Random(f"{o.seed}:{name}")
     limits = httpx2.Limits(max_keepalive_connections=0)  # every resume: a new connection
     async with httpx2.AsyncClient(limits=limits, timeout=30.0) as http:
         readings: dict[str, Reading] = {}
+        done: list[str] = []
+        if name == FINISHED:  # created and ended before the clock starts: resumes alone
+            done = [await _create(http, urls[i % len(urls)], o.steps, 0) for i in range(o.tasks)]
+            for task_id in done:
+                await TaskClient(urls[0], http=http).wait(task_id)
         cpu_before = [c or 0.0 for c in servers.cpu_seconds()]
         redis_before = await probe.sample()
         began = time.monotonic()
 
         async def run(i: int) -> None:
             """Create a countdown on a replica, then read it from its start as ``name`` does."""
-            client = TaskClient(urls[i % len(urls)], http=http)
-            arguments = {"n": o.steps, "interval_ms": o.interval_ms}
-            created = await client.request(
-                "tools/call", {"name": "countdown", "arguments": arguments}, "countdown"
-            )
-            task_id = str(created["taskId"])
-            if name == "replaystore":
-                reading = await _read_resuming(urls, http, task_id, rng, o.per_connection)
-            else:
+            url = urls[i % len(urls)]
+            task_id = done[i] if done else await _create(http, url, o.steps, o.interval_ms)
+            if name == LIVE:
                 reading = await _read_live_only(urls, http, task_id, rng, o.per_connection, store)
+            else:
+                reading = await _read_resuming(urls, http, task_id, rng, o.per_connection)
             readings[task_id] = reading
 
         async with anyio.create_task_group() as group:
@@ -264,7 +281,7 @@ async def _run(
     try:
         store = coordination_of(buffer.backend).task_store(namespace=NAMESPACE)
         rows = [await _phase(name, o, urls, servers, probe, store)
-                for name in ("replaystore", "listen (no replay)")]  # fmt: skip
+                for name in (RESUMING, LIVE, FINISHED)]  # fmt: skip
         rows.append(await _raw_lrange(o, probe, prefix))
     finally:
         await buffer.aclose()
