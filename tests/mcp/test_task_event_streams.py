@@ -6,7 +6,8 @@ it (the third keeps 10 events per task it creates, ``--task-events 10``),
 and two ``scripts/round_robin_proxy.py`` in front of all three: one
 sending each request to the next replica on a new connection, one that
 also cuts every answer at a random byte. A task keeps the retention of the
-replica that created it. The kill test, last, kills the second replica. The client is
+replica that created it. The drain test stops the first replica, the kill
+test, last, kills the second. The client is
 :meth:`TaskClient.stream_events`. What is checked, for each task:
 
 - the client gets ``seq`` 0..N once each, in order, and the result ``{}``,
@@ -46,6 +47,7 @@ from replaystore.mcp.client import (
     TaskRequestError,
 )
 from replaystore.mcp.client.task_events import TaskEventStream
+from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import ROOT, ServerProcess, spawn_replica, wait_ready
 from tests.plugins.servers import RealServers
@@ -183,7 +185,7 @@ async def check_whole(d: Deployment, task_id: str, events: list[TaskEvent]) -> s
     """Every seq once, in order, as stored, ending on the terminal status tasks/get shows."""
     assert [e.seq for e in events] == list(range(len(events)))
     stored, again = await read_all(d.plain.url, task_id)
-    assert again.completed and again.requests == 1
+    assert again.completed
     assert shape(events) == shape(stored)
     assert events[0].type == STATUS and events[0].payload["status"] == "working"
     last = events[-1]
@@ -292,7 +294,7 @@ async def stream_while(
 async def test_a_4s_redis_pause_never_duplicates_skips_or_ends_falsely(
     deployment: Deployment,
 ) -> None:
-    task_id = await start_countdown(deployment.first.url, FAULT_STEPS)
+    task_id = await start_countdown(deployment.victim.url, FAULT_STEPS)
 
     async def pause() -> None:
         with paused(deployment.store):
@@ -301,6 +303,26 @@ async def test_a_4s_redis_pause_never_duplicates_skips_or_ends_falsely(
     events, stream = await stream_while(deployment, task_id, pause)
     assert stream.completed
     await check_whole(deployment, task_id, events)
+
+
+async def test_a_stream_a_draining_replica_ends_without_a_result_goes_on_elsewhere(
+    deployment: Deployment,
+) -> None:
+    """SIGTERM: the replica ends its streams early, with no result; that is not the end."""
+    draining, other = deployment.first, deployment.small
+    task_id = await start_countdown(deployment.victim.url, FAULT_STEPS)
+    events: list[TaskEvent] = []
+    with TcpProxy([("127.0.0.1", draining.port)]) as proxy:  # the stream opens on ``draining``
+        async with tasks_at(f"http://127.0.0.1:{proxy.port}/mcp") as client:
+            stream = client.stream_events(task_id, idle_timeout=5.0)
+            with anyio.fail_after(60):
+                async for event in stream:
+                    events.append(event)
+                    if len(events) == 2:
+                        proxy.set_upstreams([("127.0.0.1", other.port)])
+                        draining.proc.send_signal(signal.SIGTERM)
+    assert stream.completed and stream.requests >= 2
+    assert await check_whole(deployment, task_id, events) == "completed"
 
 
 async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
