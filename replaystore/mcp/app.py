@@ -132,9 +132,13 @@ def wire(
         # A task request the store did not serve: 503 with Retry-After, as on a session.
         app.add_middleware(UnavailableStatus)
     if not fastmcp:
-        manager = ReplaySessionManager.adopt(
-            cast(_ServesStreamableHTTP, server).session_manager, store, settings
-        )
+        sdk_manager = cast(_ServesStreamableHTTP, server).session_manager
+        if tasks is not None:
+            tasks.json_responses = sdk_manager.json_response
+            advertised = getattr(lowlevel, "extensions", None)  # what the SDK read at binding
+            if isinstance(advertised, dict) and tasks.identifier in advertised:
+                advertised[tasks.identifier] = tasks.settings()
+        manager = ReplaySessionManager.adopt(sdk_manager, store, settings)
         shared.managers.append(manager)
         add_health_route(app, manager)
     app.state.replaystore = shared
@@ -325,6 +329,8 @@ async def _adopt_fastmcp(
     """FastMCP built its session manager in its lifespan: adopt it now, before any request."""
     managers = session_managers(app)
     for manager in managers:
+        if shared.tasks is not None:
+            shared.tasks.json_responses = manager.json_response
         adopted = ReplaySessionManager.adopt(manager, store, settings)
         shared.managers.append(adopted)
         # FastMCP entered the manager's run() before it could be adopted.

@@ -40,6 +40,7 @@ __all__ = [
     "Invalid",
     "Start",
     "Verdict",
+    "cursor_form",
     "event_params",
     "events_gone_data",
     "judge_cursor",
@@ -129,6 +130,16 @@ Verdict = Start | Invalid | EventsGone
 OMITTED: Final = object()
 
 
+def cursor_form(after: object) -> Invalid | None:
+    """Whether ``after`` (given) has the form of a cursor: a non-negative integer.
+
+    Judged before the store is asked, so a malformed cursor costs no read.
+    """
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        return Invalid("after must be a non-negative integer")
+    return None
+
+
 def judge_cursor(after: object, floor: int, next_seq: int) -> Verdict:
     """Judge a ``tasks/stream`` cursor against what the store holds of the task.
 
@@ -141,10 +152,10 @@ def judge_cursor(after: object, floor: int, next_seq: int) -> Verdict:
         raise ValueError(f"inconsistent facts: floor {floor}, next {next_seq}")
     if after is OMITTED:
         return Start(floor)
-    if isinstance(after, bool) or not isinstance(after, int):
-        return Invalid("after must be a non-negative integer")
-    if after < 0:
-        return Invalid("after must be a non-negative integer")
+    malformed = cursor_form(after)
+    if malformed is not None:
+        return malformed
+    assert isinstance(after, int)
     if after >= next_seq:
         last = "no event was issued yet" if next_seq == 0 else f"the last is {next_seq - 1}"
         return Invalid(f"after {after} is beyond the last event issued for this task ({last})")

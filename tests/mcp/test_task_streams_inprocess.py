@@ -76,7 +76,7 @@ class _Outage(MemoryTaskStore):
         raise StorageError("the store is down")
 
 
-def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
+def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer, **options: Any) -> Any:
     server = MCPServer("streams-test", extensions=[tasks])
 
     @server.tool()
@@ -87,10 +87,16 @@ def _sdk_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
     async def bare(ctx: Context) -> str:
         return await _bare(ctx)
 
-    return streamable_http_app(server, buffer, tasks=tasks)
+    @server.tool()
+    async def report(ctx: Context) -> str:
+        await ctx.report_progress(1, 2, "half")
+        await ctx.report_progress(2)
+        return "reported"
+
+    return streamable_http_app(server, buffer, tasks=tasks, **options)
 
 
-def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
+def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer, **options: Any) -> Any:
     server = FastMCP("streams-test")
 
     @server.tool()
@@ -101,7 +107,11 @@ def _fastmcp_app(tasks: ReplayTasks, gate: Gate, buffer: ReplayBuffer) -> Any:
     async def bare(ctx: FastMCPContext) -> str:
         return await _bare(ctx)
 
-    return fastmcp_http_app(server, buffer, tasks=tasks)
+    @server.tool()
+    async def report() -> str:  # progress is checked on the SDK's tools
+        return "reported"
+
+    return fastmcp_http_app(server, buffer, tasks=tasks, **options)
 
 
 class App:
@@ -168,9 +178,11 @@ class App:
 
 
 @asynccontextmanager
-async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator[App]:
+async def _app(
+    kind: str, store: MemoryTaskStore | None = None, **options: Any
+) -> AsyncIterator[App]:
     tasks = ReplayTasks(
-        {"steps": "optional", "bare": "optional"},
+        {"steps": "optional", "bare": "optional", "report": "optional"},
         owner=_owner,
         lease=1.0,
         check_interval=0.05,
@@ -180,7 +192,7 @@ async def _app(kind: str, store: MemoryTaskStore | None = None) -> AsyncIterator
     )
     gate = Gate()
     buffer = ReplayBuffer.from_url("memory://")
-    app = (_sdk_app if kind == "sdk" else _fastmcp_app)(tasks, gate, buffer)
+    app = (_sdk_app if kind == "sdk" else _fastmcp_app)(tasks, gate, buffer, **options)
     async with buffer, app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
@@ -265,6 +277,18 @@ async def test_event_streams_are_advertised_and_bare_types_refused(app: App) -> 
     assert "no vendor prefix" in done["result"]["result"]["content"][0]["text"]
 
 
+async def test_progress_a_task_reports_is_a_task_event() -> None:
+    async with _app("sdk") as app:
+        task_id = await app.task("report")
+        await app.until(task_id, "completed")
+        events, final, _ = await app.stream(task_id, after=0)
+        assert [(e["type"], e["payload"]) for e in events[:2]] == [
+            ("dev.replaystore/progress", {"progress": 1, "total": 2, "message": "half"}),
+            ("dev.replaystore/progress", {"progress": 2}),
+        ]
+        assert _seqs(events) == [1, 2, 3] and _empty(final)
+
+
 async def test_live_events_follow_the_replay_and_a_drain_ends_without_a_result() -> None:
     async with _app("sdk") as app:
         task_id = await app.task("steps", n=2, hold=True)
@@ -302,3 +326,14 @@ async def test_a_store_outage_is_503_never_an_empty_result() -> None:
         events, final, response = await app.stream(task_id)
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
         assert events == [] and final is not None and "result" not in final
+
+
+async def test_an_app_answering_json_only_neither_serves_nor_advertises_streams() -> None:
+    # Its notifications would be dropped: a stream would look complete with no event.
+    async with _app("sdk", json_response=True) as app:
+        discover = (await app.send("server/discover", {}, "server/discover")).json()
+        assert "eventStreams" not in discover["result"]["capabilities"]["extensions"][EXTENSION]
+        task_id = await app.task("steps", n=1)
+        await app.until(task_id, "completed")
+        events, final, _ = await app.stream(task_id)
+        assert events == [] and final is not None and final["error"]["code"] == -32601

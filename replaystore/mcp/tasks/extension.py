@@ -43,8 +43,8 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -57,10 +57,8 @@ from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     CallToolRequestParams,
-    RequestParams,
 )
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
 
 from ... import ReplayBuffer
 from ...backends.coordination import coordination_of
@@ -84,6 +82,7 @@ from ..unavailable import store_unavailable
 from .creation import UNANSWERED_ERROR, Creations, Job, request_task_id
 from .drain import SHUTDOWN_ERROR, drain_runs, draining, hand_over
 from .leases import Nudged, Run, renew, scan
+from .params import StreamParams, TaskIdParams, UpdateParams
 from .session import (
     Rerun,
     TaskSession,
@@ -93,6 +92,7 @@ from .session import (
     sdk_tool_names,
 )
 from .stream import stream_events
+from .support import Mode, TaskSupport
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
 
@@ -110,55 +110,6 @@ MAX_KEY = 64
 UNSERVED_LEASES = 2
 
 _NOT_FOUND = "Failed to retrieve task: Task not found"
-
-Mode = Literal["forbidden", "optional", "required"]
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSupport:
-    """Whether a tool runs as a task, and for how long its task is kept.
-
-    ``forbidden``: never (the tool answers as a plain call); ``optional``: as a
-    task for a client that declares the extension, plainly otherwise;
-    ``required``: only as a task (a client without the extension gets -32021).
-    ``ttl`` (seconds) overrides the default for this tool's tasks.
-
-    ``idempotent``: running the tool again with the same arguments is safe, so
-    when the replica running its task dies, a survivor runs it again from the
-    start (with ``attempts`` runs in all, the first one included) instead of
-    failing the task as lost. The call's arguments are stored with the task.
-    """
-
-    mode: Mode = "optional"
-    ttl: float | None = None
-    idempotent: bool = False
-    attempts: int = 3
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("forbidden", "optional", "required"):
-            raise ValueError(f"task support must be forbidden, optional or required: {self.mode!r}")
-        if self.ttl is not None and not 0 < self.ttl <= 366 * 86400:
-            raise ValueError("a task TTL is between 0 and 366 days (seconds)")
-        if not 1 <= self.attempts <= 100:
-            raise ValueError("attempts is between 1 and 100")
-
-
-class TaskIdParams(RequestParams):
-    """``tasks/get`` and ``tasks/cancel`` params."""
-
-    task_id: str = Field(max_length=256)
-
-
-class StreamParams(TaskIdParams):
-    """``tasks/stream`` params: ``after`` is judged as sent (see ``sep2694.judge_cursor``)."""
-
-    after: Any = None
-
-
-class UpdateParams(TaskIdParams):
-    """``tasks/update`` params."""
-
-    input_responses: dict[str, dict[str, Any]]
 
 
 class ReplayTasks(Extension):
@@ -214,7 +165,6 @@ class ReplayTasks(Extension):
         self.poll_interval = poll_interval
         self.lease = lease
         self.check_interval = check_interval
-        #: How long each task's events are kept (``tasks/stream``), fixed at its creation.
         self.events = events if events is not None else EventRetention()
         self._owner = owner
         self._store = store
@@ -228,6 +178,8 @@ class ReplayTasks(Extension):
         self._draining = False
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
+        #: The app answers JSON only (set by the wiring): no ``tasks/stream`` then.
+        self.json_responses = False
         #: How long a client's request waits for the store before it is answered
         #: 503 (the app's ``store_timeout``, set by the app wiring).
         self.store_timeout = DEFAULT_STORE_TIMEOUT
@@ -336,8 +288,7 @@ class ReplayTasks(Extension):
                 group.cancel_scope.cancel()
 
     @property
-    def draining(self) -> bool:
-        """Whether :meth:`drain` was called: open ``tasks/stream`` requests end early."""
+    def draining(self) -> bool:  # open ``tasks/stream`` requests end early
         return self._draining
 
     def drain(self) -> None:
@@ -375,7 +326,7 @@ class ReplayTasks(Extension):
 
     def settings(self) -> dict[str, Any]:
         """What ``server/discover`` advertises under the extension: task event streams."""
-        return {STREAM_CAPABILITY: {}}
+        return {} if self.json_responses else {STREAM_CAPABILITY: {}}
 
     def methods(self) -> list[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -631,25 +582,19 @@ class ReplayTasks(Extension):
             await anyio.sleep(self.check_interval)
 
     async def emit(self, run: Run, event_type: str, payload: Mapping[str, Any]) -> int:
-        """Store an event of ``run``'s task; its ``seq``. A run that no longer holds its task stops.
-
-        :class:`~replaystore.taskstore.TaskEventError` for an event that may not
-        be emitted (nothing stored); ``StorageError`` when the store fails.
-        """
-        value: object = dict(payload) if isinstance(payload, Mapping) else payload
-        blob = event_blob(event_type, value, self.events)
-        seq = await self.store.emit(run.task_id, self._runner, blob)
-        if seq is None:  # cancelled, ended, or run again elsewhere: stop here
+        """Store an event of ``run``'s task; a run that no longer holds its task stops here."""
+        value = dict(payload) if isinstance(payload, Mapping) else payload  # else refused
+        seq = await self.store.emit(
+            run.task_id, self._runner, event_blob(event_type, value, self.events)
+        )
+        if seq is None:
             run.ended = True
             run.scope.cancel()
             await anyio.sleep_forever()
-        return int(seq) if seq is not None else -1
+        return seq or 0
 
-    async def _stream(
-        self, ctx: ServerRequestContext[Any, Any], params: StreamParams
-    ) -> HandlerResult:
-        owner = self._check(ctx, params)
-        return await stream_events(self, ctx, params, owner)
+    async def _stream(self, ctx: ServerRequestContext[Any, Any], params: StreamParams) -> Any:
+        return await stream_events(self, ctx, params, self._check(ctx, params))
 
     async def _input(self, run: Run, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""

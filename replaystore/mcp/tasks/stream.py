@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import BaseModel
 
 from ...errors import StorageError
@@ -37,15 +37,17 @@ from ...taskstore.sep2694 import (
     OMITTED,
     EventsGone,
     Invalid,
+    cursor_form,
     event_params,
     events_gone_data,
     judge_cursor,
 )
 from ..sessions.again import bounded
 from ..unavailable import store_unavailable, stream_closed
+from .params import StreamParams
 
 if TYPE_CHECKING:
-    from .extension import ReplayTasks, StreamParams
+    from .extension import ReplayTasks
 
 __all__ = ["PAGE", "stream_events"]
 
@@ -53,9 +55,6 @@ logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: Events read from the store per step.
 PAGE: Final = 100
-
-# Beyond any seq: judging a cursor against it checks its form only.
-_UNBOUNDED: Final = 1 << 63
 
 _NOT_FOUND = "Failed to retrieve task: Task not found"
 
@@ -78,13 +77,21 @@ async def stream_events(
     params: StreamParams,
     owner: str | None,
 ) -> dict[str, Any]:
-    """Serve one ``tasks/stream`` request (the caller checked the extension and the id's shape)."""
+    """Serve one ``tasks/stream`` request (the caller checked the extension and the id's shape).
+
+    Not on an app answering JSON only: the events would be dropped and the
+    empty result read as complete.
+    """
+    if tasks.json_responses:
+        raise MCPError(
+            METHOD_NOT_FOUND, "tasks/stream needs SSE responses; this server answers JSON"
+        )
     task_id = params.task_id
     after: object = params.after if "after" in params.model_fields_set else OMITTED
-    form = judge_cursor(after, 0, _UNBOUNDED)
-    if isinstance(form, Invalid | EventsGone):
-        raise _refusal(form, task_id)
-    last: int | None = None if after is OMITTED else int(after)  # type: ignore[call-overload]
+    malformed = None if after is OMITTED else cursor_form(after)
+    if malformed is not None:
+        raise _refusal(malformed, task_id)
+    last = after if isinstance(after, int) else None  # the last seq sent
     woken = anyio.Event()
 
     def wake() -> None:

@@ -602,10 +602,11 @@ class _Wakeups:
         if self._listener is None or self._listener.done():
             self._ready = asyncio.Event()
             self._listener = asyncio.get_running_loop().create_task(self._listen())
-        # Subscribed before the reader reads, so no append after its read goes
-        # unheard; a slow subscription only leaves the reader to its timer.
-        with anyio.move_on_after(1.0):
-            await self._ready.wait()
+            # Subscribed before the first reader reads, so no append after its
+            # read goes unheard; a subscription that fails (or is slow) only
+            # leaves the readers to their timer, and is waited for once.
+            with anyio.move_on_after(1.0):
+                await self._ready.wait()
         try:
             yield
         finally:
