@@ -46,7 +46,9 @@ class EventLog(Protocol):
 
     Each replica reads every event once, its own included, in publication
     order; ``gaps`` counts the events this replica knows it missed (fell
-    further behind than the store keeps).
+    further behind than the store keeps), counted before the first event
+    after them is delivered (so a reader of ``gaps`` in ``deliver`` learns of
+    a loss before the event that revealed it).
     """
 
     gaps: int
@@ -102,12 +104,30 @@ class Coordination(Protocol):
         """
         ...
 
-    async def request_state_key(self, candidate: str) -> str:
-        """The key every replica seals ``requestState`` under.
+    async def request_state_key(self, candidate: str) -> tuple[str, bool]:
+        """The key every replica seals ``requestState`` under, and whether this call stored it.
 
         ``candidate`` is stored if the store holds none, in one set-if-absent
-        step; the stored key is returned either way.
+        step; the stored key is returned either way, with True when it is
+        ``candidate``, stored by this call (a replica that held a key then
+        knows the store had lost it).
         """
+        ...
+
+    async def first_use(self, digest: str, ttl: float) -> str | None:
+        """Record ``digest`` for ``ttl`` seconds; None for the first call that records it.
+
+        One set-if-absent step in the store every replica shares: of any
+        number of calls with one digest, on any replica, within ``ttl``,
+        exactly one gets None (a ``requestState`` used once); every other
+        gets what :meth:`keep_answer` kept for it since ("" until then).
+        Raises ``StorageError`` when the store does not answer or refuses.
+        """
+        ...
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        """Keep ``answer`` beside a recorded ``digest``, for ``ttl`` seconds (none kept if the
+        digest is no longer recorded); raises ``StorageError`` like :meth:`first_use`."""
         ...
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:

@@ -47,11 +47,12 @@ from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
 from .metrics import ResumptionObserver
-from .request_state import StoreKeyRing
+from .request_state import Secret, StoreKeyRing
+from .rounds import SingleUseBoundary
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
 from .sessions.view import ReplayEventStore
 from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
-from .subscriptions import StoreSubscriptionBus
+from .subscriptions import EndsOnGap, StoreSubscriptionBus
 from .unavailable import UnavailableStatus
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ def wire(
     tasks: ReplayTasks | None = None,
     subscriptions: SubscriptionBus | None = None,
     request_state: RequestStateSecurity | None = None,
+    request_state_once: bool = True,
+    request_state_secret: Secret | None = None,
     share: bool = True,
     outer: AbstractAsyncContextManager[Any] | None = None,
 ) -> Any:
@@ -125,7 +128,18 @@ def wire(
             server.add_extension(FastMCPTasks(tasks))
             server.add_transform(TaskContexts())
         lowlevel.middleware.append(task_name_header)
-    _share_request_state(shared, server, lowlevel, buffer, request_state, share, fastmcp)
+    _share_request_state(
+        shared,
+        server,
+        lowlevel,
+        buffer,
+        request_state,
+        share,
+        fastmcp,
+        once=request_state_once,
+        secret=request_state_secret,
+        store_timeout=settings.store_timeout,
+    )
     _share_listen(shared, server, lowlevel, buffer, subscriptions, share, fastmcp)
     app = build()
     if tasks is not None:
@@ -181,8 +195,12 @@ def _share_request_state(
     given: RequestStateSecurity | None,
     share: bool,
     fastmcp: bool,
+    *,
+    once: bool,
+    secret: Secret | None,
+    store_timeout: float,
 ) -> None:
-    """Seal ``requestState`` so that every replica opens it (see the module docstring).
+    """Seal ``requestState`` so that every replica opens it, and run each token's round once.
 
     The policy ``given`` to the app wins. Otherwise a policy the application
     gave the server is kept when it can be told from the SDK's per-process
@@ -191,41 +209,61 @@ def _share_request_state(
     built from ``keys=`` looks exactly like the default (both are one
     AES-GCM codec), so the store's key seals there too, and the server's own
     keys still open: pass the policy to the app to seal under your keys.
+    The store's key is derived from ``secret`` (or the
+    ``REPLAYSTORE_REQUEST_STATE_SECRET`` environment variable) when there is
+    one (:class:`StoreKeyRing`).
+
+    Whichever policy seals, with ``share`` and ``once`` each token runs its
+    round once across the replicas (:class:`SingleUseBoundary`).
     """
     index, boundary = _boundary(lowlevel)
     current = getattr(boundary, "_security", None)
     shared.request_state = current
-    if given is not None:
-        _install(lowlevel, index, given)
-        shared.request_state = given
-        return
-    if boundary is None:
-        return
-    if fastmcp:
-        if getattr(server, "_request_state_security", None) is not None:
+    policy = given
+    if policy is None:
+        if boundary is None:
             return
-    elif not isinstance(getattr(current, "codec", None), AESGCMRequestStateCodec):
-        return
-    assert isinstance(current, RequestStateSecurity)
-    if not share:
-        if coordination_of(buffer.backend).spans_processes:
-            # Said once, when the app is built: never accepted silently.
-            logger.warning(
-                "share=False: requestState is sealed under the server's own key; unless "
-                "every replica was given that key, a multi-round call continued on "
-                "another replica fails with 'Invalid or expired requestState'"
+        assert isinstance(current, RequestStateSecurity)
+        own = (
+            getattr(server, "_request_state_security", None) is not None
+            if fastmcp
+            else not isinstance(getattr(current, "codec", None), AESGCMRequestStateCodec)
+        )
+        if own:
+            policy = current
+        elif not share:
+            if coordination_of(buffer.backend).spans_processes:
+                # Said once, when the app is built: never accepted silently.
+                logger.warning(
+                    "share=False: requestState is sealed under the server's own key; unless "
+                    "every replica was given that key, a multi-round call continued on "
+                    "another replica fails with 'Invalid or expired requestState'"
+                )
+            return
+        else:
+            ring = StoreKeyRing(fallback=current.codec, secret=secret)
+            ring.bind(buffer)
+            policy = RequestStateSecurity(
+                codec=ring,
+                ttl=current.ttl,
+                bind_principal=current.bind_principal,
+                audience=current.audience,
             )
-        return
-    ring = StoreKeyRing(fallback=current.codec)
-    ring.bind(buffer)
-    policy = RequestStateSecurity(
-        codec=ring,
-        ttl=current.ttl,
-        bind_principal=current.bind_principal,
-        audience=current.audience,
-    )
-    _install(lowlevel, index, policy)
-    shared.request_state, shared.key_ring = policy, ring
+            shared.key_ring = ring
+    shared.request_state = policy
+    if share and once:
+        _install(
+            lowlevel,
+            index,
+            SingleUseBoundary(
+                policy,
+                default_audience=lowlevel.name,
+                coordination=coordination_of(buffer.backend),
+                store_timeout=store_timeout,
+            ),
+        )
+    elif policy is not current:
+        _install(lowlevel, index, RequestStateBoundary(policy, default_audience=lowlevel.name))
 
 
 #: The methods of the tasks extension that name a task (``Mcp-Name: <taskId>``).
@@ -258,8 +296,7 @@ def _boundary(lowlevel: Any) -> tuple[int, Any]:
     return -1, None
 
 
-def _install(lowlevel: Any, index: int, policy: RequestStateSecurity) -> None:
-    boundary = RequestStateBoundary(policy, default_audience=lowlevel.name)
+def _install(lowlevel: Any, index: int, boundary: RequestStateBoundary) -> None:
     if index < 0:
         lowlevel.middleware.insert(0, boundary)
     else:
@@ -315,12 +352,18 @@ def _share_listen(
 
 
 def _listen_handler(bus: SubscriptionBus, tasks: ReplayTasks | None) -> Any:
-    """The SDK's listen handler; with tasks, one also serving ``notifications.taskIds``."""
-    if tasks is None:
-        return ListenHandler(bus)
-    from .tasks.listen import TaskListenHandler
+    """The SDK's listen handler; with tasks, one also serving ``notifications.taskIds``.
 
-    return TaskListenHandler(bus, tasks)
+    On the store's bus, a stream whose replica missed events ends with an
+    error saying so (:class:`EndsOnGap`).
+    """
+    if tasks is None:
+        handler: Any = ListenHandler(bus)
+    else:
+        from .tasks.listen import TaskListenHandler
+
+        handler = TaskListenHandler(bus, tasks)
+    return EndsOnGap(handler, bus) if isinstance(bus, StoreSubscriptionBus) else handler
 
 
 async def _adopt_fastmcp(
@@ -359,6 +402,8 @@ def streamable_http_app(
     tasks: ReplayTasks | None = None,
     subscriptions: SubscriptionBus | None = None,
     request_state: RequestStateSecurity | None = None,
+    request_state_once: bool = True,
+    request_state_secret: Secret | None = None,
     share: bool = True,
     close_buffer: bool = False,
     **kwargs: Any,
@@ -382,6 +427,12 @@ def streamable_http_app(
     listen streams also serve ``notifications.taskIds``. ``request_state``: a
     ``RequestStateSecurity`` of your own (e.g. ``keys=[secret]``) sealing
     ``requestState`` instead of the key kept in the store.
+    ``request_state_secret``: the operator's secret the store's key is
+    derived from (by default ``REPLAYSTORE_REQUEST_STATE_SECRET``; see
+    :class:`StoreKeyRing`). Each ``requestState`` runs its round once across
+    the replicas (a repeat gets the first answer again, or an error, never a
+    second run); ``request_state_once=False`` accepts it until it expires, as
+    the SDK does.
 
     The app also answers the health check at ``/healthz``
     (:meth:`ReplaySessionManager.health_endpoint`).
@@ -401,6 +452,8 @@ def streamable_http_app(
         tasks=tasks,
         subscriptions=subscriptions,
         request_state=request_state,
+        request_state_once=request_state_once,
+        request_state_secret=request_state_secret,
         share=share,
         outer=store.buffer if close_buffer else None,
     )

@@ -14,7 +14,9 @@ position:
   position;
   every entry carries a counter, so a replica that fell more than ``keep``
   events behind knows it (logged and counted in ``gaps``) instead of skipping
-  silently;
+  silently, and ends every listen stream it serves with an error naming the
+  loss (:class:`EndsOnGap`): its client listens again and lists again,
+  instead of reading the silence as "nothing changed";
 - in memory (``memory://NAME``), every bus of the process naming the store is
   called in publication order.
 
@@ -36,9 +38,12 @@ Wiring::
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+import anyio
+from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
     PromptsListChanged,
     ResourcesListChanged,
@@ -46,16 +51,21 @@ from mcp.server.subscriptions import (
     ServerEvent,
     ToolsListChanged,
 )
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams
 
 from ..backends.coordination import EventLog, coordination_of
 from ..buffer import ReplayBuffer
 
-__all__ = ["StoreSubscriptionBus", "decode_event", "encode_event"]
+__all__ = ["EVENTS_LOST", "EndsOnGap", "StoreSubscriptionBus", "decode_event", "encode_event"]
 
 logger = logging.getLogger(__name__)
 
 #: Events kept in the Redis stream: how far a replica may fall behind.
 DEFAULT_KEEP = 10_000
+
+#: The ``data.reason`` of the error ending a listen stream whose replica missed events.
+EVENTS_LOST = "events_lost"
 
 
 def encode_event(event: ServerEvent) -> str:
@@ -101,6 +111,8 @@ class StoreSubscriptionBus:
         self.block = block
         self._events: EventLog | None = None
         self._listeners: dict[object, Callable[[ServerEvent], None]] = {}
+        self._losers: dict[object, Callable[[int], None]] = {}
+        self._told = 0  # the gaps the listeners were told of
         self._running = False
 
     def bind(self, buffer: ReplayBuffer) -> None:
@@ -126,6 +138,16 @@ class StoreSubscriptionBus:
 
         return unsubscribe
 
+    def on_gap(self, missed: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``missed(count)`` whenever this replica finds it missed events; the undo."""
+        token = object()
+        self._losers[token] = missed
+
+        def forget() -> None:
+            self._losers.pop(token, None)
+
+        return forget
+
     async def publish(self, event: ServerEvent) -> None:
         text = encode_event(event)
         await self._log().publish(text)
@@ -140,6 +162,12 @@ class StoreSubscriptionBus:
                 logger.exception("subscription listener raised; continuing")
 
     def _deliver_text(self, text: str) -> None:
+        # The log counts a gap as it reads the first event after it: told before that event.
+        gaps = self.gaps
+        if gaps > self._told:
+            missed, self._told = gaps - self._told, gaps
+            for lost in list(self._losers.values()):
+                lost(missed)
         event = decode_event(text)
         if event is not None:
             self._deliver(event)
@@ -155,3 +183,65 @@ class StoreSubscriptionBus:
         """Deliver events from the store to this replica's listeners while open."""
         async with self._log().reading(self._deliver_text):
             yield
+
+
+#: A ``subscriptions/listen`` handler (the SDK's, or one serving more kinds).
+ListenHandlerFn = Callable[
+    [ServerRequestContext[Any, Any], SubscriptionsListenRequestParams], Awaitable[Any]
+]
+
+
+class EndsOnGap:
+    """A listen handler whose stream ends with an error once its replica missed events.
+
+    ``subscriptions/listen`` is best-effort, but a listener must not take
+    silence for "nothing changed" when the server knows otherwise: a replica
+    whose reader fell further behind than the store keeps (the events it
+    missed are counted in :attr:`StoreSubscriptionBus.gaps` and logged) ends
+    every stream it serves with a JSON-RPC error (-32603, ``data.reason``
+    :data:`EVENTS_LOST`, ``data.missed``), and the client listens again and
+    lists what it follows. Streams end only through ``handler`` otherwise.
+    """
+
+    def __init__(self, handler: ListenHandlerFn, bus: StoreSubscriptionBus) -> None:
+        self._handler = handler
+        self._bus = bus
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> Any:
+        lost = 0
+        gap = anyio.Event()
+        answer: list[Any] = []
+        failed: list[BaseException] = []
+
+        def missed(count: int) -> None:
+            nonlocal lost
+            lost += count
+            gap.set()
+
+        async def serve(scope: anyio.CancelScope) -> None:
+            try:
+                answer.append(await self._handler(ctx, params))
+            except Exception as exc:  # raised as is below, not in an exception group
+                failed.append(exc)
+            scope.cancel()
+
+        forget = self._bus.on_gap(missed)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(serve, group.cancel_scope)
+                await gap.wait()
+                group.cancel_scope.cancel()
+        finally:
+            forget()
+        if failed:
+            raise failed[0]
+        if answer:
+            return answer[0]
+        raise MCPError(
+            INTERNAL_ERROR,
+            f"this replica missed {lost} listen event(s): it fell further behind than the "
+            "store keeps; listen again and list what you follow",
+            {"reason": EVENTS_LOST, "missed": lost},
+        )

@@ -372,8 +372,14 @@ class _OwnCoordination:
     def listen_events(self, *, keep: int, block: float | None) -> EventLog:
         return self._inner.listen_events(keep=keep, block=block)
 
-    async def request_state_key(self, candidate: str) -> str:
+    async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         return await self._inner.request_state_key(candidate)
+
+    async def first_use(self, digest: str, ttl: float) -> str | None:
+        return await self._inner.first_use(digest, ttl)
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        await self._inner.keep_answer(digest, answer, ttl)
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         self.built.append("probe")

@@ -30,6 +30,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 from replaystore import ReplayBuffer
 from replaystore.mcp import fastmcp_http_app, streamable_http_app
 from replaystore.mcp.request_state import StoreKeyRing
+from replaystore.mcp.rounds import REPEATED
 from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import ServerProcess, _popen, wait_ready
@@ -158,6 +159,37 @@ async def test_a_request_state_sealed_by_one_replica_opens_on_the_other(
         assert done["result"]["content"][0]["text"] == "Ada likes green."
 
 
+async def test_a_round_sent_four_times_across_replicas_runs_once(
+    replicas: list[ServerProcess],
+) -> None:
+    """A balancer's or client's retry of round 2 never runs the tool's second round again:
+    the first copy runs, every other, on either replica, gets its answer again, marked."""
+    a, b = replicas
+    async with httpx.AsyncClient(timeout=10) as client:
+        tool = "test_input_required_result_request_state"
+        state = (await _call(client, a.url, tool, {}))["result"]["requestState"]
+        replies = [
+            await _call(
+                client,
+                (a, b)[i % 2].url,
+                tool,
+                {},
+                inputResponses={"confirm": _accept(ok=True)},
+                requestState=state,
+            )
+            for i in range(4)
+        ]
+    results = [reply["result"] for reply in replies]
+    ran = [r for r in results if REPEATED not in r.get("_meta", {})]
+    assert len(ran) == 1 and results[0] is ran[0], results
+    assert ran[0]["content"][0]["text"] == "state-ok: confirmation received"
+    for again in results[1:]:
+        assert again["_meta"][REPEATED] is True, again
+        assert {k: v for k, v in again.items() if k != "_meta"} == {
+            k: v for k, v in ran[0].items() if k != "_meta"
+        }
+
+
 async def test_a_tampered_request_state_is_refused_on_every_replica(
     replicas: list[ServerProcess],
 ) -> None:
@@ -245,6 +277,25 @@ def test_share_false_keeps_the_servers_own_policy_and_bus() -> None:
     assert shared.key_ring is None
     assert _boundary_security(server) is before
     assert isinstance(shared.subscriptions, InMemorySubscriptionBus)
+
+
+def test_each_round_is_accepted_once_unless_the_app_opts_out() -> None:
+    from mcp.server.request_state import RequestStateBoundary
+
+    from replaystore.mcp.rounds import SingleUseBoundary
+
+    def boundary(**options: Any) -> Any:
+        server = MCPServer("once-demo")
+        streamable_http_app(server, ReplayBuffer.from_url("memory://"), **options)
+        middleware = server._lowlevel_server.middleware
+        (found,) = [m for m in middleware if isinstance(m, RequestStateBoundary)]
+        return found
+
+    assert isinstance(boundary(), SingleUseBoundary)
+    given = RequestStateSecurity(keys=["k" * 32])
+    assert isinstance(boundary(request_state=given), SingleUseBoundary)  # your policy too
+    for options in ({"request_state_once": False}, {"share": False}):
+        assert not isinstance(boundary(**options), SingleUseBoundary), options
 
 
 def test_share_false_on_a_shared_store_says_what_it_costs(

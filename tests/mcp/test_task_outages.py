@@ -12,6 +12,9 @@ happens. What is checked:
 - a ``tools/call`` sent again after that ``503`` (same JSON-RPC id) gets the one
   task its first copy created, which runs (a non-idempotent ``ask`` reaches
   ``input_required`` and completes), and the store holds exactly one task;
+- a ``tools/call`` with a numeric id (as the SDK's client sends) answered
+  ``503`` through an 8 s stall never runs, though its create reached the
+  store; its retry with the same id runs once;
 - ``TaskClient.call`` rides an 8 s Redis stall, a balancer's HTML ``502`` and
   refused connections, and returns the tool's result.
 """
@@ -148,7 +151,7 @@ def _headers(method: str, name: str) -> dict[str, str]:
     }
 
 
-def _body(request_id: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+def _body(request_id: str | int, method: str, params: dict[str, Any]) -> dict[str, Any]:
     meta = {
         "io.modelcontextprotocol/protocolVersion": VERSION,
         "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
@@ -158,7 +161,7 @@ def _body(request_id: str, method: str, params: dict[str, Any]) -> dict[str, Any
 
 
 async def _post(
-    http: httpx.AsyncClient, url: str, request_id: str, method: str, params: dict[str, Any]
+    http: httpx.AsyncClient, url: str, request_id: str | int, method: str, params: dict[str, Any]
 ) -> httpx.Response:
     name = params.get("name") or params.get("taskId") or ""
     return await http.post(
@@ -184,7 +187,7 @@ async def _until(
             await anyio.sleep(0.1)
 
 
-def _unavailable(answer: httpx.Response, started: float, request_id: str) -> None:
+def _unavailable(answer: httpx.Response, started: float, request_id: str | int) -> None:
     """A 503 with Retry-After and the request's JSON-RPC error, within the bound."""
     took = time.monotonic() - started
     assert answer.status_code == 503, (answer.status_code, answer.text)
@@ -332,6 +335,52 @@ async def test_a_tools_call_sent_again_after_a_503_gets_the_one_task_it_created(
         assert done["status"] == "completed", done
         assert "Ada" in json.dumps(done["result"])
         assert len(_task_keys(store)) == 1, _task_keys(store)
+
+
+def _running(store: ServerHandle) -> set[str]:
+    """The ids of the tasks the store holds that have not ended."""
+    with redis.Redis(port=store.ports[0]) as client:
+        found = set()
+        for key in client.scan_iter(match="out:*{task:*}:task"):
+            status = client.hget(key, "st")
+            if status not in (b"completed", b"failed", b"cancelled"):
+                found.add(key.decode().split("{task:")[1].split("}")[0].rsplit(":", 1)[-1])
+        return found
+
+
+async def test_a_creation_answered_503_with_a_numeric_id_never_runs(
+    store: ServerHandle, replica: Replica
+) -> None:
+    """The SDK's client numbers its requests: no task its client never learned of runs."""
+    params = {"name": "countdown", "arguments": {"n": 100_000, "interval_ms": 100}}
+    async with httpx.AsyncClient(timeout=30) as http:
+        # A first task: the replica's connections to the store are open when it stalls,
+        # so the next create is sent, and stored as the store wakes.
+        first = await _post(http, replica.url, 6, "tools/call", {**params, "arguments": {"n": 1}})
+        await _until(http, replica.url, first.json()["result"]["taskId"], {"completed"})
+        with stalled(store):
+            started = time.monotonic()
+            answer = await _post(http, replica.url, 7, "tools/call", params)
+            _unavailable(answer, started, 7)
+            await anyio.sleep(8.0 - (time.monotonic() - started))  # an 8 s stall
+        with anyio.fail_after(30):
+            while True:  # the client's retry, same id, once the store is back
+                answer = await _post(http, replica.url, 7, "tools/call", params)
+                if answer.status_code != 503:
+                    break
+                await anyio.sleep(0.2)
+        assert answer.status_code == 200, answer.text
+        known = answer.json()["result"]["taskId"]
+        # Within the lease (5 s) of a create stored as the store woke: nothing else runs.
+        for _ in range(20):
+            if (running := _running(store)) == {known}:
+                break
+            await anyio.sleep(0.2)
+        assert running == {known}, (known, running)
+        # The create of the 503 was stored (or its id taken first) and ended unrun.
+        assert len(_task_keys(store)) == 3, _task_keys(store)
+        cancel = await _post(http, replica.url, uuid.uuid4().hex, "tasks/cancel", {"taskId": known})
+        assert cancel.status_code == 200, cancel.text
 
 
 async def test_task_client_call_of_a_countdown_rides_an_8s_redis_stall(

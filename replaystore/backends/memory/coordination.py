@@ -10,6 +10,7 @@ with its own store object as the scope.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +25,8 @@ __all__ = ["InProcess"]
 
 _KEYS: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 _KEYS_LOCK = threading.Lock()
+#: Per store: the digests recorded by ``first_use``: when each is forgotten, the answer kept.
+_USED: weakref.WeakKeyDictionary[object, dict[str, tuple[float, str]]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -62,9 +65,30 @@ class InProcess:
 
         return MemoryEventLog(self.scope)
 
-    async def request_state_key(self, candidate: str) -> str:
+    async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         with _KEYS_LOCK:
-            return _KEYS.setdefault(self.scope, candidate)
+            stored = _KEYS.setdefault(self.scope, candidate)
+        return stored, stored is candidate
+
+    async def first_use(self, digest: str, ttl: float) -> str | None:
+        now = time.monotonic()
+        with _KEYS_LOCK:
+            used = _USED.setdefault(self.scope, {})
+            until, kept = used.get(digest, (0.0, ""))
+            if until > now:
+                return kept
+            if len(used) % 1024 == 1023:  # forgotten in bulk: each call stays O(1) on average
+                for old in [d for d, (end, _) in used.items() if end <= now]:
+                    del used[old]
+            used[digest] = (now + ttl, "")
+            return None
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        now = time.monotonic()
+        with _KEYS_LOCK:
+            used = _USED.setdefault(self.scope, {})
+            if used.get(digest, (0.0, ""))[0] > now:
+                used[digest] = (now + ttl, answer)
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         """Replicas call each other directly: no channel to ask for."""

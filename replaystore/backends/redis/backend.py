@@ -184,7 +184,7 @@ class RedisBackend(Backend):
         except (RedisError, RedisClusterException) as exc:
             # RedisClusterException (no reachable node, slot not covered) is
             # not a RedisError.
-            raise storage_error(what, exc) from exc
+            raise storage_error(what, exc, self.client) from exc
 
     async def _run(
         self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
@@ -518,7 +518,7 @@ class RedisBackend(Backend):
             )
         except (RedisError, RedisClusterException) as exc:
             self._disconnected = True  # still unreachable: check again next time
-            raise storage_error("checking for lost appends", exc) from exc
+            raise storage_error("checking for lost appends", exc, self.client) from exc
 
     async def _end_regressed(self, session: str, epoch: str) -> None:
         """End ``session`` (incarnation ``epoch``) for every replica: the store lost appends.

@@ -38,6 +38,7 @@ import functools
 import inspect
 import math
 import re
+import weakref
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any, cast
@@ -441,7 +442,7 @@ class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionP
 #: strips the code of the replies it has a class for (those classes are
 #: checked first); a reply read from the socket by hand keeps it.
 _REFUSALS: dict[str, tuple[str, str]] = {
-    "OOM": ("oom", "redis is out of memory (maxmemory reached with noeviction): writes refused"),
+    "OOM": ("oom", "redis is out of memory (maxmemory reached{policy}): writes refused"),
     "READONLY": ("readonly", "redis is a read-only replica: writes refused"),
     "NOPERM": ("noperm", "redis forbids it (ACL)"),
     "MISCONF": ("misconf", "redis refuses writes: it cannot persist (MISCONF)"),
@@ -462,11 +463,32 @@ _CODE = re.compile(r"(?:^|: )(OOM|READONLY|NOPERM|MISCONF|LOADING|BUSY|MASTERDOW
 _SCRIPT_ACL = re.compile(r"user executing the script can't run this command", re.IGNORECASE)
 
 
-def refusal(exc: BaseException) -> tuple[str, str, bool] | None:
+#: The ``maxmemory-policy`` each client's Redis reported when last asked (at start-up and
+#: by each store check): what an out-of-memory refusal names.
+_POLICIES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def note_policy(client: Any, policy: str) -> None:
+    """Remember the ``maxmemory-policy`` that ``client``'s Redis reported."""
+    with contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
+        _POLICIES[client] = policy
+
+
+def _out_of_memory(policy: str | None) -> str:
+    """Why Redis refused a write for memory, in the words of its policy."""
+    if policy is None:
+        return "; its maxmemory-policy, not read yet, freed too little"
+    if policy == "noeviction":
+        return " with noeviction"
+    return f"; its maxmemory-policy {policy} freed too little"
+
+
+def refusal(exc: BaseException, *, policy: str | None = None) -> tuple[str, str, bool] | None:
     """``(kind, what it means, permanent)`` when ``exc`` is Redis refusing a command, else None.
 
     A refusal (out of memory, read-only, ACL, ...) is an answer from a
-    reachable server; only an ACL refusal is permanent.
+    reachable server; only an ACL refusal is permanent. ``policy``: the
+    server's ``maxmemory-policy`` if known, named by an out-of-memory refusal.
     """
     code = next((c for cls, c in _CLASSES if isinstance(exc, cls)), None)
     if code is None and isinstance(exc, ResponseError):
@@ -479,6 +501,7 @@ def refusal(exc: BaseException) -> tuple[str, str, bool] | None:
     if code is None:
         return None
     kind, meaning = _REFUSALS[code]
+    meaning = meaning.replace("{policy}", _out_of_memory(policy) if code == "OOM" else "")
     if code == "NOPERM" and _SCRIPT_ACL.search(str(exc)):
         command = _function_command(str(exc))
         named = f"the {command!r} command" if command else "a command"
@@ -486,17 +509,22 @@ def refusal(exc: BaseException) -> tuple[str, str, bool] | None:
     return kind, meaning, kind == "noperm"
 
 
-def storage_error(what: str, exc: BaseException) -> StorageError:
+def storage_error(what: str, exc: BaseException, client: Any = None) -> StorageError:
     """The :class:`StorageError` for a redis-py (or cluster) exception raised by ``what``.
 
-    Says what Redis said when it refused (out of memory, read-only, the
-    command or key its ACL forbids), "unreachable" for a connection that
-    failed or an answer that did not come, and passes an existing
-    :class:`StorageError` through.
+    Says what Redis said when it refused (out of memory, with the eviction
+    policy ``client``'s Redis last reported; read-only; the command or key
+    its ACL forbids), "unreachable" for a connection that failed or an
+    answer that did not come, and passes an existing :class:`StorageError`
+    through.
     """
     if isinstance(exc, StorageError):
         return exc
-    refused = refusal(exc)
+    policy = None
+    if client is not None:
+        with contextlib.suppress(TypeError):
+            policy = _POLICIES.get(client)
+    refused = refusal(exc, policy=policy)
     if refused is not None:
         kind, meaning, permanent = refused
         text = f"{what} refused: {meaning}: {_strip(str(exc))}"

@@ -40,6 +40,7 @@ __all__ = [
     "registry_lease",
     "replica_channel",
     "request_state",
+    "request_state_used",
     "run_index",
     "sequence",
     "session_channel",
@@ -163,6 +164,11 @@ def probe_channel(prefix: str, replica: str) -> str:
 def request_state(prefix: str) -> str:
     """The key that seals the ``requestState`` tokens every replica hands out."""
     return f"{prefix}{{request-state}}:key"
+
+
+def request_state_used(prefix: str, digest: str) -> str:
+    """The mark of a ``requestState`` token already used (its own hash tag: spread on a cluster)."""
+    return f"{prefix}{{request-state:{digest}}}:used"
 
 
 # -- listen events (under a tag of their own)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
     from mcp.server.subscriptions import SubscriptionBus
 
+    from ..request_state import Secret
     from ..tasks.extension import ReplayTasks
 
 __all__ = ["fastmcp_http_app"]
@@ -45,6 +46,8 @@ def fastmcp_http_app(
     tasks: ReplayTasks | None = None,
     subscriptions: SubscriptionBus | None = None,
     request_state: RequestStateSecurity | None = None,
+    request_state_once: bool = True,
+    request_state_secret: Secret | None = None,
     share: bool = True,
     **kwargs: Any,
 ) -> Any:
@@ -69,7 +72,10 @@ def fastmcp_http_app(
     ``notifications.taskIds``), and ``server/discover`` says so
     (``listChanged``, ``resources.subscribe``). ``requestState`` is sealed
     under a key kept in the store unless the server was given its own
-    ``request_state_security`` (or ``request_state`` is given here).
+    ``request_state_security`` (or ``request_state`` is given here), derived
+    from ``request_state_secret`` (or ``REPLAYSTORE_REQUEST_STATE_SECRET``)
+    when there is one, and each ``requestState`` runs its round once across
+    the replicas unless ``request_state_once=False``.
     ``share=False`` keeps FastMCP's own per-process defaults for both
     (:mod:`replaystore.mcp.app` lists what replicas share).
     """
@@ -98,6 +104,8 @@ def fastmcp_http_app(
         tasks=tasks,
         subscriptions=subscriptions,
         request_state=request_state,
+        request_state_once=request_state_once,
+        request_state_secret=request_state_secret,
         share=share,
     )
 

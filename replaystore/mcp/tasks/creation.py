@@ -19,9 +19,18 @@ The create itself is never abandoned midway: it runs in the background
 (:class:`Creations`) and the request waits for it at most ``store_timeout``.
 Until the store gives a definite answer the create is sent again (it is
 idempotent by id); the replica whose create stored the task runs it, once,
-however late the answer came. A task with a random id whose request was
-already answered with an error is ended at once instead (nobody can learn
-its id), with :data:`UNANSWERED_ERROR`.
+however late the answer came.
+
+A task with a random id (a numeric request id, as the SDK's client sends)
+whose request was already answered with an error must never run: nobody can
+learn its id, and the client's retry makes another task. Its outcome may be
+unknown (the store stalled: the create may still be stored when it wakes),
+so it is *refused*: this replica stores the task itself if absent and ends
+it, in that order, with :data:`UNANSWERED_ERROR`, sending both again until
+the store answers. A create still in flight then finds the id taken and
+stores nothing; one stored first is ended before its lease can lapse (the
+refusal is sent again at most a quarter lease, and 2 s, apart), so no other
+replica claims it to run it again.
 """
 
 from __future__ import annotations
@@ -177,7 +186,10 @@ class Creations:
                 return None
             except StorageError as exc:
                 creation.settle(None, exc)
-                if anyio.current_time() > deadline or (not job.keyed and creation.answered):
+                if not job.keyed and creation.answered:
+                    await _refuse(job, deadline, min(2.0, self._lease / 4))
+                    return None
+                if anyio.current_time() > deadline:
                     # Left to the lease: if it was stored, it lapses like a lost run.
                     logger.warning("task %s: its creation stays unknown: %s", job.task_id, exc)
                     return None
@@ -217,6 +229,40 @@ class Creations:
             return False  # and no beat here: the renewals of its run take its answers
         beat = await store.beat(job.task_id, self._runner, self._lease)
         return beat is not None and beat.status not in TERMINAL and not job.running()
+
+
+async def _refuse(job: Job, deadline: float, longest: float) -> None:
+    """End the task of ``job``, stored or not yet, so that it never runs (module docstring).
+
+    Stored here first if absent (a create still in flight then stores
+    nothing), then ended by this replica, the runner both creates name; each
+    step sent again until the store answers, up to ``deadline``, at most
+    ``longest`` seconds apart (a quarter lease: a create stored late is
+    ended before its lease lets another replica claim it).
+    """
+    pause = 0.05
+    while True:
+        try:
+            try:
+                await job.new()
+            except TaskInputError:
+                return  # its arguments cannot be stored: nothing was
+            except (ValueError, NotReplicatedError):
+                pass  # stored already (by the create whose answer was lost), or now
+            await job.refuse()
+            logger.info("task %s: its request was answered with an error; ended unrun", job.task_id)
+            return
+        except StorageError as exc:
+            if anyio.current_time() > deadline:
+                logger.warning(
+                    "task %s: its request was answered with an error and the store still "
+                    "does not answer; if stored, it lapses like a lost run: %s",
+                    job.task_id,
+                    exc,
+                )
+                return
+            await anyio.sleep(pause)
+            pause = min(pause * 2, longest)
 
 
 def _gone(job: Job) -> StorageError:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..client import storage_error
-from ..keys import matching, request_state
+from ..keys import matching, request_state, request_state_used
 from ..wire import Wire
 
 if TYPE_CHECKING:
@@ -88,14 +88,37 @@ class OnRedis:
 
         return RedisEventLog(self.client, self.key_base, keep=keep, block=block)
 
-    async def request_state_key(self, candidate: str) -> str:
+    async def request_state_key(self, candidate: str) -> tuple[str, bool]:
+        """No TTL: a ``volatile-*`` eviction policy never takes it (``allkeys-*`` may)."""
         key = request_state(self.prefix)
         try:
-            await self.client.set(key, candidate, nx=True)
+            if await self.client.set(key, candidate, nx=True):
+                return candidate, True
             stored = await self.client.get(key)
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("reading the shared requestState key", exc) from exc
-        return stored.decode() if isinstance(stored, bytes) else str(stored)
+            raise storage_error("reading the shared requestState key", exc, self.client) from exc
+        if stored is None:  # lost between the two commands: take it as lost now
+            return await self.request_state_key(candidate)
+        return (stored.decode() if isinstance(stored, bytes) else str(stored)), False
+
+    async def first_use(self, digest: str, ttl: float) -> str | None:
+        key = request_state_used(self.prefix, digest)
+        try:
+            if await self.client.set(key, "", nx=True, px=_ms(ttl)):
+                return None
+            kept = await self.client.get(key)
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("recording a used requestState", exc, self.client) from exc
+        if kept is None:  # expired between the two commands: it was recorded all the same
+            return ""
+        return kept.decode() if isinstance(kept, bytes) else str(kept)
+
+    async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
+        key = request_state_used(self.prefix, digest)
+        try:
+            await self.client.set(key, answer, xx=True, px=_ms(ttl))
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("keeping a round's answer", exc, self.client) from exc
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         from . import checks
@@ -117,3 +140,7 @@ class OnRedis:
         keys = [key async for key in self.client.scan_iter(match=pattern, count=1000)]
         for key in keys:  # one by one: a cluster refuses multi-key commands across slots
             await self.client.delete(key)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..client import storage_error
+from ..client import note_policy, storage_error
 from ..keys import probe_channel
 
 __all__ = ["eviction_warning", "publish", "subscribe"]
@@ -53,7 +53,11 @@ async def eviction_warning(client: Any) -> str | None:
     policy, maxmemory = settings
     if policy == "noeviction" or maxmemory == 0:
         return None
-    also = " (every replaystore key has a TTL)" if policy.startswith("volatile-") else ""
+    also = (
+        " (every replaystore key but the requestState key has a TTL)"
+        if policy.startswith("volatile-")
+        else ""
+    )
     return (
         f"the store's maxmemory-policy is {policy}{also}: once maxmemory is reached Redis "
         "evicts replaystore's keys, which ends their sessions (clients get 404 and "
@@ -67,14 +71,18 @@ async def _memory_settings(client: Any) -> tuple[str, int] | None:
         found = await client.config_get("maxmemory*")
         if found and all(isinstance(v, dict) for v in found.values()):
             found = next(iter(found.values()))  # a cluster: per node; one node says it
-        return str(found["maxmemory-policy"]), int(found["maxmemory"])
+        policy, maxmemory = str(found["maxmemory-policy"]), int(found["maxmemory"])
+        note_policy(client, policy)
+        return policy, maxmemory
     except Exception:
         logger.debug("CONFIG GET maxmemory* failed", exc_info=True)
     try:
         info = await client.info("memory")
         if info and all(isinstance(v, dict) for v in info.values()):
             info = next(iter(info.values()))
-        return str(info["maxmemory_policy"]), int(info["maxmemory"])
+        policy, maxmemory = str(info["maxmemory_policy"]), int(info["maxmemory"])
+        note_policy(client, policy)
+        return policy, maxmemory
     except Exception:
         logger.debug("INFO memory failed", exc_info=True)
     return None

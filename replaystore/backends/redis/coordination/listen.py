@@ -52,7 +52,7 @@ class RedisEventLog:
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("publishing a listen event", exc) from exc
+            raise storage_error("publishing a listen event", exc, self._client) from exc
 
     @asynccontextmanager
     async def reading(self, deliver: Callable[[str], None]) -> AsyncIterator[None]:

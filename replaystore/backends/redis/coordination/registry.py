@@ -77,7 +77,7 @@ class RedisRegistry(Registry):
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error(f"session registry {what}", exc) from exc
+            raise storage_error(f"session registry {what}", exc, self._wire.client) from exc
 
     async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
         key = self._record(session)
@@ -88,10 +88,10 @@ class RedisRegistry(Registry):
         try:  # one packet: the record is replaced whole
             replies = await self._wire.pipeline(commands)
         except Exception as exc:
-            raise storage_error("session registry write", exc) from exc
+            raise storage_error("session registry write", exc, self._wire.client) from exc
         for reply in replies:
             if isinstance(reply, Exception):
-                raise storage_error("session registry write", reply)
+                raise storage_error("session registry write", reply, self._wire.client)
 
     async def get_session(self, session: str) -> dict[str, str] | None:
         raw = await self._call("read", "HGETALL", self._record(session))

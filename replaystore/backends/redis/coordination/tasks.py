@@ -232,7 +232,7 @@ class RedisTaskStore(TaskStore):
         except StorageError:
             raise
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise _storage_error(f"task {name}", exc) from exc
+            raise storage_error(f"task {name}", exc, self._client) from exc
 
     def _nudge_prefix(self) -> str:
         """The pub/sub channels of the runners, ``<prefix><runner>`` (see :meth:`nudges`)."""
@@ -291,7 +291,7 @@ class RedisTaskStore(TaskStore):
                     pipe.execute_command(*script, len(step.keys), *step.keys, *step.args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise _storage_error("task store pipeline", exc) from exc
+            raise storage_error("task store pipeline", exc, self._client) from exc
         return replies
 
     async def _send(self, steps: Sequence[_Step]) -> list[Any]:
@@ -345,7 +345,7 @@ class RedisTaskStore(TaskStore):
         for step, reply in zip(steps, replies, strict=True):
             if isinstance(reply, Exception):
                 what = step.script or step.args[0]
-                raise _storage_error(f"task {name} ({what})", reply)
+                raise storage_error(f"task {name} ({what})", reply, self._client)
         reply = replies[1 if before else 0]
         if not self._wait_replicas:
             return reply
@@ -533,7 +533,7 @@ class RedisTaskStore(TaskStore):
             args += [at, task_id]
         [reply] = await self._send([_Step("sweep", [self._index()], args)])
         if isinstance(reply, Exception):
-            raise _storage_error("task scan", reply)
+            raise storage_error("task scan", reply, self._client)
         return reply
 
     async def reap(self, *, limit: int = 100, hide: float = 5.0) -> Reaped:
@@ -666,8 +666,3 @@ def _space(namespace: str) -> str:
     if len(namespace) <= 64 and all(c.isascii() and (c.isalnum() or c in "._-") for c in namespace):
         return namespace
     return "#" + hashlib.sha256(namespace.encode()).hexdigest()[:32]
-
-
-def _storage_error(what: str, exc: BaseException) -> StorageError:
-    """What Redis said, as every Redis-backed part of the package says it."""
-    return storage_error(what, exc)
