@@ -6,8 +6,8 @@ it (the third keeps 10 events per task it creates, ``--task-events 10``),
 and two ``scripts/round_robin_proxy.py`` in front of all three: one
 sending each request to the next replica on a new connection, one that
 also cuts every answer at a random byte. A task keeps the retention of the
-replica that created it. The drain test stops the first replica, the kill
-test, last, kills the second. The client is
+replica that created it. The last two tests kill the second replica and
+stop the first. The client is
 :meth:`TaskClient.stream_events`. What is checked, for each task:
 
 - the client gets ``seq`` 0..N once each, in order, and the result ``{}``,
@@ -256,6 +256,17 @@ async def test_a_fastmcp_client_streams_a_tasks_events(deployment: Deployment) -
     assert [e.payload["step"] for e in steps(events)] == [1, 2, 3, 4, 5]
 
 
+async def test_a_quiet_tasks_stream_is_reopened_not_failed(deployment: Deployment) -> None:
+    """Silent longer than idle_timeout, for longer than retry_for in all: still no failure."""
+    task_id = await start_countdown(deployment.first.url, 2, interval_ms=1500)
+    async with tasks_at(deployment.plain.url, retry_for=1.0) as client:
+        stream = client.stream_events(task_id, idle_timeout=0.5)
+        with anyio.fail_after(30):
+            events = [event async for event in stream]
+    assert stream.completed and stream.requests >= 3
+    assert await check_whole(deployment, task_id, events) == "completed"
+
+
 @contextlib.contextmanager
 def paused(store: ServerHandle) -> Iterator[None]:
     pids = store.pids()
@@ -305,26 +316,6 @@ async def test_a_4s_redis_pause_never_duplicates_skips_or_ends_falsely(
     await check_whole(deployment, task_id, events)
 
 
-async def test_a_stream_a_draining_replica_ends_without_a_result_goes_on_elsewhere(
-    deployment: Deployment,
-) -> None:
-    """SIGTERM: the replica ends its streams early, with no result; that is not the end."""
-    draining, other = deployment.first, deployment.small
-    task_id = await start_countdown(deployment.victim.url, FAULT_STEPS)
-    events: list[TaskEvent] = []
-    with TcpProxy([("127.0.0.1", draining.port)]) as proxy:  # the stream opens on ``draining``
-        async with tasks_at(f"http://127.0.0.1:{proxy.port}/mcp") as client:
-            stream = client.stream_events(task_id, idle_timeout=5.0)
-            with anyio.fail_after(60):
-                async for event in stream:
-                    events.append(event)
-                    if len(events) == 2:
-                        proxy.set_upstreams([("127.0.0.1", other.port)])
-                        draining.proc.send_signal(signal.SIGTERM)
-    assert stream.completed and stream.requests >= 2
-    assert await check_whole(deployment, task_id, events) == "completed"
-
-
 async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
     deployment: Deployment,
 ) -> None:
@@ -341,3 +332,24 @@ async def test_a_sigkill_of_the_runner_never_duplicates_skips_or_ends_falsely(
     attempts = [e.payload.get("attempt") for e in events if e.type == STATUS]
     assert any(isinstance(a, int) and a >= 2 for a in attempts), shape(events)
     assert steps(events)[-1].payload == {"step": FAULT_STEPS, "left": 0}
+
+
+async def test_a_stream_a_draining_replica_ends_without_a_result_goes_on_elsewhere(
+    deployment: Deployment,
+) -> None:
+    """SIGTERM: the replica ends its streams early, with no result; that is not the end."""
+    draining, other = deployment.first, deployment.small
+    # 8 steps: 10 events, all kept by the replica keeping 10 (the runner died in the test above).
+    task_id = await start_countdown(other.url, 8, interval_ms=100)
+    events: list[TaskEvent] = []
+    with TcpProxy([("127.0.0.1", draining.port)]) as proxy:  # the stream opens on ``draining``
+        async with tasks_at(f"http://127.0.0.1:{proxy.port}/mcp") as client:
+            stream = client.stream_events(task_id, idle_timeout=5.0)
+            with anyio.fail_after(60):
+                async for event in stream:
+                    events.append(event)
+                    if len(events) == 2:
+                        proxy.set_upstreams([("127.0.0.1", other.port)])
+                        draining.proc.send_signal(signal.SIGTERM)
+    assert stream.completed and stream.requests >= 2
+    assert await check_whole(deployment, task_id, events) == "completed"

@@ -192,7 +192,7 @@ class TaskEventStream:
             body, headers = client.envelope(request_id, STREAM, params, self.task_id)
             self.requests += 1
             wait: float | None = None
-            quiet = False
+            streaming = False  # the server answered with an event stream
             try:
                 async with client.http.stream(
                     "POST", client.url, json=body, headers=headers, timeout=timeout
@@ -201,6 +201,7 @@ class TaskEventStream:
                     content_type = response.headers.get("content-type", "")
                     wait = retry_after(response.headers.get("retry-after"))
                     if status == 200 and "text/event-stream" in content_type:
+                        streaming = True
                         answer: dict[str, Any] | None = None
                         async for sse in sse_events(response):
                             message = _json(sse.data)
@@ -218,12 +219,13 @@ class TaskEventStream:
                     else:
                         text = (await response.aread()).decode(errors="replace")
                         answer = response_message(text, content_type, request_id)
-            except httpx2.ReadTimeout:
-                # Silent for idle_timeout: a quiet task, or a replica that stopped answering.
-                failure: dict[str, Any] = {"code": None, "message": "no event, stream reopened"}
-                quiet = True
-            except httpx2.TransportError as exc:  # refused, reset, cut mid-stream
-                failure = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
+            except httpx2.TransportError as exc:  # refused, reset, cut mid-stream, silent
+                failure: dict[str, Any] = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
+                if streaming and isinstance(exc, httpx2.ReadTimeout):
+                    # A stream silent for idle_timeout: a quiet task, or a replica that
+                    # stopped answering mid-stream. Open it again at once; not a failure.
+                    deadline = anyio.current_time() + client.retry_for
+                    continue
             else:
                 if answer is not None and "error" not in answer:
                     self.completed = True  # the result: terminal, every event sent
@@ -238,9 +240,6 @@ class TaskEventStream:
                     failure = {"code": status, "message": f"HTTP {status}: no JSON-RPC response"}
                     if status not in RETRY_STATUSES:
                         raise TaskRequestError(STREAM, failure)
-            if quiet:
-                deadline = anyio.current_time() + client.retry_for
-                continue
             delay = min(max(pause, wait or 0.0), client.max_backoff)
             if anyio.current_time() + delay > deadline:
                 raise TaskUnavailableError(STREAM, failure)
