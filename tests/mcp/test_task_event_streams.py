@@ -340,7 +340,7 @@ async def test_a_stream_a_draining_replica_ends_without_a_result_goes_on_elsewhe
     """SIGTERM: the replica ends its streams early, with no result; that is not the end."""
     draining, other = deployment.first, deployment.small
     # 8 steps: 10 events, all kept by the replica keeping 10 (the runner died in the test above).
-    task_id = await start_countdown(other.url, 8, interval_ms=100)
+    task_id = await start_countdown(other.url, 8, interval_ms=300)
     events: list[TaskEvent] = []
     with TcpProxy([("127.0.0.1", draining.port)]) as proxy:  # the stream opens on ``draining``
         async with tasks_at(f"http://127.0.0.1:{proxy.port}/mcp") as client:
