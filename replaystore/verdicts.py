@@ -118,7 +118,9 @@ REASONS: dict[str, tuple[Verdict, str]] = {
     "attached_live": (Verdict.RESUMED, "attached live"),  # a plain GET with nothing to replay
     "vanished": (
         Verdict.UNKNOWN_SESSION,
-        "the session does not exist in the replay store",  # gone under a live SDK session
+        # gone under a live SDK session, with no tombstone to say why
+        "the replay store no longer has the session this server was serving "
+        "(it expired, or the store restarted empty or failed over)",
     ),
 }
 

@@ -203,11 +203,13 @@ class TaskStore(ABC):
         """
 
     @abstractmethod
-    async def emit(self, task_id: str, runner: str, blob: bytes) -> int | None:
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
         """Append a tool's event (``blob`` from :func:`~.events.event_blob`); its ``seq``.
 
         None, and nothing stored, unless ``runner`` holds the task and it has
         not ended. The lease is not judged: the runner asking is alive.
+        ``key`` names this append for the runner: sent again (the reply was
+        lost), the append that was stored under it is answered, not repeated.
         """
 
     @abstractmethod

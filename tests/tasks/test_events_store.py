@@ -179,3 +179,15 @@ async def test_an_append_wakes_a_reader_on_another_replica(make_store: MakeStore
         await a.emit(task_id, "r1", _step(0))
         with anyio.fail_after(3):
             await woken.wait()
+
+
+async def test_an_append_sent_again_under_its_key_is_stored_once(make_store: MakeStore) -> None:
+    a, b = await make_store(), await make_store()
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=5, ttl_ms=60_000)
+    assert await a.emit(task_id, "r1", _step(0), key="1") == 1
+    assert await b.emit(task_id, "r1", _step(0), key="1") == 1  # the reply was lost: sent again
+    assert await a.emit(task_id, "r1", _step(1), key="2") == 2
+    assert await a.emit(task_id, "r1", _step(2)) == 3  # no key: always a new event
+    page = await b.events(task_id)
+    assert page is not None and [e.seq for e in page.events] == [0, 1, 2, 3]

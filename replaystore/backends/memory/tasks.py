@@ -75,6 +75,7 @@ class _Task:
     next_seq: int = 0
     retention: EventRetention = field(default_factory=EventRetention)
     events_until: int | None = None  # when the events of an ended task go
+    last_append: tuple[str, int] = ("", 0)  # the runner's key of the last tool event, its seq
 
     def orphaned(self, now: int) -> bool:
         """Its runner's lease lapsed, and another run may claim it."""
@@ -493,13 +494,18 @@ class MemoryTaskStore(TaskStore):
             self._status_event(task, now)
             return unpack(task.call)
 
-    async def emit(self, task_id: str, runner: str, blob: bytes) -> int | None:
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
         with self._shared.lock:
             now = self._clock()
             task = self._live(task_id, now, judge=False)
             if task is None or task.runner != runner or task.status in TERMINAL:
                 return None
-            return self._append(task, encode_event(now, blob), now)
+            named = f"{runner}:{key}"
+            if key and task.last_append[0] == named:
+                return task.last_append[1]  # sent again: stored already
+            seq = self._append(task, encode_event(now, blob), now)
+            task.last_append = (named, seq)
+            return seq
 
     async def events(
         self, task_id: str, *, owner: str | None = None, start: int | None = None, limit: int = 100

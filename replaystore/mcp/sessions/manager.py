@@ -66,7 +66,7 @@ from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error, unavailable
+from .answers import json_error, not_found, unavailable, unknown, why_gone
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
@@ -371,7 +371,34 @@ class ReplaySessionManager(ManagerOverrides):
         if refused is not None:
             await refused(scope, receive, send)
             return True
-        return False
+        return await self._not_found(session_id, scope, receive, send)
+
+    async def _not_found(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """404 for a session this replica will not serve, with the verdict and why it ended.
+
+        Where the SDK would answer a bare "Session not found": a session
+        nobody serves (the store ended it, lost it, or never had it), one
+        terminated here a moment ago, and one asked for with another
+        credential than its creator's (answered exactly as one that never
+        existed). False when the SDK serves the request.
+        """
+        served = self._server_instances.get(session_id)
+        if served is not None and not served.is_terminated:
+            if _requestor(scope) == self._session_owners.get(session_id):
+                return False
+            logger.warning(
+                "Rejecting request for session %s: credential does not match the one that "
+                "created the session",
+                session_id[:64],
+            )
+            gone = unknown(session_id)
+        else:
+            logger.info("Rejected request with unknown or ended session ID: %s", session_id[:64])
+            gone = await why_gone(
+                self._replay_store.buffer, session_id, self._replica.settings.store_timeout
+            )
+        await not_found(None, gone)(scope, receive, send)
+        return True
 
     async def _resume_from_store(
         self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
@@ -440,7 +467,7 @@ class ReplaySessionManager(ManagerOverrides):
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it
         await view.end_everywhere(failed=True)
-        await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
+        await not_found(session_id, attachment.resumption)(request.scope, request.receive, send)
         return True
 
     async def _adopt_session(

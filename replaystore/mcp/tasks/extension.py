@@ -584,9 +584,19 @@ class ReplayTasks(Extension):
     async def emit(self, run: Run, event_type: str, payload: Mapping[str, Any]) -> int:
         """Store an event of ``run``'s task; a run that no longer holds its task stops here."""
         value = dict(payload) if isinstance(payload, Mapping) else payload  # else refused
-        seq = await self.store.emit(
-            run.task_id, self._runner, event_blob(event_type, value, self.events)
+        blob, give_up = (
+            event_blob(event_type, value, self.events),
+            anyio.current_time() + self.lease,
         )
+        run.emitted += 1
+        while True:  # a store that stalls is waited for (a lease); the key stores it once
+            try:
+                seq = await self.store.emit(run.task_id, self._runner, blob, key=str(run.emitted))
+                break
+            except StorageError:
+                if anyio.current_time() >= give_up:
+                    raise
+            await anyio.sleep(self.check_interval)
         if seq is None:
             run.ended = True
             run.scope.cancel()

@@ -58,6 +58,7 @@ class Run:
     ended: bool = False  # the store says the task is over (cancelled, lost, expired)
     done: bool = False  # the tool returned: its end is being stored, renewals no longer apply
     rerunnable: bool = False  # an idempotent tool's: another replica may run it again
+    emitted: int = 0  # the task events this run appended: each append's key, sent again on a retry
 
 
 class Nudged:

@@ -475,8 +475,8 @@ class RedisTaskStore(TaskStore):
         )
         return bool(ended)
 
-    async def emit(self, task_id: str, runner: str, blob: bytes) -> int | None:
-        reply = await self._run("emit", task_id, runner, blob)
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
+        reply = await self._run("emit", task_id, runner, blob, key)
         return None if reply is None else int(reply)
 
     async def events(
