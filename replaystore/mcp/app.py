@@ -46,7 +46,7 @@ from starlette.applications import Starlette
 from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
-from .metrics import ResumptionObserver
+from .metrics import ResumptionObserver, serve_metrics, watch
 from .request_state import Secret, StoreKeyRing
 from .rounds import SingleUseBoundary
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
@@ -64,7 +64,7 @@ __all__ = ["Shared", "session_managers", "streamable_http_app", "task_name_heade
 logger = logging.getLogger("replaystore.mcp")
 
 
-@dataclass
+@dataclass(eq=False)  # one per app, kept in a weak set by the metrics
 class Shared:
     """What an app shares with the other replicas beyond sessions (``app.state.replaystore``).
 
@@ -102,6 +102,7 @@ def wire(
     request_state_secret: Secret | None = None,
     share: bool = True,
     outer: AbstractAsyncContextManager[Any] | None = None,
+    metrics_path: str | None = None,
 ) -> Any:
     """Build the app with ``build()`` and make it a replica of every app on ``store``.
 
@@ -113,10 +114,12 @@ def wire(
     first, ``outer``, the tasks, the bus, the key ring, the app's own
     lifespan, then the background scan for orphaned tasks. With tasks, a
     ``tasks/*`` request whose ``Mcp-Name`` disagrees with its body is refused
-    (:func:`task_name_header`).
+    (:func:`task_name_header`). ``metrics_path``: where the app answers
+    Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
     shared = Shared(tasks=tasks)
+    watch(shared)
     lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
     if tasks is not None:
         tasks.bind(buffer, server)
@@ -156,6 +159,10 @@ def wire(
         shared.managers.append(manager)
         add_health_route(app, manager)
     app.state.replaystore = shared
+    if metrics_path is not None:
+        observer = serve_metrics(app, metrics_path)
+        if store.observer is None and observer is not None:
+            store.observer = observer
     inner = app.router.lifespan_context
 
     @asynccontextmanager
@@ -406,6 +413,7 @@ def streamable_http_app(
     request_state_secret: Secret | None = None,
     share: bool = True,
     close_buffer: bool = False,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -435,7 +443,10 @@ def streamable_http_app(
     the SDK does.
 
     The app also answers the health check at ``/healthz``
-    (:meth:`ReplaySessionManager.health_endpoint`).
+    (:meth:`ReplaySessionManager.health_endpoint`), and with ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``) Prometheus scrapes:
+    every metric of ``prometheus_client.REGISTRY``, replaystore's
+    (:mod:`replaystore.mcp.metrics`) and your own.
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
@@ -456,6 +467,7 @@ def streamable_http_app(
         request_state_secret=request_state_secret,
         share=share,
         outer=store.buffer if close_buffer else None,
+        metrics_path=metrics_path,
     )
     return app
 

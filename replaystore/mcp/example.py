@@ -36,6 +36,7 @@ Any number of these servers on one Redis URL are replicas of each other.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import math
 import sys
@@ -50,9 +51,6 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from .._command import run_command
 from ..buffer import ReplayBuffer
@@ -61,7 +59,7 @@ from ..taskstore import EventRetention
 from . import preflight
 from .app import streamable_http_app
 from .collector import tune_collector
-from .metrics import PrometheusObserver, ResumptionObserver
+from .metrics import ResumptionObserver
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager
 from .settings import DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
@@ -202,15 +200,6 @@ def build_app(
     tasks = example_tasks(task_ttl, lease_ttl, task_events)
     server = build_server(tasks)
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
-    registry: Any = None
-    if observer is None:
-        try:
-            from prometheus_client import CollectorRegistry
-
-            registry = CollectorRegistry()
-            observer = PrometheusObserver(registry)
-        except ImportError:  # pragma: no cover - optional extra
-            observer = None
     app = streamable_http_app(
         server,
         buffer,
@@ -220,17 +209,15 @@ def build_app(
         lease_ttl=lease_ttl,
         tasks=tasks,
         close_buffer=True,
+        metrics_path="/metrics" if _has_prometheus() else None,
         **_transport_security(allowed_hosts),
     )
     app.state.replay_manager = server.session_manager
-    if registry is not None:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        async def metrics(request: Request) -> Response:
-            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-        app.router.routes.append(Route("/metrics", metrics))
     return app
+
+
+def _has_prometheus() -> bool:
+    return importlib.util.find_spec("prometheus_client") is not None
 
 
 def _transport_security(allowed_hosts: Sequence[str]) -> dict[str, Any]:
@@ -329,6 +316,7 @@ def serve(
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
             tune_collector()  # what start-up built stays; see replaystore.mcp.collector
+            _say_where(self.servers)
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if self.loop is not None and not manager.draining:
@@ -553,11 +541,24 @@ async def _check_store(url: str) -> None:
         logging.getLogger("replaystore").warning("%s", problem.text)
 
 
+def _say_where(servers: Sequence[Any]) -> None:
+    """One line on stderr, whatever the log level: where it listens (a port it chose too)."""
+    for server in servers:
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            extra = ", metrics at /metrics" if _has_prometheus() else ""
+            print(
+                f"replaystore example-server: MCP at {base}/mcp, health check at "
+                f"{base}/healthz{extra}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def _say_if_metrics_are_off() -> None:
     """/metrics exists only with prometheus_client: say so at start, not with a bare 404 later."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
+    if not _has_prometheus():
         logging.getLogger("replaystore").warning(
             "no metrics at /metrics: prometheus_client is not installed "
             "(pip install 'replaystore[prometheus]')"

@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .metrics import count_unavailable
 from .refusals import unavailable_error
 
 __all__ = [
@@ -171,6 +172,7 @@ def _with_status(start: Message, body: bytes) -> Message:
         return start
     if not is_unavailable(decoded):
         return start
+    count_unavailable(decoded["error"]["data"])
     headers = [(n, v) for n, v in start.get("headers", []) if n.lower() != b"retry-after"]
     headers.append((b"retry-after", str(RETRY_AFTER).encode()))
     return {**start, "status": 503, "headers": headers}

@@ -142,6 +142,7 @@ def test_the_names_module_spells_each_name_as_its_users_do() -> None:
     assert keys.replica_channel("rs", "r1") == "rsmcp:r:r1"
     assert keys.probe_channel("rs", "r1") == "rsmcp:r:probe.r1"
     assert keys.request_state("rs") == "rs{request-state}:key"
+    assert keys.store_marker("rs") == "rs{store}:marker"
     assert keys.request_state_used("rs", "ab12") == "rs{request-state:ab12}:used"
     assert keys.listen(lambda name: keys.base("rs", name)) == (
         "rs{listen}:events",

@@ -417,9 +417,10 @@ class RedisBackend(Backend):
             await self._maintain(session, out[3], out[4])
         return ids
 
-    async def close_session(self, session: str) -> bool:
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
         self._fences.forget(session)
-        return await self._close(session, '{"code":"closed"', ("", "always", ""))
+        kept = None if tombstone_ttl is None else max(1, round(tombstone_ttl * 1000))
+        return await self._close(session, '{"code":"closed"', ("", "always", ""), tomb_ms=kept)
 
     async def _close(
         self,
@@ -429,6 +430,7 @@ class RedisBackend(Backend):
         tags: Sequence[str] = (),
         *,
         later: bool = False,
+        tomb_ms: int | None = None,
     ) -> bool:
         """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists.
 
@@ -441,7 +443,7 @@ class RedisBackend(Backend):
             "close",
             session,
             tags,
-            [tomb, self.retention.tombstone_ttl_ms, nonce, *expect],
+            [tomb, tomb_ms or self.retention.tombstone_ttl_ms, nonce, *expect],
             retry=True,
         )
         if not int(out[0]):

@@ -45,6 +45,7 @@ __all__ = [
     "sequence",
     "session_channel",
     "session_keys",
+    "store_marker",
     "swept",
     "task_event_channels",
     "task_index",
@@ -164,6 +165,11 @@ def probe_channel(prefix: str, replica: str) -> str:
 def request_state(prefix: str) -> str:
     """The key that seals the ``requestState`` tokens every replica hands out."""
     return f"{prefix}{{request-state}}:key"
+
+
+def store_marker(prefix: str) -> str:
+    """A token replicas read after an outage: missing or changed, the store came back empty."""
+    return f"{prefix}{{store}}:marker"
 
 
 def request_state_used(prefix: str, digest: str) -> str:

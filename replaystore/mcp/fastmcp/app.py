@@ -49,6 +49,7 @@ def fastmcp_http_app(
     request_state_once: bool = True,
     request_state_secret: Secret | None = None,
     share: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -77,7 +78,9 @@ def fastmcp_http_app(
     when there is one, and each ``requestState`` runs its round once across
     the replicas unless ``request_state_once=False``.
     ``share=False`` keeps FastMCP's own per-process defaults for both
-    (:mod:`replaystore.mcp.app` lists what replicas share).
+    (:mod:`replaystore.mcp.app` lists what replicas share). ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``): where the app
+    answers Prometheus scrapes (:mod:`replaystore.mcp.metrics`).
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
@@ -107,6 +110,7 @@ def fastmcp_http_app(
         request_state_once=request_state_once,
         request_state_secret=request_state_secret,
         share=share,
+        metrics_path=metrics_path,
     )
 
 

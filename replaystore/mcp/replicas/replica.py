@@ -37,6 +37,7 @@ from ...backends.notifications import Bus, End, Forward, Gap, Message, Takeover,
 from ...backends.session_registry import FINISHED, Registry
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
+from ..metrics import count_drain
 from ..settings import Settings
 
 __all__ = ["Followers", "Replica", "Sessions"]
@@ -107,6 +108,11 @@ class Replica:
     def running(self) -> bool:
         return self._task_group is not None
 
+    @property
+    def leases_held(self) -> int:
+        """Leases of requests running here."""
+        return len(self._leases)
+
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
         """Listen to the other replicas and renew leases while the app runs."""
@@ -118,6 +124,8 @@ class Replica:
                 yield
             finally:
                 self._task_group = None
+                if self.draining:
+                    count_drain("handed_over" if self._leases else "finished")
                 await self._release_all()
                 tg.cancel_scope.cancel()
 

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
 from ...verdicts import Evidence, Resumption, Verdict, reason_text
+from ..metrics import count_unavailable
 from ..unavailable import RETRY_AFTER
 from .again import bounded
 
@@ -51,6 +52,7 @@ def unavailable(session_id: str | None, message: str, data: dict[str, Any] | Non
     The session stays: a client retries, here or on another replica.
     """
     retry = {"Retry-After": str(RETRY_AFTER)}
+    count_unavailable(data)
     return json_error(
         session_id, HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR, message, data, retry
     )

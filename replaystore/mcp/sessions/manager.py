@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ from ...errors import StorageError
 from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
-from ..metrics import ResumptionObserver
+from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
 from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
@@ -213,6 +214,11 @@ class ReplaySessionManager(ManagerOverrides):
     def replica(self) -> Replica:
         return self._replica
 
+    @property
+    def sessions_open(self) -> int:
+        """Sessions this replica serves now (its copies: every session lives in the store)."""
+        return len(self._server_instances)
+
     # ---------------------------------------------------------------- lifecycle
 
     @asynccontextmanager
@@ -262,6 +268,8 @@ class ReplaySessionManager(ManagerOverrides):
         clients' resumptions are still served, until the server stops; then
         whatever still runs is handed over as a replica that stopped is.
         """
+        if not self._replica.draining:
+            count_drain("started")
         self._replica.draining = True
         for transport in list(self._server_instances.values()):
             view = transport._event_store
@@ -289,7 +297,11 @@ class ReplaySessionManager(ManagerOverrides):
                 buffer = self._replay_store.buffer
                 durable = bool(getattr(buffer.backend, "wait_replicas", 0))
                 deep = replica.refused is not None or APPENDS.failing or durable
-                await probe(buffer, replica.registry, replica.id, deep=deep)
+                started = time.perf_counter()
+                try:
+                    await probe(buffer, replica.registry, replica.id, deep=deep)
+                finally:
+                    time_store("health", time.perf_counter() - started)
         except StorageError as exc:
             if exc.permanent:
                 replica.refused = exc

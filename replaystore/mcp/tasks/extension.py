@@ -76,6 +76,7 @@ from ...taskstore import (
 )
 from ...taskstore.events import event_blob
 from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
+from ..metrics import count_task_end
 from ..sessions.again import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
@@ -290,6 +291,9 @@ class ReplayTasks(Extension):
     @property
     def draining(self) -> bool:  # open ``tasks/stream`` requests end early
         return self._draining
+
+    def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
+        return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
 
     def drain(self) -> None:
         """Take no new task (503), for the process is stopping (on ``SIGTERM``).
@@ -567,6 +571,7 @@ class ReplayTasks(Extension):
                         message=message,
                         runner=self._runner,
                     )
+                    count_task_end(status)
                 except TaskInputError as exc:
                     text = f"the tool's result cannot be stored: {exc}"
                     error = {"code": INTERNAL_ERROR, "message": text}

@@ -67,8 +67,11 @@ class OnRedis:
 
     def bus(self, replica: str, handler: Handler) -> Bus:
         from .bus import RedisBus
+        from .outage import watch_of
 
-        return RedisBus(replica, handler, self.wire, self.prefix)
+        return RedisBus(
+            replica, handler, self.wire, self.prefix, watch_of(self.client, self.prefix)
+        )
 
     def task_store(
         self, *, namespace: str = "", wait_replicas: int = 0, wait_timeout: float = 1.0
@@ -85,8 +88,10 @@ class OnRedis:
 
     def listen_events(self, *, keep: int, block: float | None) -> RedisEventLog:
         from .listen import RedisEventLog
+        from .outage import watch_of
 
-        return RedisEventLog(self.client, self.key_base, keep=keep, block=block)
+        watch = watch_of(self.client, self.prefix)
+        return RedisEventLog(self.client, self.key_base, keep=keep, block=block, watch=watch)
 
     async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         """No TTL: a ``volatile-*`` eviction policy never takes it (``allkeys-*`` may)."""
@@ -132,6 +137,21 @@ class OnRedis:
         from .checks import eviction_warning
 
         return await eviction_warning(self.client)
+
+    async def expiries(self, session: str) -> dict[str, float | None]:
+        """Every key of the session (its events, record, leases, end claims, tombstone), and
+        the seconds it has left (None: no expiry), for an operator's eyes."""
+        pattern = matching(self.key_base(session))
+        try:
+            found = sorted([key async for key in self.client.scan_iter(match=pattern, count=1000)])
+            left = {}
+            for key in found:  # one by one: a cluster refuses multi-key commands across slots
+                ms = await self.client.pttl(key)
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                left[name] = None if ms == -1 else (ms / 1000 if ms >= 0 else 0.0)
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the session's expiries", exc) from exc
+        return left
 
     async def purge(self, session: str) -> None:
         """Every key of the session carries it in its cluster hash tag, so one ``SCAN``
