@@ -24,7 +24,11 @@ metrics at ``/metrics`` when ``prometheus_client`` is installed. Tools:
 
 For a 2026-07-28 client that declares the ``io.modelcontextprotocol/tasks``
 extension, ``countdown`` and ``ask`` run as durable tasks (kept
-``--task-ttl`` seconds): ``ask``'s elicitation becomes an input request.
+``--task-ttl`` seconds): ``ask``'s elicitation becomes an input request, and
+``countdown`` emits one task event per step instead of a progress
+notification (type ``com.example/countdown``, payload ``{"step", "left"}``),
+which any replica streams (``tasks/stream``); each task keeps its last
+``--task-events`` events.
 
 Any number of these servers on one Redis URL are replicas of each other.
 """
@@ -51,12 +55,14 @@ from starlette.applications import Starlette
 from .._command import run_command
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
+from ..taskstore import EventRetention
 from . import preflight
 from .app import streamable_http_app
 from .metrics import ResumptionObserver
 from .sessions.health import HEALTH_PATH
 from .settings import DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
+from .tasks import emit_event
 from .tasks.extension import ReplayTasks, TaskSupport
 
 __all__ = ["build_app", "build_server", "configure_logging", "main", "parser", "serve"]
@@ -84,6 +90,9 @@ DEFAULT_URL = "memory://"
 #: Events kept per session before the oldest is evicted, by default.
 DEFAULT_MAX_EVENTS = 10_000
 
+#: Events kept per task (``tasks/stream``) before the oldest is dropped, by default.
+DEFAULT_TASK_EVENTS = EventRetention().max_events
+
 #: The log levels a server accepts (uvicorn's names; ``trace`` is below ``debug``).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 DEFAULT_LOG_LEVEL = "warning"
@@ -99,9 +108,12 @@ def build_server(
 
     @server.tool()
     async def countdown(ctx: Context, n: int, interval_ms: int = 10, close_after: int = 0) -> str:
-        """Send n progress notifications (closing the stream after close_after), then finish."""
+        """Count n steps, then finish: a progress notification each (closing the stream after
+        close_after), or in a task, a task event each."""
         for i in range(n):
-            await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
+            step = {"step": i + 1, "left": n - i - 1}
+            if await emit_event(ctx, "com.example/countdown", step) is None:  # not a task
+                await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
             if close_after and i + 1 == close_after:
                 await ctx.close_sse_stream()
             if interval_ms > 0:
@@ -162,6 +174,7 @@ def build_app(
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     task_ttl: float = DEFAULT_TASK_TTL,
+    task_events: int = DEFAULT_TASK_EVENTS,
     allowed_hosts: Sequence[str] = (),
     drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     check_store: bool = True,
@@ -180,7 +193,7 @@ def build_app(
     protection on for names a balancer passes through.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
-    tasks = example_tasks(task_ttl, lease_ttl)
+    tasks = example_tasks(task_ttl, lease_ttl, task_events)
     server = build_server(tasks)
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     app = streamable_http_app(
@@ -236,6 +249,7 @@ def serve(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
     task_ttl: float = DEFAULT_TASK_TTL,
+    task_events: int = DEFAULT_TASK_EVENTS,
     drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     ping_seconds: float = PING_SECONDS,
     allowed_hosts: Sequence[str] = (),
@@ -276,6 +290,7 @@ def serve(
         lease_ttl=lease_ttl,
         max_payload=max_payload,
         task_ttl=task_ttl,
+        task_events=task_events,
         allowed_hosts=allowed_hosts,
         drain_seconds=drain_seconds,
         check_store=check_store,
@@ -291,15 +306,22 @@ def serve(
     AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
 
 
-def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TTL) -> ReplayTasks:
+def example_tasks(
+    ttl: float = DEFAULT_TASK_TTL,
+    lease: float = DEFAULT_LEASE_TTL,
+    events: int = DEFAULT_TASK_EVENTS,
+) -> ReplayTasks:
     """``countdown`` and ``ask`` as tasks for clients that declare the extension.
 
-    ``countdown`` is idempotent: if its replica dies, a survivor counts again.
+    ``countdown`` is idempotent: if its replica dies, a survivor counts again
+    (its events go on after the last one stored). Each task keeps its last
+    ``events`` events.
     """
     return ReplayTasks(
         {"countdown": TaskSupport("optional", idempotent=True), "ask": "optional"},
         ttl=ttl,
         lease=lease,
+        events=EventRetention(max_events=events),
         check_interval=min(0.25, lease / 4),
         poll_interval=0.5,
     )
@@ -342,11 +364,22 @@ def _task_ttl(text: str) -> float:
     return seconds
 
 
+def _task_events(text: str) -> int:
+    """Events kept per task: what :class:`~replaystore.taskstore.EventRetention` accepts."""
+    number = int(text)
+    try:
+        EventRetention(max_events=number)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, not {number}") from None
+    return number
+
+
 # argparse names the type in its error ("invalid _port value: 'x'"): name them for a person.
 _port.__name__ = "port"
 _positive_int.__name__ = "positive integer"
 _seconds.__name__ = "duration"
 _task_ttl.__name__ = "task TTL"
+_task_events.__name__ = "number of events"
 
 _DESCRIPTION = (
     "Serve an example MCP server at /mcp (streamable HTTP, resumable), with Prometheus "
@@ -396,6 +429,13 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
         default=DEFAULT_TASK_TTL,
         help="how long a task of a 2026-07-28 client (and its result) is kept after its "
         "creation, in seconds (default: %(default)s)",
+    )
+    add(
+        "--task-events",
+        type=_task_events,
+        default=DEFAULT_TASK_EVENTS,
+        help="events kept per task for tasks/stream; a cursor older than the oldest kept "
+        "gets events_gone (default: %(default)s)",
     )
     add(
         "--drain-seconds",
@@ -510,6 +550,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m replaystore.m
             lease_ttl=args.lease_seconds,
             max_payload=args.max_payload,
             task_ttl=args.task_ttl,
+            task_events=args.task_events,
             drain_seconds=args.drain_seconds,
             ping_seconds=args.ping_seconds,
             allowed_hosts=args.allowed_host,
