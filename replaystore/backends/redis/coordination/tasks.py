@@ -58,6 +58,7 @@ from ....taskstore.store import TaskStore
 from ..client import storage_error
 from ..keys import task_event_channels, task_index, task_keys, task_nudges
 from ..marker import StoreMarker
+from .eventread import SCRIPT, EventReads
 from .wakeups import EventWakeups
 
 __all__ = ["RedisTaskStore"]
@@ -212,6 +213,7 @@ class RedisTaskStore(TaskStore):
         self._marker = marker
         pattern, head, tail = task_event_channels(key_base, self._space)
         self._wakeups = EventWakeups(client, pattern, head, tail)
+        self._reads = EventReads(client)
 
     def keys(self, task_id: str) -> list[str]:
         """The task's keys, hash tag included (the backend's rule, so ids with braces are safe).
@@ -537,7 +539,11 @@ class RedisTaskStore(TaskStore):
     async def events(
         self, task_id: str, *, owner: str | None = None, start: int | None = None, limit: int = 100
     ) -> EventPage | None:
-        first = "" if start is None else str(max(0, start))
+        start = None if start is None else max(0, start)
+        fast = await self._reads.read(task_id, self.keys(task_id), owner or "", start, limit)
+        if fast is not SCRIPT:
+            return fast
+        first = "" if start is None else str(start)
         reply = await self._run("events", task_id, owner or "", first, max(0, limit))
         if not reply:
             return None
