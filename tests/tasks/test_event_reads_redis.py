@@ -74,6 +74,8 @@ async def test_a_live_tasks_read_runs_no_script(stores: tuple[TaskStore, TaskSto
     assert whole is not None and [e.seq for e in whole.events] == [0, 1, 2, 3]
     assert tail is not None and [(e.seq, e.payload) for e in tail.events] == [(2, {"n": 1})]
     assert caught_up is not None and (caught_up.next_seq, caught_up.events) == (4, [])
+    beyond = await b.events(task_id, start=2**70)  # judged by the caller: no refusal here
+    assert beyond is not None and (beyond.floor, beyond.next_seq, beyond.events) == (0, 4, [])
 
     # The same count sees the script where a rule may act: a lease about to lapse.
     lapsing = new_task_id()

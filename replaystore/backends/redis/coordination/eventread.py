@@ -57,6 +57,9 @@ SCRIPT: Final = _Script.SCRIPT
 #: owner, the next seq, events kept, ms an event is kept.
 _FIELDS: Final = ("st", "ls", "own", "evn", "evc", "eva")
 _KEEP_DEFAULT: Final = 1000  # as ``trim_events`` reads a hash without ``evc``
+#: Past the end of any list (one holds at most a million events), and an index Redis
+#: takes: a cursor far beyond the last ``seq`` asks for an empty range, not a refusal.
+_FAR: Final = 1 << 40
 
 
 def _text(value: bytes | str) -> str:
@@ -78,7 +81,7 @@ class EventReads:
         hash_key, list_key = keys[0], keys[3]
         for _ in range(3):
             guess = self._floors.get(task_id, 0)
-            sent = 0 if start is None else max(0, start - guess)
+            sent = 0 if start is None else min(max(0, start - guess), _FAR)
             replies = await self._pipeline(hash_key, list_key, sent, limit)
             (status, lease, own, next_seq, keep, age), length, head, *rest = replies
             events, (next_after, length_after) = (rest[0], rest[1:]) if limit > 0 else ([], rest)
@@ -123,7 +126,7 @@ class EventReads:
             pipe.execute_command("LLEN", list_key)
             pipe.execute_command("LINDEX", list_key, 0)
             if limit > 0:
-                pipe.execute_command("LRANGE", list_key, sent, sent + limit - 1)
+                pipe.execute_command("LRANGE", list_key, sent, sent + min(limit, _FAR) - 1)
             pipe.execute_command("HGET", hash_key, "evn")
             pipe.execute_command("LLEN", list_key)
             replies: list[Any] = await pipe.execute()
