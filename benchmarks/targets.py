@@ -15,6 +15,12 @@ is built on, over the same client and connection style:
   (``commandstats_us``: where the time goes).
 
 Figures missed are reported with their value; the table marks them.
+
+The resume at the HTTP floor is judged in instructions, not seconds
+(``benchmarks.resume_instructions``: the server process under callgrind, the
+raw ASGI floor and the SDK's example store measured in the same run, each
+twice): ``INSTRUCTION_TARGETS``. A machine without valgrind reports them as
+skipped, saying why; ``--quick`` and ``--no-instructions`` leave them out.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import redis.asyncio as aioredis
 
 from replaystore import ReplayBuffer
 
+from . import resume_instructions
 from .common import FULL, QUICK, Sizes, client, commandstats, paired, payload, redis_server
 
 Op = Callable[[int], Awaitable[object]]
@@ -53,6 +60,22 @@ TARGETS: list[tuple[str, str, float]] = [
     ("concurrent32.cpu", "Redis CPU per resume of 10, 32 concurrent callers / raw read", 1.3),
 ]
 
+
+#: (id, what, limit, (server, case)) of the resume targets counted in instructions; each a
+#: ratio of net instructions per resume to the raw ASGI floor's, or to the SDK example store's.
+INSTRUCTION_TARGETS: list[tuple[str, str, float, str]] = [
+    ("resume_ir.sticky", "resume on the replica that ran the call / raw ASGI floor, Ir", 1.25,
+     "replaystore/sticky"),
+    ("resume_ir.rr", "resume on another replica (session adopted) / raw ASGI floor, Ir", 1.4,
+     "replaystore/rr"),
+    ("resume_ir.failed", "failed resume (foreign cursor, 404) / raw ASGI floor, Ir", 1.5,
+     "replaystore/failed"),
+    ("resume_ir.sdk", "resume on the replica that ran the call / SDK example store, Ir", 0.5,
+     "replaystore/sticky"),
+]  # fmt: skip
+
+#: Two runs of one instruction figure further apart than this are reported as unsteady.
+INSTRUCTION_AGREEMENT = 0.01
 
 #: A Redis function doing only what every atomic append has to (see ``measure``).
 _FLOOR_LIBRARY = """#!lua name=replaystore_bench_floor
@@ -464,6 +487,47 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def instruction_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per instruction target: ratio, limit, met, and whether its runs agreed.
+
+    A target is met only when its ratio is within the limit and the runs of
+    both figures it divides agreed within ``INSTRUCTION_AGREEMENT``: a ratio
+    from runs that disagree proves nothing either way.
+    """
+    rows = []
+    for target, what, limit, key in INSTRUCTION_TARGETS:
+        row = report["rows"][key]
+        base_key = "sdk-example/sticky" if target == "resume_ir.sdk" else "floor/sticky"
+        ratio = row["vs_sdk_example" if target == "resume_ir.sdk" else "vs_floor"]
+        spread = max(row["spread"], report["rows"][base_key]["spread"])
+        steady = spread <= INSTRUCTION_AGREEMENT and not row["unexpected"]
+        rows.append(
+            {
+                "id": target,
+                "what": what,
+                "limit": limit,
+                "ratio": round(ratio, 3),
+                "spread": round(spread, 4),
+                "steady": steady,
+                "met": steady and ratio <= limit,
+            }
+        )
+    return rows
+
+
+def render_instructions(report: dict[str, Any]) -> str:
+    if "skipped" in report:
+        return f"Instruction targets skipped: {report['skipped']}"
+    lines = [f"{'target':<70} {'limit':>6} {'measured':>9}  ", "-" * 92]
+    for row in instruction_summary(report):
+        mark = "ok" if row["met"] else "MISSED" if row["steady"] else "UNSTEADY"
+        lines.append(f"{row['what']:<70} {row['limit']:>5.2f}x {row['ratio']:>8.3f}x  {mark}")
+    lines.append("")
+    lines.append("Net instructions per resume (median of the runs; spread = (max - min) / min):")
+    lines.append(resume_instructions.table(report))
+    return "\n".join(lines)
+
+
 def render(results: dict[str, Any]) -> str:
     lines = [f"{'target':<70} {'limit':>6} {'measured':>9}  ", "-" * 92]
     for row in summary(results):
@@ -500,10 +564,20 @@ def render(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.targets", description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--no-instructions", action="store_true", help="leave out the resume's instruction counts"
+    )
     args = parser.parse_args(argv)
     with redis_server() as handle:
         results = asyncio.run(measure(handle.url, QUICK if args.quick else FULL))
     print(render(results))
+    if not (args.quick or args.no_instructions):
+        rows = sorted({key for *_, key in INSTRUCTION_TARGETS} | {"floor/sticky",
+                      "sdk-example/sticky"})  # fmt: skip
+        wanted = [r for r in resume_instructions.ROWS if "/".join(r) in rows]
+        report = resume_instructions.run(resume_instructions.Workload(), rows=wanted)
+        print()
+        print(render_instructions(report))
     return 0
 
 
