@@ -56,6 +56,7 @@ from ..errors import StorageError
 from . import preflight
 from .app import streamable_http_app
 from .collector import tune_collector
+from .http_head import http_protocol
 from .metrics import PrometheusObserver, ResumptionObserver
 from .sessions.manager import HEALTH_PATH, ReplaySessionManager
 from .settings import DEFAULT_LEASE_TTL
@@ -330,6 +331,7 @@ def serve(
         app,
         host=host,
         port=port,
+        http=http_protocol(),
         log_level=log_level,
         timeout_graceful_shutdown=max(1, round(drain_seconds)),
     )
