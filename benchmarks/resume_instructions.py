@@ -245,6 +245,7 @@ class _Answer:
     status: int
     progress: int = 0
     results: int = 0
+    body: str = ""
 
 
 def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answer:
@@ -258,7 +259,7 @@ def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answe
         del headers["content-type"]
         answer = _Answer(c.request("GET", headers))
         if answer.status != 200:
-            b"".join(c.chunks())
+            answer.body = b"".join(c.chunks()).decode(errors="replace")
             return answer
         for _, data in _sse(c.chunks()):
             if not data:
@@ -443,7 +444,9 @@ def measure(
                 key = f"{a.status} progress={a.progress} results={a.results}"
                 answers[key] = answers.get(key, 0) + 1
                 good = a.status == 200 and a.progress == w.events - w.resume_from and a.results == 1
-                unexpected += good != good_expected or (not good and a.status != 404)
+                if good != good_expected or (not good and a.status != 404):
+                    unexpected += 1
+                    print(f"unexpected answer to session {s.index}: {a}", file=sys.stderr)
             return unexpected
 
         run(warm)
