@@ -33,24 +33,39 @@ def http_protocol() -> Any:
     return _bounded_class()
 
 
+class _HeadTooLarge(Exception):
+    """Raised from the parser's callback: httptools stops there, uvicorn answers an error."""
+
+
 def _bounded_class() -> type:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class BoundedHttpTools(HttpToolsProtocol):
-        """uvicorn's httptools protocol, refusing a head larger than :data:`MAX_HEAD_BYTES`."""
+        """uvicorn's httptools protocol, refusing a head larger than :data:`MAX_HEAD_BYTES`.
+
+        Two checks: the bytes received while a head is still incomplete (what
+        httptools holds, never more than the bound and one read), and the
+        size of a head that completed within one read (counted from what it
+        parsed, so that a body read with its head is not counted).
+        """
 
         _head_bytes = 0
         _in_head = True
+        _too_large = False
 
         def data_received(self, data: bytes) -> None:
             if self._in_head:
                 self._head_bytes += len(data)
-                if self._head_bytes > MAX_HEAD_BYTES:
-                    self._refuse()
-                    return
             super().data_received(data)
+            if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
+                self._too_large = True
+                self.send_400_response("")
 
         def on_headers_complete(self) -> None:
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > MAX_HEAD_BYTES:
+                self._too_large = True
+                raise _HeadTooLarge  # uvicorn answers (send_400_response below); the app is not run
             self._in_head = False
             super().on_headers_complete()
 
@@ -58,7 +73,10 @@ def _bounded_class() -> type:
             super().on_message_complete()
             self._in_head, self._head_bytes = True, 0
 
-        def _refuse(self) -> None:
+        def send_400_response(self, msg: str) -> None:
+            if not self._too_large:
+                super().send_400_response(msg)
+                return
             if self.transport.is_closing():
                 return
             self.logger.warning("Request head over %d bytes refused.", MAX_HEAD_BYTES)
