@@ -42,7 +42,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replaystore.bench.servers import ServerProcess
 from replaystore.testing.ports import find_free_port
 from replaystore.testing.servers import redis_server_binary, start_standalone
 
@@ -245,7 +245,6 @@ class _Answer:
     status: int
     progress: int = 0
     results: int = 0
-    body: str = ""
 
 
 def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answer:
@@ -259,7 +258,7 @@ def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answe
         del headers["content-type"]
         answer = _Answer(c.request("GET", headers))
         if answer.status != 200:
-            answer.body = b"".join(c.chunks()).decode(errors="replace")
+            b"".join(c.chunks())
             return answer
         for _, data in _sse(c.chunks()):
             if not data:
@@ -279,16 +278,17 @@ def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answe
 
 @dataclass
 class _Server:
+    """A server process (``replaystore.bench.servers``), maybe under callgrind (``out``)."""
+
     kind: str
     port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
+    process: ServerProcess
     out: Path | None
     dumps: set[Path] = field(default_factory=set)
 
     def control(self, *args: str) -> None:
         subprocess.run(
-            ["callgrind_control", *args, str(self.proc.pid)],
+            ["callgrind_control", *args, str(self.process.pid)],
             check=True,
             capture_output=True,
             timeout=300,
@@ -311,13 +311,7 @@ class _Server:
         raise RuntimeError(f"no callgrind dump from {self.kind}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.process.stop(timeout=60)
 
 
 def _argv(kind: str, port: int, url: str, prefix: str) -> list[str]:
@@ -335,33 +329,20 @@ def _argv(kind: str, port: int, url: str, prefix: str) -> list[str]:
 
 
 def _start(kind: str, url: str, prefix: str, workdir: Path, tag: str, counted: bool) -> _Server:
-    import socket
-
     port = find_free_port()
     argv = _argv(kind, port, url, prefix)
     out = workdir / f"callgrind.{kind}.{tag}.out" if counted else None
     if out is not None:
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                 "--dump-instr=no", "--instr-atstart=no", *argv]  # fmt: skip
-    log = workdir / f"{kind}.{tag}.log"
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    with log.open("wb") as f:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=env
-        )
-    server = _Server(kind, port, proc, log, out)
-    deadline = time.monotonic() + 600
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{kind} exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            return server
-        except OSError:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise RuntimeError(f"{kind} not ready") from None
-            time.sleep(0.2)
+    process = ServerProcess(argv, [port], workdir / f"{kind}.{tag}.log", env=env).start()
+    try:
+        process.wait_ready(timeout=600)  # a Python start-up under valgrind takes a while
+    except BaseException:
+        process.stop()
+        raise
+    return _Server(kind, port, process, out)
 
 
 # ------------------------------------------------------------------ one measure
@@ -395,6 +376,45 @@ def _sessions(port: int, first: int, n: int, w: Workload, close_after: int) -> l
     return out
 
 
+def _plan(case: str, home: int, w: Workload, close_after: int) -> tuple[list[_Item], list[_Item]]:
+    """The warm-up and the measured resumes of ``case``, on sessions opened at ``home``."""
+    if case in ("sticky", "rr"):
+        base = _sessions(home, 0, w.sessions, w, close_after)
+        warm = [(s, s.cursor, True) for s in base] * max(1, -(-w.warmup // len(base)))
+        picked = [base[i % len(base)] for i in range(w.resumes)]
+        return warm, [(s, s.cursor, True) for s in picked]
+    if case == "rr-first":
+        fresh = _sessions(home, 0, w.warmup + w.resumes, w, close_after)
+        return [(s, s.cursor, True) for s in fresh[: w.warmup]], [
+            (s, s.cursor, True) for s in fresh[w.warmup :]
+        ]
+    if case == "failed":
+        # Good resumes first, then failed ones: each presents the cursor of a donor session
+        # that is never resumed; each failed resume ends its session, so each uses its own.
+        base = _sessions(home, 0, w.sessions, w, close_after)
+        donor = _sessions(home, w.sessions, 1, w, close_after)[0]
+        victims = _sessions(home, w.sessions + 1, w.warmup // 2 + w.resumes, w, close_after)
+        warm = [(s, s.cursor, True) for s in base[: w.warmup - w.warmup // 2]]
+        warm += [(s, donor.cursor, False) for s in victims[: w.warmup // 2]]
+        return warm, [(s, donor.cursor, False) for s in victims[w.warmup // 2 :]]
+    raise ValueError(case)
+
+
+def _resumes(
+    items: Sequence[_Item], port: int, w: Workload, stop_at_result: bool, answers: dict[str, int]
+) -> int:
+    """Run ``items`` one at a time; how many answers were not the expected kind."""
+    unexpected = 0
+    answers.clear()
+    for s, cursor, good_expected in items:
+        a = _resume(s, port, cursor, stop_at_result)
+        key = f"{a.status} progress={a.progress} results={a.results}"
+        answers[key] = answers.get(key, 0) + 1
+        good = a.status == 200 and a.progress == w.events - w.resume_from and a.results == 1
+        unexpected += good != good_expected or (not good and a.status != 404)
+    return unexpected
+
+
 def measure(
     kind: str, case: str, w: Workload, url: str, workdir: Path, *, settle: float, idle: float
 ) -> Figure:
@@ -411,62 +431,25 @@ def measure(
             servers.append(_start(kind, url, prefix, workdir, tag + ".A", counted=False))
         counted = _start(kind, url, prefix, workdir, tag, counted=True)
         servers.append(counted)
-        home = servers[0].port
-        warm: list[_Item]
-        measured: list[_Item]
-        if case in ("sticky", "rr"):
-            base = _sessions(home, 0, w.sessions, w, close_after)
-            warm = [(s, s.cursor, True) for s in base] * max(1, -(-w.warmup // len(base)))
-            measured = [(base[i % len(base)], base[i % len(base)].cursor, True)
-                        for i in range(w.resumes)]  # fmt: skip
-        elif case == "rr-first":
-            fresh = _sessions(home, 0, w.warmup + w.resumes, w, close_after)
-            warm = [(s, s.cursor, True) for s in fresh[: w.warmup]]
-            measured = [(s, s.cursor, True) for s in fresh[w.warmup :]]
-        elif case == "failed":
-            base = _sessions(home, 0, w.sessions, w, close_after)
-            donor = _sessions(home, w.sessions, 1, w, close_after)[0]
-            victims = _sessions(home, w.sessions + 1, w.warmup // 2 + w.resumes, w, close_after)
-            warm = [(s, s.cursor, True) for s in base[: w.warmup - w.warmup // 2]]
-            warm += [(s, donor.cursor, False) for s in victims[: w.warmup // 2]]
-            measured = [(s, donor.cursor, False) for s in victims[w.warmup // 2 :]]
-        else:
-            raise ValueError(case)
+        warm, measured = _plan(case, servers[0].port, w, close_after)
         time.sleep(0.5)  # every call's tool has finished (it runs on after its stream closed)
-
         answers: dict[str, int] = {}
-
-        def run(items: Sequence[_Item]) -> int:
-            unexpected = 0
-            answers.clear()
-            for s, cursor, good_expected in items:
-                a = _resume(s, counted.port, cursor, stop_at_result)
-                key = f"{a.status} progress={a.progress} results={a.results}"
-                answers[key] = answers.get(key, 0) + 1
-                good = a.status == 200 and a.progress == w.events - w.resume_from and a.results == 1
-                if good != good_expected or (not good and a.status != 404):
-                    unexpected += 1
-                    print(f"unexpected answer to session {s.index}: {a}", file=sys.stderr)
-            return unexpected
-
-        run(warm)
+        _resumes(warm, counted.port, w, stop_at_result, answers)
         counted.control("-i", "on")
         time.sleep(settle)
         counted.control("-z")
         started = time.monotonic()
-        unexpected = run(measured)
+        unexpected = _resumes(measured, counted.port, w, stop_at_result, answers)
         time.sleep(settle)
         total = counted.dump()
         window = time.monotonic() - started
         counted.control("-z")
         idle_started = time.monotonic()
         time.sleep(idle)
-        idle_total = counted.dump()
-        rate = idle_total / (time.monotonic() - idle_started)
+        rate = counted.dump() / (time.monotonic() - idle_started)
         n = len(measured)
-        return Figure(
-            kind, case, n, total / n, (total - rate * window) / n, rate, unexpected, dict(answers)
-        )
+        net = (total - rate * window) / n
+        return Figure(kind, case, n, total / n, net, rate, unexpected, dict(answers))
     finally:
         for server in servers:
             server.stop()

@@ -9,6 +9,7 @@ backend reads the same verdict from the same source.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -103,9 +104,19 @@ class ReplayBuffer:
         """Create ``session`` (fresh epoch) or refresh it if it is live."""
         return await self.backend.open_session(check_session(session))
 
-    async def close_session(self, session: str) -> bool:
-        """Delete ``session``; resolves then get ``unknown_session`` and a ``closed`` tombstone."""
-        return await self.backend.close_session(check_session(session))
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
+        """Delete ``session``; resolves then get ``unknown_session`` and a ``closed`` tombstone.
+
+        The tombstone stays ``tombstone_ttl`` seconds (the buffer's unless given).
+        """
+        check_session(session)
+        if tombstone_ttl is None:
+            return await self.backend.close_session(session)
+        if not (math.isfinite(tombstone_ttl) and tombstone_ttl > 0):
+            raise InvalidInputError(
+                f"tombstone_ttl must be positive seconds, not {tombstone_ttl!r}"
+            )
+        return await self.backend.close_session(session, tombstone_ttl=tombstone_ttl)
 
     async def session_info(self, session: str) -> SessionInfo | None:
         if not is_valid_session(session):

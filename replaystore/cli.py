@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,10 @@ import anyio
 
 from . import __version__
 from ._command import one_line, run_command
+from .backends.coordination import coordination_of
+from .backends.session_registry import holders
 from .buffer import ReplayBuffer
+from .cursor import Cursor
 
 _DESCRIPTION = (
     "Replay buffers for server-sent events that resume exactly or say why they cannot. "
@@ -30,10 +34,11 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="play a reconnect storm against the store and print each verdict",
-        description="Play a reconnect storm against the store: each reconnect attempt gets its "
-        "verdict, next to what a naive store would have answered. On Redis the demo deletes "
-        "its keys when it ends.",
+        help="play seven scripted reconnects of one session and print each verdict",
+        description="Play seven scripted reconnects of one session against the store (its own "
+        "cursor, an evicted one, another stream's, a bare position, one ahead, one of an "
+        "earlier incarnation): each gets its verdict, next to what a naive store would have "
+        "answered. On Redis the demo deletes its keys when it ends.",
     )
     demo.add_argument("--url", default="memory://", help=f"{_URL_HELP} (default: memory://)")
 
@@ -48,8 +53,10 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser(
         "inspect",
-        help="print a session's floor and high-water marks, or why it ended",
-        description="Print a session's floor, high-water and retained count, per sequence too. "
+        help="print a session's floor and high-water marks, record and TTLs, or why it ended",
+        description="Print a session's floor, high-water and retained count, per sequence too; "
+        "for an MCP session its record (protocol revision, the replicas serving it) and age; "
+        "and the seconds each of its keys has left in the store. "
         "For a session that no longer exists, print its tombstone (why and when it ended) while "
         "the store keeps it. Exit status 1 when the session does not exist.",
     )
@@ -88,10 +95,12 @@ async def _inspect(url: str, session: str) -> int:
         # For a session that is gone, a probe's unknown_session evidence carries
         # the tombstone; resolve has no side effects and "0" is never judged.
         gone = await buf.resolve(session, "0") if info is None else None
+        record, expiries = await _beside(buf, session)
     if info is None:
         body: dict[str, Any] = {"session": session, "exists": False}
         if gone is not None and gone.evidence.tombstone is not None:
             body["tombstone"] = gone.evidence.as_dict()["tombstone"]
+        body.update(_stored(record, expiries))
         print(json.dumps(body, indent=2))
         return 1
     sequences = {
@@ -106,9 +115,56 @@ async def _inspect(url: str, session: str) -> int:
         "high_water": info.high_water,
         "retained": info.retained,
         "sequences": sequences,
+        **_stored(record, expiries),
     }
     print(json.dumps(body, indent=2))
     return 0
+
+
+async def _beside(
+    buf: ReplayBuffer, session: str
+) -> tuple[dict[str, str] | None, dict[str, float | None]]:
+    """The session record MCP replicas keep, and each key's seconds left (a store with keys)."""
+    try:
+        coordination = coordination_of(buf.backend)
+    except TypeError:  # a backend serving no MCP replicas keeps no record
+        return None, {}
+    record = await coordination.registry().get_session(session)
+    expiries = getattr(coordination, "expiries", None)  # a store with keys that expire
+    return record, (await expiries(session) if expiries is not None else {})
+
+
+def _stored(record: dict[str, str] | None, expiries: dict[str, float | None]) -> dict[str, Any]:
+    """What MCP replicas keep beside the events: the session record, its age, each key's TTL.
+
+    The record (written when ``initialize`` was answered) names the protocol
+    revision, the replicas serving the session (``held:<replica>``) and the
+    GET stream's first event, whose id carries when the session began.
+    """
+    body: dict[str, Any] = {}
+    if record is not None:
+        body["record"] = {
+            "revision": record.get("version"),
+            "serving_replicas": sorted(holders(record)),
+            "fields": dict(sorted(record.items())),
+        }
+        began = _stamp(record.get("get", ""))
+        if began is not None:
+            body["age_seconds"] = round(time.time() - began / 1000, 3)
+    if expiries:
+        body["ttl_seconds"] = {
+            key: None if left is None else round(left, 3) for key, left in expiries.items()
+        }
+    return body
+
+
+def _stamp(event_id: str) -> int | None:
+    """When an event was stored (ms, the store's clock), from its id; None when it has none."""
+    try:
+        stamp = Cursor.parse(event_id).stamp
+    except ValueError:
+        return None
+    return stamp if stamp else None
 
 
 async def _probe(url: str, session: str, cursor: str, sequence: str | None) -> int:

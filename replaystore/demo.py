@@ -1,4 +1,4 @@
-"""``replaystore demo``: a reconnect storm played against a real store, verdict by verdict.
+"""``replaystore demo``: seven scripted reconnects played against a real store, verdict by verdict.
 
 The scenario: an MCP session multiplexes two event streams, the top-level
 stream (``_GET_stream``, as the SDK names it) and the stream of a long tool

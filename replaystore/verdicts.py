@@ -114,11 +114,19 @@ REASONS: dict[str, tuple[Verdict, str]] = {
         "the store no longer holds events it had acknowledged (a failover to a replica "
         "that had not received them); the session was ended rather than resumed with a gap",
     ),
+    "store_restored": (
+        Verdict.STORE_REGRESSED,
+        "the store went back in time since the session began (restored from an older "
+        "snapshot, or failed over to a replica that had not received every write); the "
+        "session was ended rather than served from a history that may have been rewritten",
+    ),
     # Reached by replaystore.mcp, outside the store's judgement:
     "attached_live": (Verdict.RESUMED, "attached live"),  # a plain GET with nothing to replay
     "vanished": (
         Verdict.UNKNOWN_SESSION,
-        "the session does not exist in the replay store",  # gone under a live SDK session
+        # gone under a live SDK session, with no tombstone to say why
+        "the replay store no longer has the session this server was serving "
+        "(it expired, or the store restarted empty or failed over)",
     ),
 }
 

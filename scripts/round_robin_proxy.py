@@ -8,6 +8,11 @@ that a multi-request exchange (a multi-round call, a task polled with
 streamed back as it comes (SSE included) and the client's connection is
 closed after it. Standard library only.
 
+With ``--cut-bytes N`` every answer is cut after a random number of bytes
+(1 to N, headers included): the client's connection is aborted there, in
+the middle of a header, an event or a line, as a flaky network or a dying
+balancer would. A client that resumes has to do it on every answer.
+
     python scripts/round_robin_proxy.py --port 8080 --upstream 127.0.0.1:3001 --upstream ...
 """
 
@@ -18,7 +23,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
 import signal
+import socket
+import struct
 
 _CHUNK = 65536
 _HEAD_LIMIT = 1 << 16
@@ -44,16 +52,37 @@ async def _read_body(reader: asyncio.StreamReader, headers: list[tuple[str, str]
     return await reader.readexactly(length) if length else b""
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int | None = None
+) -> bool:
+    """Forward until the end, or abort ``writer`` after ``limit`` bytes; True if cut."""
+    sent = 0
     while chunk := await reader.read(_CHUNK):
+        if limit is not None and sent + len(chunk) >= limit:
+            writer.write(chunk[: limit - sent])
+            await writer.drain()
+            _abort(writer)
+            return True
+        sent += len(chunk)
         writer.write(chunk)
         await writer.drain()
+    return False
+
+
+def _abort(writer: asyncio.StreamWriter) -> None:
+    """Reset the connection (RST), as a crash or a broken network does, not a clean close."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 class Proxy:
-    def __init__(self, upstreams: list[tuple[str, int]]) -> None:
+    def __init__(self, upstreams: list[tuple[str, int]], cut_bytes: int | None = None) -> None:
         self._next = itertools.cycle(upstreams)
         self.served: dict[str, int] = {f"{h}:{p}": 0 for h, p in upstreams}
+        self.cut_bytes = cut_bytes
+        self.cuts = 0
 
     async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         upstream_w: asyncio.StreamWriter | None = None
@@ -74,10 +103,13 @@ class Proxy:
             upstream_r, upstream_w = await asyncio.open_connection(host, port)
             upstream_w.write(out.encode("latin-1") + b"\r\n\r\n" + body)
             await upstream_w.drain()
-            down = asyncio.create_task(_pipe(upstream_r, client_w))
+            limit = random.randint(1, self.cut_bytes) if self.cut_bytes else None
+            down = asyncio.create_task(_pipe(upstream_r, client_w, limit))
             # The client hanging up (a cancelled stream) ends the exchange upstream too.
             gone = asyncio.create_task(client_r.read(1))
             await asyncio.wait({down, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if down.done() and not down.cancelled() and down.exception() is None and down.result():
+                self.cuts += 1
             for task in (down, gone):
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -92,8 +124,8 @@ class Proxy:
                         await writer.wait_closed()
 
 
-async def serve(port: int, upstreams: list[tuple[str, int]]) -> None:
-    proxy = Proxy(upstreams)
+async def serve(port: int, upstreams: list[tuple[str, int]], cut_bytes: int | None) -> None:
+    proxy = Proxy(upstreams, cut_bytes)
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", port, limit=_HEAD_LIMIT)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -103,15 +135,26 @@ async def serve(port: int, upstreams: list[tuple[str, int]]) -> None:
         await stop.wait()
     # The evidence that every replica took its share, in the proxy's log.
     print("requests per upstream:", json.dumps(proxy.served), flush=True)
+    if cut_bytes:
+        print("answers cut:", proxy.cuts, flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", action="append", required=True, help="HOST:PORT")
+    parser.add_argument(
+        "--cut-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut every answer after a random number of bytes, 1 to N",
+    )
     args = parser.parse_args()
+    if args.cut_bytes is not None and args.cut_bytes < 1:
+        parser.error("--cut-bytes must be at least 1")
     upstreams = [(h, int(p)) for h, _, p in (u.rpartition(":") for u in args.upstream)]
-    asyncio.run(serve(args.port, upstreams))
+    asyncio.run(serve(args.port, upstreams, args.cut_bytes))
 
 
 if __name__ == "__main__":

@@ -81,16 +81,51 @@ def _check_report(report: dict[str, Any], table: str, plots: Path, floor: str) -
     assert "| replaystore figure | target | measured | met |" in table
     for name in ("latency_cdf.png", "throughput.png", "cost_by_history.png"):
         assert (plots / name).read_bytes()[:8] == PNG, name
+        width, height = _png_size(plots / name)
+        assert width >= 1200 and height >= 700, (name, width, height)  # readable
+    # Correctness is drawn beside speed: the throughput plot has a second panel.
+    assert _png_size(plots / "throughput.png")[0] > _png_size(plots / "latency_cdf.png")[0]
+    # What the columns and kinds mean is said under the table.
+    for term in ("- floor: ", "- loss: ", "- wrong stream: ", "conflated (the GET stream"):
+        assert term in table, term
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[16:24]
+    return int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")
 
 
 def test_storm_on_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "storm.json"
-    argv = ["storm", "--sessions", "60", "--no-progress", "--json", str(out)]
+    argv = ["storm", "--sessions", "60", "--json", str(out)]
     assert main([*argv, "--plots", str(tmp_path / "plots")]) == 0
     report = json.loads(out.read_text())
-    _check_report(report, capsys.readouterr().out, tmp_path / "plots", "raw-memory")
+    printed = capsys.readouterr()
+    _check_report(report, printed.out, tmp_path / "plots", "raw-memory")
     assert report["meta"]["options"]["replicas"] == 1  # memory lives in one process
     assert "sdk-example" in [s["name"] for s in report["stores"]]
+    # stderr is not a terminal here: progress comes as lines, each phase begun and ended
+    resumes = report["stores"][0]["resumes"]
+    assert "replaystore: storm: 0/" in printed.err
+    assert f"replaystore: storm: {resumes}/{resumes} in " in printed.err
+    # 48 resumes: the table says the run is too short to judge speed, and judges no ratio
+    assert "**Too short to judge speed**: " in printed.out
+    assert "| resumes/s vs the raw floor | >= 0.8x |" in printed.out
+    ratio = next(t for t in printed.out.splitlines() if t.startswith("| resumes/s vs the raw"))
+    assert ratio.endswith("| too short to judge |"), ratio
+    # The same figures from a run long enough: judged, and no such line.
+    from replaystore.bench.report import MIN_RESUMES, markdown
+
+    for store in report["stores"]:
+        store["resumes"] = MIN_RESUMES
+    report["meta"]["options"]["rounds"] = 3
+    table = markdown(report)
+    assert "Too short" not in table and "One round" not in table
+    ratio = next(t for t in table.splitlines() if t.startswith("| resumes/s vs the raw"))
+    assert ratio.endswith(("| yes |", "| **no** |")), ratio
+    # Rounds whose ratios nobody measured say so rather than list nothing.
+    report["ratios"]["by_round"] = [{}, {}, {}]
+    assert "round by round:\n\n- none measured: " in markdown(report)
 
 
 @pytest.fixture

@@ -222,6 +222,8 @@ BAD_SERVER_OPTIONS = [
     ("--task-ttl", "0"),
     ("--task-ttl", "nan"),
     ("--task-ttl", "1e12"),
+    ("--task-events", "0"),
+    ("--task-events", "1000001"),
 ]
 
 
@@ -301,6 +303,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "lease_ttl": 5.0,
     "max_payload": 8 << 20,
     "task_ttl": 3600.0,
+    "task_events": 1000,
     "drain_seconds": 10.0,
     "ping_seconds": 15.0,
     "allowed_hosts": [],
@@ -310,7 +313,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
 EVERY_OPTION = [
     "--host", "0.0.0.0", "--port", "8123", "--url", "memory://every", "--max-events", "7",
     "--log-level", "trace", "--lease-seconds", "2.5", "--max-payload", "4096",
-    "--task-ttl", "60", "--drain-seconds", "3", "--ping-seconds", "0.5",
+    "--task-ttl", "60", "--task-events", "10", "--drain-seconds", "3", "--ping-seconds", "0.5",
     "--allowed-host", "mcp.example.com", "--allowed-host", "lb:*",
 ]  # fmt: skip
 
@@ -362,6 +365,7 @@ def test_both_example_server_command_lines_parse_every_option_alike(
         "lease_ttl": 2.5,
         "max_payload": 4096,
         "task_ttl": 60.0,
+        "task_events": 10,
         "drain_seconds": 3.0,
         "ping_seconds": 0.5,
         "allowed_hosts": ["mcp.example.com", "lb:*"],
@@ -468,8 +472,45 @@ def test_inspect_shows_a_live_session_then_its_tombstone(
     assert body["exists"] is False
     assert body["tombstone"]["verdict"] == "malformed_cursor"
     assert body["tombstone"]["at"] > 0 and body["tombstone"]["reason"]
+    # The tombstone's own expiry is shown, counting down.
+    (left,) = body.pop("ttl_seconds").values()
+    assert 0 < left <= 3600
     # Asking did not change anything: the tombstone is still there.
-    assert json.loads(run_cli("inspect", "S", "--url", url).stdout) == body
+    again = json.loads(run_cli("inspect", "S", "--url", url).stdout)
+    assert again.pop("ttl_seconds") and again == body
+
+
+@pytest.mark.realserver
+def test_inspect_shows_the_session_record_its_age_and_every_keys_ttl(
+    real_servers: RealServers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What MCP replicas keep beside the events: the record (revision, serving replicas), the
+    session's age from its first event, and the seconds each key has left, leases included."""
+    url = _prefixed(redis_handle(real_servers))
+
+    async def setup() -> None:
+        from replaystore.backends.coordination import coordination_of
+
+        async with ReplayBuffer.from_url(url) as buf:
+            await buf.open_session("S")
+            anchor = await buf.append("S", "_GET_stream", None)
+            registry = coordination_of(buf.backend).registry()
+            fields = {"version": "2025-11-25", "get": anchor, "owner": "", "held:r1": "1"}
+            await registry.put_session("S", fields, 600.0)
+            assert await registry.hold("S", "r2") is not None
+            assert await registry.acquire("S", "tool-1", "r2", 30.0)
+
+    anyio.run(setup)
+    assert main(["inspect", "S", "--url", url]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["record"]["revision"] == "2025-11-25"
+    assert body["record"]["serving_replicas"] == ["r1", "r2"]
+    assert 0 <= body["age_seconds"] < 60
+    ttls = body["ttl_seconds"]
+    by_suffix = {key.rsplit("}", 1)[1]: left for key, left in ttls.items()}
+    assert 500 < by_suffix[":mcp"] <= 600, ttls
+    assert 0 < by_suffix[":mcp:lease:tool-1"] <= 30, ttls
+    assert by_suffix[":m"] > 0, ttls
 
 
 @pytest.mark.realserver
@@ -561,6 +602,12 @@ def test_example_server_log_level_reaches_the_server(
     assert longest <= 2100 and len(info) < 64_000, (longest, len(info))
     assert " characters)" in info, "the long record was cut, not dropped"
     assert "no metrics at /metrics" not in info, "prometheus_client is installed here"
+    # Where it listens, at start, whatever the level.
+    for level, (port, _, log) in started.items():
+        said = (
+            f"MCP at http://127.0.0.1:{port}/mcp, health check at http://127.0.0.1:{port}/healthz"
+        )
+        assert said in log.read_text(errors="replace"), level
 
 
 def test_example_server_says_when_metrics_are_off(tmp_path: Path) -> None:

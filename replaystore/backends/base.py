@@ -94,5 +94,10 @@ class Backend(ABC):
         """A snapshot of the session, ``None`` when it does not exist."""
 
     @abstractmethod
-    async def close_session(self, session: str) -> bool:
-        """Delete the session, leaving a ``closed`` tombstone; ``False`` if it did not exist."""
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
+        """Delete the session, leaving a ``closed`` tombstone; ``False`` if it did not exist.
+
+        The tombstone stays readable ``tombstone_ttl`` seconds, the
+        retention's ``tombstone_ttl`` unless given (a throwaway session's
+        needs a moment only).
+        """

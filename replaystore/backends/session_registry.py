@@ -62,7 +62,19 @@ class Registry(ABC):
 
     @abstractmethod
     async def get_session(self, session: str) -> dict[str, str] | None:
-        """The record, or None if the store does not know the session (or it ended)."""
+        """The record, or None if the store does not know the session (or it ended).
+
+        A record written before the store went back in time (restored from an
+        older snapshot) ends its session, and reads as None, as in :meth:`hold`.
+        """
+
+    async def look_back(self) -> None:
+        """Look whether the store went back in time (restored from an older snapshot).
+
+        Each replica calls it once per check interval; a store that cannot
+        go back (one living in this process) has nothing to look at.
+        """
+        return
 
     @abstractmethod
     async def update_session(self, session: str, fields: dict[str, str]) -> None:

@@ -32,13 +32,45 @@ def _parser() -> argparse.ArgumentParser:
         description="Sessions fill up, then most of their clients reconnect at once (some with "
         "a conflated, evicted, ahead or foreign cursor, or a second connection) while writers "
         "keep appending. Every store answers the same reconnects; each answer is judged "
-        "against what was stored. Prints a markdown table; the progress bar goes to stderr.",
+        "against what was stored. Prints a markdown table; progress goes to stderr (a bar "
+        "on a terminal, lines elsewhere).",
     )
     _where(storm)
     _workload(storm)
     _modes(storm)
     _output(storm)
+    _task_streams(sub)
     return parser
+
+
+def _task_streams(sub: Any) -> None:
+    """``task-streams``: readers of task event streams reconnecting at random, judged exactly."""
+    run = sub.add_parser(
+        "task-streams",
+        help="a reconnect storm on task event streams (tasks/stream), judged against the store",
+        description="example-server replicas on one Redis run countdown tasks; each task's "
+        "reader drops its connection every few events and resumes with `after` on a random "
+        "replica, beside a listener that gets live events only. Every reader's events are "
+        "judged against what the store holds. Prints a markdown table.",
+    )
+    run.add_argument("--url", default=None, help="a Redis URL: redis://host:port/db")
+    run.add_argument(
+        "--spawn-redis", action="store_true", help="start a throw-away redis-server and use it"
+    )
+    run.add_argument("--replicas", type=int, default=3, help="replica processes (default: 3)")
+    run.add_argument("--tasks", type=int, default=50, help="tasks per reader (default: 50)")
+    run.add_argument("--steps", type=int, default=40, help="countdown steps (default: 40)")
+    run.add_argument(
+        "--interval-ms", type=int, default=20, help="countdown step interval (default: 20)"
+    )
+    run.add_argument(
+        "--per-connection",
+        type=int,
+        default=4,
+        help="events read before a reader drops its connection: 1 to this (default: 4)",
+    )
+    run.add_argument("--seed", type=int, default=20_261_207, help="workload seed")
+    run.add_argument("--json", type=Path, help="write every figure to this JSON file")
 
 
 def _where(storm: argparse.ArgumentParser) -> None:
@@ -137,7 +169,7 @@ def _output(storm: argparse.ArgumentParser) -> None:
     """Where the figures go besides the table on stdout."""
     storm.add_argument("--json", type=Path, help="write every figure to this JSON file")
     storm.add_argument("--plots", type=Path, help="write PNG plots into this directory")
-    storm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    storm.add_argument("--no-progress", action="store_true", help="no progress on stderr")
 
 
 def _unreachable(url: str) -> str | None:
@@ -233,10 +265,39 @@ def _no_plots() -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    if args.benchmark == "task-streams":
+        return _main_task_streams(args, argv)
     try:
         return _main(args, argv)
     except KeyboardInterrupt:
         # The replicas are stopped and the run's keys deleted on the way out.
+        print("replaystore bench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main_task_streams(args: argparse.Namespace, argv: list[str]) -> int:
+    """Check the task-streams options, then run it."""
+    from .task_streams import main as task_streams
+
+    checks = [
+        (args.spawn_redis != (args.url is not None), "give --url redis://... or --spawn-redis"),
+        (args.url is None or is_plain_redis_url(args.url), "--url must be redis://host:port/db"),
+        (args.replicas >= 1, "--replicas must be at least 1"),
+        (args.tasks >= 1, "--tasks must be at least 1"),
+        (args.steps >= 1, "--steps must be at least 1"),
+        (args.interval_ms >= 0, "--interval-ms must not be negative"),
+        (args.per_connection >= 1, "--per-connection must be at least 1"),
+    ]
+    problem = next((message for ok, message in checks if not ok), None)
+    if problem is None and args.url is not None:
+        reason = _unreachable(args.url)
+        problem = f"cannot reach {args.url}: {reason}" if reason else None
+    if problem is not None:
+        print(f"replaystore bench: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return task_streams(args, argv)
+    except KeyboardInterrupt:
         print("replaystore bench: interrupted", file=sys.stderr)
         return 130
 

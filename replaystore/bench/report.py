@@ -1,11 +1,15 @@
-"""What a storm shows its user: a progress bar, the markdown table, PNG plots.
+"""What a storm shows its user: its progress, the markdown table, PNG plots.
 
-The progress bar goes to stderr while the storm runs (rich), so stdout keeps
-only the table (the tables of ``docs/benchmarks.md``). The plots (matplotlib,
-no display needed):
+The progress goes to stderr while the storm runs (a rich bar on a terminal,
+plain lines elsewhere), so stdout keeps only the table (the tables of
+``docs/benchmarks.md``). The plots (matplotlib, no display needed, 1,200 x
+720 pixels):
 
 - ``latency_cdf.png``: resume latency CDF per store;
-- ``throughput.png``: resumes/s and appends/s per store (appends/s only where measured);
+- ``throughput.png``: resumes/s and appends/s per store (appends/s only where
+  measured), beside the share of its reconnects each store answered wrong
+  (lost, duplicated, wrong stream, refused where it could resume), so that a
+  fast store that answers wrong never looks good;
 - ``cpu_per_resume.png``: CPU per resume per store: the Redis's (``INFO``) for a
   store on Redis, and the replica processes' (the storm's, or over HTTP the
   servers'); a store in process memory has no Redis bar, it is labelled "in
@@ -13,6 +17,14 @@ no display needed):
 - ``cost_by_history.png``: the latency of one 9-event resume (one caller, no other
   load) against the number of events the session holds in another stream (not
   written for a run that measured none, such as ``--http``).
+
+Every plot names a store that answered any reconnect wrong as such ("3 of
+18 wrong") in its legend or under its bar.
+
+The table is followed by what each column means. A run too short to compare
+speed (fewer than :data:`MIN_RESUMES` resumes for some store) gets a line
+saying so above it, and its speed targets are left unjudged; a run of one
+round gets a line saying its ratios are one storm's.
 
 An axis is logarithmic only when every value on it is positive: a latency that
 rounds to 0 ms would make matplotlib refuse the whole plot. A bar chart's
@@ -23,13 +35,34 @@ in-process peer's hundreds of thousands of appends/s would flatten the rest.
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
-__all__ = ["Bar", "cpu_series", "markdown", "wide", "write_plots"]
+__all__ = [
+    "MIN_RESUMES",
+    "WRONG",
+    "Bar",
+    "cpu_series",
+    "markdown",
+    "too_short",
+    "wide",
+    "write_plots",
+    "wrong",
+]
+
+#: Fewer resumes than this for a store: its rates, latencies, CPU and their
+#: ratios are noise (a store's figures move by tens of percent between such
+#: runs); its counts of wrong answers are not.
+MIN_RESUMES = 1000
+
+#: Plot size in inches and resolution: 1,200 x 720 pixels.
+FIGSIZE = (10.0, 6.0)
+DPI = 120
 
 
 def _num(value: Any, digits: int = 0) -> str:
@@ -52,6 +85,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{opts['pathology_rate']:.0%} of the sessions with a pathological reconnect "
         f"({', '.join(_pathologies(report))}); load average {meta['machine']['load_average']} "
         "at the start",
+        *_short(report),
         *_rounds(report),
         "",
         "| store | resumes/s | p50 ms | p99 ms | p999 ms | appends/s "
@@ -81,6 +115,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
         lines += kinds
     lines += _targets(report)
+    lines += _legend(_STORM_COLUMNS, kinds=bool(kinds))
     return "\n".join(lines)
 
 
@@ -97,6 +132,7 @@ def _rounds(report: dict[str, Any]) -> list[str]:
         "against the floor, round by round:",
         "",
     ]
+    before = len(lines)
     for key, label in (
         ("resumes_per_s_vs_floor", "resumes/s"),
         ("redis_cpu_per_resume_vs_floor", "Redis CPU per resume"),
@@ -104,8 +140,14 @@ def _rounds(report: dict[str, Any]) -> list[str]:
     ):
         values = [r.get(key) for r in by_round]
         if any(v is not None for v in values):
-            lines.append(f"- {label}: " + ", ".join(f"{_num(v, 2)}x" for v in values))
+            lines.append(f"- {label}: " + ", ".join(_ratio(v) for v in values))
+    if len(lines) == before:
+        lines.append("- none measured: replaystore and the floor (raw-*) did not both run")
     return lines
+
+
+def _ratio(value: float | None) -> str:
+    return "not measured" if value is None else f"{_num(value, 2)}x"
 
 
 def _kinds(report: dict[str, Any]) -> list[str]:
@@ -147,6 +189,7 @@ def _http_markdown(report: dict[str, Any]) -> str:
         f"every client reconnects at once, {opts['pathology_rate']:.0%} of them with another "
         f"session's cursor or one no replica issued; load average "
         f"{meta['machine']['load_average']} at the start.{killed}",
+        *_short(report),
         *_http_rounds(report),
         "",
         "| store | routing | all clients back (s) | resumes/s | p50 ms | p99 ms | p999 ms "
@@ -181,6 +224,7 @@ def _http_markdown(report: dict[str, Any]) -> str:
         lines += ["", "Outcomes by kind of reconnect (exact/dup/loss/wrong/failed):", ""]
         lines += kinds
     lines += _targets(report)
+    lines += _legend(_HTTP_COLUMNS, kinds=bool(kinds))
     return "\n".join(lines)
 
 
@@ -200,7 +244,7 @@ def _http_rounds(report: dict[str, Any]) -> list[str]:
         lines += ["", "Replica CPU per resume, round by round:", ""]
         for pair in by_round[0]:
             values = [r.get(pair) for r in by_round]
-            lines.append(f"- {pair}: " + ", ".join(f"{_num(v, 2)}x" for v in values))
+            lines.append(f"- {pair}: " + ", ".join(_ratio(v) for v in values))
     return lines
 
 
@@ -208,42 +252,156 @@ def _targets(report: dict[str, Any]) -> list[str]:
     """The figures replaystore promises in this run, each with its value and whether it is met."""
     if not report.get("targets"):
         return []
+    short = too_short(report) is not None
     lines = ["", "| replaystore figure | target | measured | met |", "|---|---|---:|---|"]
     for t in report["targets"]:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+        if short and t["met"] is not None and t["target"].endswith("x"):
+            met = "too short to judge"  # a speed ratio of a short run; counts stay judged
         lines.append(f"| {t['figure']} | {t['target']} | {_num(t['value'], 2)} | {met} |")
     return lines
 
 
+def too_short(report: dict[str, Any]) -> str | None:
+    """Why this run's speed cannot be judged (its rates and ratios are noise), or ``None``."""
+    resumes = [s.get("resumes") or 0 for s in report["stores"]]
+    if not resumes or min(resumes) >= MIN_RESUMES:
+        return None
+    return f"{min(resumes):,} resumes for the store with the fewest (fewer than {MIN_RESUMES:,})"
+
+
+def _short(report: dict[str, Any]) -> list[str]:
+    """The warning a run too short to judge gets, or the one a single round gets."""
+    why = too_short(report)
+    if why is not None:
+        return [
+            "",
+            f"**Too short to judge speed**: {why}. On so short a run the rates, latencies, "
+            "CPU and their ratios move between runs by more than the stores differ, so the "
+            "speed targets below are not judged; the counts of wrong answers (dup, loss, wrong "
+            "stream, incorrect verdicts) hold at any length. To compare speed: --sessions "
+            "10000 --rounds 3.",
+        ]
+    if report["meta"]["options"].get("rounds", 1) <= 1:
+        return [
+            "",
+            "One round: a ratio of one storm moves by tens of percent between runs on a shared "
+            "machine; --rounds 3 shows the spread.",
+        ]
+    return []
+
+
+#: What each column of the tables means, in the order they appear.
+_COMMON_COLUMNS = (
+    ("p50 ms, p99 ms, p999 ms", "one resume's latency (request to its last event), percentiles"),
+    ("exact", "reconnects given exactly the events the client missed, in order"),
+    ("dup", "reconnects given an event the client already had"),
+    (
+        "loss",
+        "reconnects told they were in step while events they needed were missing "
+        "(a silent gap), including a success on a cursor no store can resume from",
+    ),
+    ("wrong stream", "reconnects given an event of another stream or another session"),
+    (
+        "failures (correct/incorrect)",
+        "reconnects refused: where no exact resume was possible (correct), or where it was "
+        "(incorrect)",
+    ),
+    ("incorrect verdicts", "reconnects whose yes or no was wrong (loss by a success included)"),
+)
+_STORM_COLUMNS = (
+    ("resumes/s", "reconnects answered per second of the storm, all replicas together"),
+    *_COMMON_COLUMNS[:1],
+    ("appends/s", "events stored per second while the sessions filled up"),
+    ("Redis CPU µs/resume", "Redis's own CPU (INFO) over the storm, less its appends, per resume"),
+    ("µs/append", "Redis's own CPU over the fill, per event stored"),
+    ("resumes per Redis CPU-s", "resumes one second of Redis CPU serves"),
+    ("bytes/event", "Redis memory the fill added, per event stored"),
+    ("reconnects", "reconnects judged: the sum of the outcomes after it"),
+    *_COMMON_COLUMNS[1:],
+    (
+        "floor",
+        "raw-streams / raw-memory: the same appends and reads with no checks (one Redis "
+        "stream or list per SSE stream), the least a store can cost; replaystore is measured "
+        "against it",
+    ),
+)
+_HTTP_COLUMNS = (
+    ("routing", "sticky: each client back on its own replica; round-robin: on any replica"),
+    ("all clients back (s)", "from the storm's start until every client has its events or a 404"),
+    ("resumes/s", "reconnects answered per second of that time"),
+    *_COMMON_COLUMNS[:1],
+    ("replica CPU µs/resume", "the server replicas' CPU over the storm, per resume"),
+    (
+        "vs floor",
+        "replica CPU per resume over the floor's; the floor (sticky) is a bare ASGI app "
+        "serving the same requests with one Redis read per resume and no checks, the least a "
+        "Python server can do",
+    ),
+    ("Redis CPU µs/resume", "Redis's own CPU (INFO) over the storm, per resume"),
+    *_COMMON_COLUMNS[1:],
+)
+_KINDS = (
+    "Kinds of reconnect: normal (the stream the client read, from an event it saw); second (a "
+    "second connection with the same cursor at once); conflated (the GET stream resumed with a "
+    "tool call's cursor: one Last-Event-ID slot, two streams); evicted (the cursor fell out of "
+    "retention); ahead (a cursor past anything the store issued); foreign (another session's "
+    "cursor). Only normal and second can resume; for the others the right answer is a refusal."
+)
+
+
+def _legend(columns: tuple[tuple[str, str], ...], *, kinds: bool) -> list[str]:
+    lines = ["", "Columns:", ""]
+    lines += [f"- {name}: {meaning}." for name, meaning in columns]
+    return [*lines, "", _KINDS] if kinds else lines
+
+
 # -- the progress bar ---------------------------------------------------------------
+
+#: Seconds between two progress lines of one phase when stderr is not a terminal.
+LINE_EVERY = 10.0
 
 
 class Bar:
-    """One line per phase; silent when disabled, when stderr is not a terminal, or without rich."""
+    """Progress on stderr, one bar per phase; plain lines when stderr is not a terminal.
 
-    def __init__(self, *, enabled: bool) -> None:
+    On a terminal (with rich, which the bench extra brings) each phase is a
+    live bar. Anywhere else (a CI log, ``2> file``, a pipe) each phase prints
+    a line when it starts, one every :data:`LINE_EVERY` seconds while it
+    runs, and one when it ends, so a long run in a log still shows it is
+    alive and how far it got. ``stream``: where to write (``sys.stderr`` by
+    default, looked up when the bar is made).
+    """
+
+    def __init__(self, *, enabled: bool, stream: TextIO | None = None) -> None:
         self._progress: Any = None
-        if enabled:
-            try:
-                from rich.console import Console
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    Progress,
-                    TextColumn,
-                    TimeElapsedColumn,
-                )
-            except ImportError:  # the bench extra brings rich; without it, no bar
-                return
-            console = Console(stderr=True)
-            if console.is_terminal:
-                self._progress = Progress(
-                    TextColumn("{task.description:<24}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                    console=console,
-                )
+        self._lines: TextIO | None = None
+        if not enabled:
+            return
+        out = sys.stderr if stream is None else stream
+        try:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+        except ImportError:  # the bench extra brings rich; without it, lines
+            self._lines = out
+            return
+        console = Console(file=out)
+        if not console.is_terminal:
+            self._lines = out
+            return
+        self._progress = Progress(
+            TextColumn("{task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
 
     def __enter__(self) -> Bar:
         if self._progress is not None:
@@ -261,6 +419,10 @@ class Bar:
 
     @contextmanager
     def task(self, label: str, total: int) -> Iterator[Callable[[int], None]]:
+        if self._lines is not None:
+            with self._line_task(self._lines, label, total) as step:
+                yield step
+            return
         if self._progress is None:
             yield lambda n: None
             return
@@ -271,6 +433,27 @@ class Bar:
 
         yield advance
         self._progress.update(task_id, completed=total)
+
+    @staticmethod
+    @contextmanager
+    def _line_task(out: TextIO, label: str, total: int) -> Iterator[Callable[[int], None]]:
+        began = last = time.monotonic()
+        done = 0
+
+        def say(text: str) -> None:
+            print(f"{label}: {text}", file=out, flush=True)
+
+        def advance(n: int) -> None:
+            nonlocal done, last
+            done += n
+            now = time.monotonic()
+            if now - last >= LINE_EVERY:
+                last = now
+                say(f"{done:,}/{total:,} after {now - began:.0f} s")
+
+        say(f"0/{total:,}")
+        yield advance
+        say(f"{total:,}/{total:,} in {time.monotonic() - began:.1f} s")
 
 
 # -- the plots ------------------------------------------------------------------------
@@ -301,54 +484,113 @@ def _latency_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> 
     """The resume latency CDF, one curve per store that resumed anything."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=FIGSIZE)
     latencies = []
     for s in stores:
         points = [(x, q / 100) for q, x in enumerate(s["latency_cdf_ms"]) if _finite(x)]
         if not points:  # nothing resumed: no curve
             continue
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=s["name"])
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=_label(s))
         latencies += [p[0] for p in points]
     log = _loggable(latencies)
     if log:
         ax.set_xscale("log")
     ax.set_xlabel("resume latency (ms, log)" if log else "resume latency (ms)")
     ax.set_ylabel("fraction of resumes")
-    ax.set_title(f"Resume latency CDF: {title}", fontsize=10)
+    ax.set_title(f"Resume latency CDF: {title}", fontsize=12)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return _save(fig, directory / "latency_cdf.png")
 
 
 def _throughput_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path:
-    """Resumes/s and appends/s per store (appends/s only where measured)."""
+    """Speed (resumes/s, appends/s where measured) beside the share of wrong answers.
+
+    The speed bars of a store that answered any reconnect wrong are hatched
+    and its tick says how many: speed bought with wrong answers is no speed.
+    """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    names = [s["name"] for s in stores]
+    fig, (speed, truth) = plt.subplots(
+        1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]), gridspec_kw={"width_ratios": [3, 2]}
+    )
+    names = [_label(s, "\n") for s in stores]
     width = 0.4
     xs = list(range(len(names)))
-    ax.bar(
+    speed.bar(
         [x - width / 2 for x in xs],
         [s["resumes_per_s"] or 0 for s in stores],
         width,
         label="resumes/s",
     )
     if any(s["appends_per_s"] for s in stores):  # not measured over HTTP
-        ax.bar(
+        speed.bar(
             [x + width / 2 for x in xs],
             [s["appends_per_s"] or 0 for s in stores],
             width,
             label="appends/s",
         )
-    ax.set_xticks(xs, names, rotation=20, fontsize=8)
+    for container in speed.containers:  # a store that answers wrong: its speed struck through
+        for patch, s in zip(container.patches, stores, strict=True):
+            if wrong(s):
+                patch.set_hatch("xx")
+                patch.set_edgecolor("tab:red")
+    speed.set_xticks(xs, names, rotation=20, fontsize=9)
     rates = [(key, [s[key] or None for s in stores]) for key in ("resumes_per_s", "appends_per_s")]
     if wide(rates):
-        ax.set_yscale("log")
-    ax.set_ylabel("per second")
-    ax.set_title(f"Throughput: {title}", fontsize=10)
-    ax.legend(fontsize=8)
+        speed.set_yscale("log")
+    speed.set_ylabel("per second")
+    speed.set_title(f"Throughput: {title}", fontsize=12)
+    speed.legend(fontsize=9)
+    _truth_bars(truth, stores)
     return _save(fig, directory / "throughput.png")
+
+
+#: The wrong outcomes drawn beside speed: (outcome counted in a row, label).
+WRONG = (
+    ("losses", "lost (a silent gap)"),
+    ("duplicates", "duplicated"),
+    ("wrong_stream", "another stream's events"),
+    ("incorrect_failures", "refused, could resume"),
+)
+
+
+def wrong(store: dict[str, Any]) -> int:
+    """How many of a store's reconnects were answered wrong (all but exact or rightly refused)."""
+    return sum(store.get(key) or 0 for key, _ in WRONG)
+
+
+def _label(store: dict[str, Any], sep: str = " ") -> str:
+    """A store's name, with how many of its reconnects it answered wrong, if any."""
+    bad = wrong(store)
+    return (
+        f"{store['name']}{sep}({bad:,} of {store.get('reconnects') or 0:,} wrong)"
+        if bad
+        else store["name"]
+    )
+
+
+def _truth_bars(ax: Any, stores: list[dict[str, Any]]) -> None:
+    """Stacked per store: the share of its reconnects answered each wrong way (0 is right)."""
+    xs = list(range(len(stores)))
+    bottom = [0.0] * len(stores)
+    for key, label in WRONG:
+        share = [100 * (s.get(key) or 0) / (s.get("reconnects") or 1) for s in stores]
+        ax.bar(xs, share, 0.6, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, share, strict=True)]
+    for x, s in zip(xs, stores, strict=True):
+        ax.annotate(
+            f"{wrong(s):,} of {s.get('reconnects') or 0:,}" if wrong(s) else "none wrong",
+            (x, bottom[x]),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
+    ax.set_xticks(xs, [s["name"] for s in stores], rotation=20, fontsize=9)
+    ax.set_ylim(0, max(10.0, *bottom) * 1.15)
+    ax.set_ylabel("% of reconnects answered wrong")
+    ax.set_title("Correctness: wrong answers (0 is right)", fontsize=12)
+    ax.legend(fontsize=9)
 
 
 def _history_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path | None:
@@ -356,13 +598,13 @@ def _history_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> 
     import matplotlib.pyplot as plt
 
     curves = {
-        s["name"]: sorted((int(k), v["p50_ms"]) for k, v in s["resume_by_history"].items())
+        _label(s): sorted((int(k), v["p50_ms"]) for k, v in s["resume_by_history"].items())
         for s in stores
     }
     curves = {name: points for name, points in curves.items() if points}
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=FIGSIZE)
     for name, points in curves.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
     every = [p for points in curves.values() for p in points]
@@ -373,9 +615,9 @@ def _history_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> 
         ax.set_yscale("log")
     ax.set_xlabel("events of the session's other stream" + (" (log)" if x_log else ""))
     ax.set_ylabel("median latency of a 9-event resume (ms" + (", log)" if y_log else ")"))
-    ax.set_title(f"Resume cost against history size: {title}", fontsize=10)
+    ax.set_title(f"Resume cost against history size: {title}", fontsize=12)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return _save(fig, directory / "cost_by_history.png")
 
 
@@ -408,7 +650,7 @@ def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path
     series = cpu_series(stores)
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=FIGSIZE)
     width = 0.8 / len(series)
     xs = list(range(len(stores)))
     for k, (label, values) in enumerate(series):
@@ -420,13 +662,13 @@ def _cpu_plot(stores: list[dict[str, Any]], title: str, directory: Path) -> Path
             width,
             label=f"{label} CPU",
         )
-    names = [s["name"] + ("\n(in process)" if "redis" not in s else "") for s in stores]
-    ax.set_xticks(xs, names, rotation=20, fontsize=8)
+    names = [_label(s, "\n") + ("\n(in process)" if "redis" not in s else "") for s in stores]
+    ax.set_xticks(xs, names, rotation=20, fontsize=9)
     if wide(series):
         ax.set_yscale("log")
     ax.set_ylabel("CPU µs per resume")
-    ax.set_title(f"CPU per resume: {title}", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(f"CPU per resume: {title}", fontsize=12)
+    ax.legend(fontsize=9)
     return _save(fig, directory / "cpu_per_resume.png")
 
 
@@ -441,7 +683,7 @@ def _loggable(values: list[float]) -> bool:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=DPI)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -32,10 +32,10 @@ package and may change between releases.
 from __future__ import annotations
 
 from ._sdk.checked import SDKCompatibilityError
-from .app import streamable_http_app
-from .collector import tune_collector
+from .app import manager_of, streamable_http_app
 from .fastmcp import fastmcp_http_app
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
+from .process import tune_collector
 from .request_state import StoreKeyRing
 from .sessions.manager import ReplaySessionManager
 from .sessions.view import ReplayEventStore
@@ -52,6 +52,7 @@ __all__ = [
     "StoreKeyRing",
     "StoreSubscriptionBus",
     "fastmcp_http_app",
+    "manager_of",
     "streamable_http_app",
     "tune_collector",
 ]

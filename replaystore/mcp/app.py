@@ -46,12 +46,21 @@ from starlette.applications import Starlette
 from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
-from .metrics import ResumptionObserver
+from .metrics import ResumptionObserver, serve_metrics, watch
+from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
 from .request_state import Secret, StoreKeyRing
 from .rounds import SingleUseBoundary
-from .sessions.manager import HEALTH_PATH, ReplaySessionManager, add_health_route, as_event_store
+from .sessions.health import HEALTH_PATH, add_health_route
+from .sessions.manager import ReplaySessionManager, as_event_store
 from .sessions.view import ReplayEventStore
-from .settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from .settings import (
+    DEFAULT_CHECK_INTERVAL,
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_LEASE_TTL,
+    DEFAULT_STORE_TIMEOUT,
+    Settings,
+)
+from .stopping import draining_on_stop
 from .subscriptions import EndsOnGap, StoreSubscriptionBus
 from .unavailable import UnavailableStatus
 
@@ -59,12 +68,60 @@ if TYPE_CHECKING:
     # The tasks stack is loaded only by an app given tasks: a 2025-11-25 app never imports it.
     from .tasks.extension import ReplayTasks
 
-__all__ = ["Shared", "session_managers", "streamable_http_app", "task_name_header", "wire"]
+__all__ = [
+    "Process",
+    "Shared",
+    "manager_of",
+    "session_managers",
+    "streamable_http_app",
+    "task_name_header",
+    "wire",
+]
 
 logger = logging.getLogger("replaystore.mcp")
 
 
-@dataclass
+@dataclass(frozen=True)
+class Process:
+    """What an app does to the process it runs in (the wiring's keyword arguments of that name).
+
+    ``drain_seconds``: on the server's stop (``SIGTERM``, Ctrl-C), how long
+    running requests and tasks may finish while no new work is taken
+    (:mod:`~replaystore.mcp.stopping`). ``collector_threshold``: the
+    garbage collector tuned once the app started
+    (:func:`~replaystore.mcp.tune_collector`; None leaves it alone).
+    ``log_record_limit``: the longest log record written while the app runs,
+    in characters (:mod:`~replaystore.mcp.process`; None leaves the log alone).
+    ``check_store``: check what the store must give a replica once, in the
+    background, at start (:meth:`ReplaySessionManager.check_store`).
+    """
+
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    collector_threshold: int | None = COLLECTOR_THRESHOLD
+    log_record_limit: int | None = LOG_RECORD_LIMIT
+    check_store: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.drain_seconds <= 3600:
+            raise ValueError(f"drain_seconds must be 0 to 3600, not {self.drain_seconds}")
+        if self.collector_threshold is not None and self.collector_threshold < 1:
+            raise ValueError("collector_threshold must be at least 1 or None")
+        if self.log_record_limit is not None and self.log_record_limit < 1:
+            raise ValueError("log_record_limit must be at least 1 or None")
+
+
+#: The collector is tuned once per process, by the first app that starts.
+_collector_tuned = False
+
+
+def _tune_collector_once(threshold: int | None) -> None:
+    global _collector_tuned
+    if threshold is not None and not _collector_tuned:
+        _collector_tuned = True
+        tune_collector(threshold)
+
+
+@dataclass(eq=False)  # one per app, kept in a weak set by the metrics
 class Shared:
     """What an app shares with the other replicas beyond sessions (``app.state.replaystore``).
 
@@ -102,6 +159,8 @@ def wire(
     request_state_secret: Secret | None = None,
     share: bool = True,
     outer: AbstractAsyncContextManager[Any] | None = None,
+    process: Process | None = None,
+    metrics_path: str | None = None,
 ) -> Any:
     """Build the app with ``build()`` and make it a replica of every app on ``store``.
 
@@ -110,17 +169,23 @@ def wire(
     policy and the listen bus are put on the server. After: its session
     manager is adopted (FastMCP builds it in its lifespan: adopted there),
     the health check is added, and the app's lifespan runs, outermost
-    first, ``outer``, the tasks, the bus, the key ring, the app's own
-    lifespan, then the background scan for orphaned tasks. With tasks, a
+    first, ``outer``, the log cap, the tasks, the bus, the key ring, the
+    app's own lifespan, the background scan for orphaned tasks, then the
+    watch for the server's stop (the drain); the garbage collector is tuned
+    once all of it started (``process``: :class:`Process`). With tasks, a
     ``tasks/*`` request whose ``Mcp-Name`` disagrees with its body is refused
-    (:func:`task_name_header`).
+    (:func:`task_name_header`). ``metrics_path``: where the app answers
+    Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
+    process = process if process is not None else Process()
     shared = Shared(tasks=tasks)
+    watch(shared)
     lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
     if tasks is not None:
         tasks.bind(buffer, server)
         tasks.store_timeout = settings.store_timeout
+        tasks.drain_seconds = process.drain_seconds
         if fastmcp:
             from .fastmcp.tasks import FastMCPTasks, TaskContexts, tool_names
 
@@ -146,12 +211,21 @@ def wire(
         # A task request the store did not serve: 503 with Retry-After, as on a session.
         app.add_middleware(UnavailableStatus)
     if not fastmcp:
-        manager = ReplaySessionManager.adopt(
-            cast(_ServesStreamableHTTP, server).session_manager, store, settings
-        )
+        sdk_manager = cast(_ServesStreamableHTTP, server).session_manager
+        if tasks is not None:
+            tasks.json_responses = sdk_manager.json_response
+            advertised = getattr(lowlevel, "extensions", None)  # what the SDK read at binding
+            if isinstance(advertised, dict) and tasks.identifier in advertised:
+                advertised[tasks.identifier] = tasks.settings()
+        manager = ReplaySessionManager.adopt(sdk_manager, store, settings)
         shared.managers.append(manager)
         add_health_route(app, manager)
+        manager.store_checked = not process.check_store
     app.state.replaystore = shared
+    if metrics_path is not None:
+        observer = serve_metrics(app, metrics_path)
+        if store.observer is None and observer is not None:
+            store.observer = observer
     inner = app.router.lifespan_context
 
     @asynccontextmanager
@@ -159,6 +233,7 @@ def wire(
         async with AsyncExitStack() as stack:
             if outer is not None:
                 await stack.enter_async_context(outer)
+            stack.enter_context(capping_records(process.log_record_limit))
             if tasks is not None:
                 # Before the server, left after it: a task still running when
                 # the server stops fails with an error saying so. First, so
@@ -171,12 +246,17 @@ def wire(
                 await stack.enter_async_context(shared.key_ring.running())
             state = await stack.enter_async_context(inner(starlette_app))
             if fastmcp:
-                await _adopt_fastmcp(stack, app, store, settings, shared)
+                await _adopt_fastmcp(stack, app, store, settings, shared, process.check_store)
             if tasks is not None:
                 # Once the server runs: a tool it runs again needs its lifespan state.
                 managers = shared.managers
                 lifespan_state = (lambda: managers[0]._lifespan_state) if managers else None
                 await stack.enter_async_context(tasks.reaping(lifespan_state))
+            await stack.enter_async_context(
+                draining_on_stop(shared.managers, tasks, process.drain_seconds)
+            )
+            # What start-up built stays: see replaystore.mcp.process.
+            _tune_collector_once(process.collector_threshold)
             yield state
 
     app.router.lifespan_context = lifespan
@@ -363,12 +443,20 @@ def _listen_handler(bus: SubscriptionBus, tasks: ReplayTasks | None) -> Any:
 
 
 async def _adopt_fastmcp(
-    stack: AsyncExitStack, app: Any, store: ReplayEventStore, settings: Settings, shared: Shared
+    stack: AsyncExitStack,
+    app: Any,
+    store: ReplayEventStore,
+    settings: Settings,
+    shared: Shared,
+    check_store: bool,
 ) -> None:
     """FastMCP built its session manager in its lifespan: adopt it now, before any request."""
     managers = session_managers(app)
     for manager in managers:
+        if shared.tasks is not None:
+            shared.tasks.json_responses = manager.json_response
         adopted = ReplaySessionManager.adopt(manager, store, settings)
+        adopted.store_checked = not check_store
         shared.managers.append(adopted)
         # FastMCP entered the manager's run() before it could be adopted.
         await stack.enter_async_context(adopted.replicating())
@@ -400,6 +488,11 @@ def streamable_http_app(
     request_state_secret: Secret | None = None,
     share: bool = True,
     close_buffer: bool = False,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    collector_threshold: int | None = COLLECTOR_THRESHOLD,
+    log_record_limit: int | None = LOG_RECORD_LIMIT,
+    check_store: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Starlette:
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
@@ -429,10 +522,27 @@ def streamable_http_app(
     the SDK does.
 
     The app also answers the health check at ``/healthz``
-    (:meth:`ReplaySessionManager.health_endpoint`).
+    (:func:`~replaystore.mcp.sessions.health.health_endpoint`), and with ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``) Prometheus scrapes:
+    every metric of ``prometheus_client.REGISTRY``, replaystore's
+    (:mod:`replaystore.mcp.metrics`) and your own. :func:`manager_of` gives
+    its session manager.
+
+    What the app does to its process, the same as ``replaystore
+    example-server`` (:class:`Process`): served by uvicorn, it drains when
+    told to stop (``SIGTERM``, Ctrl-C): no new work, running requests and
+    tasks go on for up to ``drain_seconds``, then what still runs is handed
+    over (:mod:`~replaystore.mcp.stopping`); ``collector_threshold``: the
+    garbage collector is tuned once the app started
+    (:func:`~replaystore.mcp.tune_collector`, ``None`` to leave it);
+    ``log_record_limit``: no log record longer than this many characters
+    while it runs (``None`` to leave the log alone); ``check_store``: what
+    the store must give a replica is checked once at start, each problem
+    logged in one line.
     """
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
+    process = Process(drain_seconds, collector_threshold, log_record_limit, check_store)
     store = as_event_store(buffer, observer)
     settings = Settings(
         lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
@@ -450,8 +560,26 @@ def streamable_http_app(
         request_state_secret=request_state_secret,
         share=share,
         outer=store.buffer if close_buffer else None,
+        process=process,
+        metrics_path=metrics_path,
     )
     return app
+
+
+def manager_of(app: Any) -> ReplaySessionManager:
+    """The session manager of an app built by :func:`streamable_http_app` or ``fastmcp_http_app``.
+
+    For what the wiring does not do by itself: draining under a server other
+    than uvicorn (:meth:`ReplaySessionManager.drain`), a health check of your
+    own (:meth:`ReplaySessionManager.health`). FastMCP builds its manager
+    when the app starts: before that, this raises ``RuntimeError``.
+    """
+    shared = getattr(getattr(app, "state", None), "replaystore", None)
+    if not isinstance(shared, Shared):
+        raise TypeError("not an app built by streamable_http_app or fastmcp_http_app")
+    if not shared.managers:
+        raise RuntimeError("the app has not started: FastMCP builds its session manager then")
+    return shared.managers[-1]
 
 
 def session_managers(app: Any) -> list[StreamableHTTPSessionManager]:

@@ -24,7 +24,11 @@ metrics at ``/metrics`` when ``prometheus_client`` is installed. Tools:
 
 For a 2026-07-28 client that declares the ``io.modelcontextprotocol/tasks``
 extension, ``countdown`` and ``ask`` run as durable tasks (kept
-``--task-ttl`` seconds): ``ask``'s elicitation becomes an input request.
+``--task-ttl`` seconds): ``ask``'s elicitation becomes an input request, and
+``countdown`` emits one task event per step instead of a progress
+notification (type ``com.example/countdown``, payload ``{"step", "left"}``),
+which any replica streams (``tasks/stream``); each task keeps its last
+``--task-events`` events.
 
 Any number of these servers on one Redis URL are replicas of each other.
 """
@@ -32,6 +36,7 @@ Any number of these servers on one Redis URL are replicas of each other.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import math
 import sys
@@ -46,21 +51,19 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from .._command import run_command
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
+from ..taskstore import EventRetention
 from . import preflight
 from .app import streamable_http_app
-from .collector import tune_collector
 from .http_head import http_protocol
-from .metrics import PrometheusObserver, ResumptionObserver
-from .sessions.manager import HEALTH_PATH, ReplaySessionManager
-from .settings import DEFAULT_LEASE_TTL
+from .metrics import ResumptionObserver
+from .sessions.health import HEALTH_PATH
+from .settings import DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
+from .tasks import emit_event
 from .tasks.extension import ReplayTasks, TaskSupport
 
 __all__ = ["build_app", "build_server", "configure_logging", "main", "parser", "serve"]
@@ -71,10 +74,6 @@ RETRY_INTERVAL_MS = 100
 #: Largest message stored (bytes): well above ordinary tool results (the SDK
 #: accepts request bodies up to 4 MiB, and an error may echo one back).
 DEFAULT_MAX_PAYLOAD = 8 << 20
-
-#: Seconds a stopping server (``SIGTERM``) lets running requests finish: it
-#: takes no new work meanwhile, then hands over what still runs.
-DRAIN_SECONDS = 10.0
 
 #: Seconds between two keep-alive comments on an idle SSE stream: a balancer's
 #: read timeout must be above it (sse-starlette's default, 15 s, made explicit).
@@ -92,13 +91,12 @@ DEFAULT_URL = "memory://"
 #: Events kept per session before the oldest is evicted, by default.
 DEFAULT_MAX_EVENTS = 10_000
 
+#: Events kept per task (``tasks/stream``) before the oldest is dropped, by default.
+DEFAULT_TASK_EVENTS = EventRetention().max_events
+
 #: The log levels a server accepts (uvicorn's names; ``trace`` is below ``debug``).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 DEFAULT_LOG_LEVEL = "warning"
-
-#: Longest log record written, in characters: a client can send megabytes of
-#: text (a tool name, an id) that libraries echo into their log records.
-LOG_RECORD_LIMIT = 2000
 
 
 def build_server(
@@ -111,9 +109,12 @@ def build_server(
 
     @server.tool()
     async def countdown(ctx: Context, n: int, interval_ms: int = 10, close_after: int = 0) -> str:
-        """Send n progress notifications (closing the stream after close_after), then finish."""
+        """Count n steps, then finish: a progress notification each (closing the stream after
+        close_after), or in a task, a task event each."""
         for i in range(n):
-            await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
+            step = {"step": i + 1, "left": n - i - 1}
+            if await emit_event(ctx, "com.example/countdown", step) is None:  # not a task
+                await ctx.report_progress(i + 1, n, f"{n - i - 1} left")
             if close_after and i + 1 == close_after:
                 await ctx.close_sse_stream()
             if interval_ms > 0:
@@ -174,31 +175,28 @@ def build_app(
     observer: ResumptionObserver | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     task_ttl: float = DEFAULT_TASK_TTL,
+    task_events: int = DEFAULT_TASK_EVENTS,
     allowed_hosts: Sequence[str] = (),
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    check_store: bool = True,
     **buffer_options: Any,
 ) -> Starlette:
     """The ASGI app: MCP at ``/mcp``, the health check at ``/healthz``, metrics at ``/metrics``.
 
-    (Metrics if prometheus_client is there.) The buffer is closed when the
-    app's lifespan ends. ``max_payload`` (bytes, :data:`DEFAULT_MAX_PAYLOAD`
-    here) and the other buffer options go to :meth:`ReplayBuffer.from_url`.
-    ``allowed_hosts`` (``Host`` header values, ``name:*`` for any port) keeps
-    the SDK's DNS-rebinding protection on for names a balancer passes
-    through; the session manager is ``app.state.replay_manager``.
+    (Metrics if prometheus_client is there.) Built by
+    :func:`~replaystore.mcp.streamable_http_app` as any app of yours, so it
+    drains when its server stops, for ``drain_seconds``, and checks the
+    store at start unless ``check_store`` is false. The buffer is closed
+    when the app's lifespan ends. ``max_payload`` (bytes,
+    :data:`DEFAULT_MAX_PAYLOAD` here) and the other buffer options go to
+    :meth:`ReplayBuffer.from_url`. ``allowed_hosts`` (``Host`` header
+    values, ``name:*`` for any port) keeps the SDK's DNS-rebinding
+    protection on for names a balancer passes through.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
-    tasks = example_tasks(task_ttl, lease_ttl)
+    tasks = example_tasks(task_ttl, lease_ttl, task_events)
     server = build_server(tasks)
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
-    registry: Any = None
-    if observer is None:
-        try:
-            from prometheus_client import CollectorRegistry
-
-            registry = CollectorRegistry()
-            observer = PrometheusObserver(registry)
-        except ImportError:  # pragma: no cover - optional extra
-            observer = None
     app = streamable_http_app(
         server,
         buffer,
@@ -208,17 +206,16 @@ def build_app(
         lease_ttl=lease_ttl,
         tasks=tasks,
         close_buffer=True,
+        drain_seconds=drain_seconds,
+        check_store=check_store,
+        metrics_path="/metrics" if _has_prometheus() else None,
         **_transport_security(allowed_hosts),
     )
-    app.state.replay_manager = server.session_manager
-    if registry is not None:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        async def metrics(request: Request) -> Response:
-            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-        app.router.routes.append(Route("/metrics", metrics))
     return app
+
+
+def _has_prometheus() -> bool:
+    return importlib.util.find_spec("prometheus_client") is not None
 
 
 def _transport_security(allowed_hosts: Sequence[str]) -> dict[str, Any]:
@@ -253,16 +250,20 @@ def serve(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
     task_ttl: float = DEFAULT_TASK_TTL,
-    drain_seconds: float = DRAIN_SECONDS,
+    task_events: int = DEFAULT_TASK_EVENTS,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     ping_seconds: float = PING_SECONDS,
     allowed_hosts: Sequence[str] = (),
     check_store: bool = True,
 ) -> None:
     """Serve :func:`build_app` with uvicorn until ``SIGTERM`` (or Ctrl-C), then drain.
 
-    ``check_store``: check once, at start-up, what the store must give a
-    replica (:meth:`ReplaySessionManager.check_store`), logging each problem
-    in one line; ``False`` when the caller did.
+    Plain uvicorn: the app drains by itself when uvicorn is told to stop
+    (:mod:`replaystore.mcp.stopping`), as any app built by
+    :func:`~replaystore.mcp.streamable_http_app` does. ``check_store``:
+    check once, at start-up, what the store must give a replica
+    (:meth:`ReplaySessionManager.check_store`), logging each problem in one
+    line; ``False`` when the caller did.
 
     On the signal the replica stops taking work (its health check answers
     503 ``draining``, new requests 503 with ``Retry-After``, uvicorn stops
@@ -273,20 +274,13 @@ def serve(
     ``drain_seconds``, then an idempotent tool's task is released for another
     replica to run again at once, and any other ends ``failed`` saying so.
     """
-    import asyncio
-    from types import FrameType
-
     import uvicorn
     from sse_starlette import EventSourceResponse
-    from sse_starlette.sse import AppStatus
 
     # broadcast() uses notifications/message on purpose (a standalone stream
     # message); the SDK flags the logging capability as deprecated for 2026-07-28.
     warnings.filterwarnings("ignore", message="The logging capability is deprecated")
     logging.getLogger("uvicorn.access").addFilter(_HealthChecksUnlogged())
-    # sse-starlette ends every SSE stream as soon as the server is told to
-    # stop, which would cut running calls: the drain below decides instead.
-    AppStatus.enable_automatic_graceful_drain = False
     # Every SSE stream of this process (the SDK's and ours) pings this often.
     EventSourceResponse.DEFAULT_PING_INTERVAL = ping_seconds  # type: ignore[assignment]
 
@@ -297,56 +291,39 @@ def serve(
         lease_ttl=lease_ttl,
         max_payload=max_payload,
         task_ttl=task_ttl,
+        task_events=task_events,
         allowed_hosts=allowed_hosts,
+        drain_seconds=drain_seconds,
+        check_store=check_store,
     )
-    manager: ReplaySessionManager = app.state.replay_manager
-    manager.store_checked = not check_store
-    tasks: ReplayTasks | None = app.state.replaystore.tasks
-    if tasks is not None:
-        tasks.drain_seconds = drain_seconds
 
-    class DrainingServer(uvicorn.Server):
-        loop: asyncio.AbstractEventLoop | None = None
-
-        async def serve(self, sockets: Any = None) -> None:
-            self.loop = asyncio.get_running_loop()
-            await super().serve(sockets)
+    class AnnouncingServer(uvicorn.Server):
+        """uvicorn's server, saying where it listens once it does (the system may pick the port)."""
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
-            tune_collector()  # what start-up built stays; see replaystore.mcp.collector
+            _say_where(self.servers)
 
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if self.loop is not None and not manager.draining:
-                # In a task of the loop: drain() closes streams, which needs one.
-                self.loop.call_soon_threadsafe(self.loop.create_task, _drain())
-            super().handle_exit(sig, frame)
-
-    async def _drain() -> None:
-        manager.drain()
-        if tasks is not None:
-            tasks.drain()
-
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=http_protocol(),
-        log_level=log_level,
-        timeout_graceful_shutdown=max(1, round(drain_seconds)),
-    )
-    DrainingServer(config).run()
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http=http_protocol())
+    AnnouncingServer(config).run()
 
 
-def example_tasks(ttl: float = DEFAULT_TASK_TTL, lease: float = DEFAULT_LEASE_TTL) -> ReplayTasks:
+def example_tasks(
+    ttl: float = DEFAULT_TASK_TTL,
+    lease: float = DEFAULT_LEASE_TTL,
+    events: int = DEFAULT_TASK_EVENTS,
+) -> ReplayTasks:
     """``countdown`` and ``ask`` as tasks for clients that declare the extension.
 
-    ``countdown`` is idempotent: if its replica dies, a survivor counts again.
+    ``countdown`` is idempotent: if its replica dies, a survivor counts again
+    (its events go on after the last one stored). Each task keeps its last
+    ``events`` events.
     """
     return ReplayTasks(
         {"countdown": TaskSupport("optional", idempotent=True), "ask": "optional"},
         ttl=ttl,
         lease=lease,
+        events=EventRetention(max_events=events),
         check_interval=min(0.25, lease / 4),
         poll_interval=0.5,
     )
@@ -389,11 +366,22 @@ def _task_ttl(text: str) -> float:
     return seconds
 
 
+def _task_events(text: str) -> int:
+    """Events kept per task: what :class:`~replaystore.taskstore.EventRetention` accepts."""
+    number = int(text)
+    try:
+        EventRetention(max_events=number)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, not {number}") from None
+    return number
+
+
 # argparse names the type in its error ("invalid _port value: 'x'"): name them for a person.
 _port.__name__ = "port"
 _positive_int.__name__ = "positive integer"
 _seconds.__name__ = "duration"
 _task_ttl.__name__ = "task TTL"
+_task_events.__name__ = "number of events"
 
 _DESCRIPTION = (
     "Serve an example MCP server at /mcp (streamable HTTP, resumable), with Prometheus "
@@ -445,9 +433,16 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
         "creation, in seconds (default: %(default)s)",
     )
     add(
+        "--task-events",
+        type=_task_events,
+        default=DEFAULT_TASK_EVENTS,
+        help="events kept per task for tasks/stream; a cursor older than the oldest kept "
+        "gets events_gone (default: %(default)s)",
+    )
+    add(
         "--drain-seconds",
         type=_seconds,
-        default=DRAIN_SECONDS,
+        default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, how long running requests and tasks may finish while no new work "
         "is taken; what still runs then is handed over (default: %(default)s)",
     )
@@ -469,32 +464,29 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
     return options
 
 
-class _BoundedFormatter(logging.Formatter):
-    """One line per record, at most ``limit`` characters, whatever a peer put in it.
+class _OneRecordFormatter(logging.Formatter):
+    """A record's lines indented under its first: one record reads as one entry.
 
-    Log records quote what clients send (tool names, ids, cursors); a 2 MB
-    tool name must not become megabytes of log.
+    Records are at most :data:`~replaystore.mcp.process.LOG_RECORD_LIMIT`
+    characters long (message and traceback each) while the app runs: the
+    wiring caps them (:mod:`replaystore.mcp.process`).
     """
 
-    def __init__(self, limit: int = LOG_RECORD_LIMIT) -> None:
+    def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        self.limit = limit
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record).replace("\n", "\n    ")
-        if len(text) > self.limit:
-            text = f"{text[: self.limit]}... ({len(text)} characters)"
-        return text
+        return super().format(record).replace("\n", "\n    ")
 
 
 def configure_logging(level: str) -> None:
-    """The server's log: ``level`` for every logger, bounded records on stderr.
+    """The server's log: ``level`` for every logger, one entry per record, on stderr.
 
     Configured before the MCP server is built, so the SDK's own logging setup
     (which only applies to an unconfigured process) leaves it alone.
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_BoundedFormatter())
+    handler.setFormatter(_OneRecordFormatter())
     numeric = 5 if level == "trace" else level.upper()  # uvicorn's TRACE is 5
     logging.basicConfig(level=numeric, handlers=[handler])
 
@@ -515,11 +507,24 @@ async def _check_store(url: str) -> None:
         logging.getLogger("replaystore").warning("%s", problem.text)
 
 
+def _say_where(servers: Sequence[Any]) -> None:
+    """One line on stderr, whatever the log level: where it listens (a port it chose too)."""
+    for server in servers:
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            extra = ", metrics at /metrics" if _has_prometheus() else ""
+            print(
+                f"replaystore example-server: MCP at {base}/mcp, health check at "
+                f"{base}/healthz{extra}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def _say_if_metrics_are_off() -> None:
     """/metrics exists only with prometheus_client: say so at start, not with a bare 404 later."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
+    if not _has_prometheus():
         logging.getLogger("replaystore").warning(
             "no metrics at /metrics: prometheus_client is not installed "
             "(pip install 'replaystore[prometheus]')"
@@ -547,6 +552,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m replaystore.m
             lease_ttl=args.lease_seconds,
             max_payload=args.max_payload,
             task_ttl=args.task_ttl,
+            task_events=args.task_events,
             drain_seconds=args.drain_seconds,
             ping_seconds=args.ping_seconds,
             allowed_hosts=args.allowed_host,

@@ -1,29 +1,86 @@
-"""Resumption verdicts and timings for operators.
+"""What a replica tells its operator: every metric name, and the observers of resumptions.
 
-A resumption that fails is not an error of the server: it is the store saying
-"I cannot prove continuity", which is exactly what an operator wants to count
-(a rising ``below_floor`` rate means ``max_events`` is too small; any
-``foreign_cursor`` means a proxy or a client mixes sessions). The hook is a
-small protocol so that any metrics system can be plugged in;
-:class:`PrometheusObserver` is the ready-made one, imported lazily so that
-``prometheus_client`` stays optional.
+Two parts:
+
+- **resumptions**: a failed one is not an error of the server: it is the
+  store saying "I cannot prove continuity", which is exactly what an
+  operator wants to count (a rising ``below_floor`` rate means
+  ``max_events`` is too small; any ``foreign_cursor`` means a proxy or a
+  client mixes sessions). The hook is a small protocol so that any metrics
+  system can be plugged in; :class:`PrometheusObserver` is the ready-made
+  one, imported lazily so that ``prometheus_client`` stays optional.
+- **the replica's state** (:func:`serve_metrics`, what ``metrics_path=`` of
+  the app wiring mounts): 503s by reason, store round trips, leases, tasks,
+  sessions and listen streams open, drains. Counted by the few calls below
+  (:func:`count_unavailable`, :func:`time_store`, :func:`count_drain`,
+  :func:`count_task_end`), each a no-op until an app of the process serves
+  metrics; the gauges are read from the apps' state when scraped, so keeping
+  them costs a request nothing.
+
+Every name is spelled here once (``docs/deployment.md`` says what to alert on).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import weakref
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 __all__ = [
+    "DRAINS",
+    "LEASES",
+    "LISTEN_STREAMS",
+    "NAMESPACE",
+    "SESSIONS",
     "STORAGE_ERROR",
+    "STORE_SECONDS",
+    "TASKS",
+    "TASK_ENDS",
+    "UNAVAILABLE",
     "CountingObserver",
     "PrometheusObserver",
     "ResumptionObserver",
+    "count_drain",
+    "count_task_end",
+    "count_unavailable",
+    "serve_metrics",
+    "time_store",
+    "watch",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+    from starlette.applications import Starlette
+
+    from .app import Shared
+
+#: The start of every metric name.
+NAMESPACE = "replaystore_mcp"
+#: Counter: requests answered 503, by ``reason`` (``draining``, ``session_dropped``,
+#: ``store_unreachable``, ``store_oom``, ``store_readonly``, ``store_noperm``,
+#: ``store_unreplicated`` ...: ``store_`` and the store's error kind).
+UNAVAILABLE = f"{NAMESPACE}_unavailable"
+#: Histogram: seconds of one store round trip, by ``operation`` (``append``,
+#: ``resume``, ``health``), failed ones included.
+STORE_SECONDS = f"{NAMESPACE}_store_seconds"
+#: Gauge: leases this replica holds, by ``kind`` (``request``, ``task``).
+LEASES = f"{NAMESPACE}_leases_held"
+#: Gauge: tasks running on this replica, by ``state`` (``working``, ``input_required``).
+TASKS = f"{NAMESPACE}_tasks"
+#: Counter: tasks this replica ran to their end, by ``status`` (``completed``, ``failed``).
+TASK_ENDS = f"{NAMESPACE}_task_ends"
+#: Gauge: sessions this replica serves (its copies; every session lives in the store).
+SESSIONS = f"{NAMESPACE}_sessions_open"
+#: Gauge: ``subscriptions/listen`` streams open on this replica.
+LISTEN_STREAMS = f"{NAMESPACE}_listen_streams_open"
+#: Counter: drains, by ``stage``: ``started``; at their end ``finished`` (every
+#: running request done in time) or ``handed_over`` (requests still running were
+#: handed to other replicas), and ``handed_over`` again when tasks still running were.
+DRAINS = f"{NAMESPACE}_drains"
 
 #: The "verdict" reported when the store could not be reached (HTTP 503):
 #: nothing is known about the real verdict, so it is counted apart.
@@ -72,7 +129,7 @@ class PrometheusObserver:
         self,
         registry: CollectorRegistry | None = None,
         *,
-        namespace: str = "replaystore_mcp",
+        namespace: str = NAMESPACE,
         buckets: tuple[float, ...] = (
             0.0005,
             0.001,
@@ -137,3 +194,159 @@ class PrometheusObserver:
         timed.observe(seconds)
         if replayed:
             self.replayed.inc(replayed)
+
+
+# ---------------------------------------------------------------- the replica's state
+
+
+class _Instruments:
+    """The process' counters and histogram, and the collector of its gauges, in one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        import prometheus_client
+
+        self.registry = registry
+        self.observer: PrometheusObserver | None = None
+        # (ValueError: the application's own PrometheusObserver() counts there already.)
+        with contextlib.suppress(ValueError):
+            self.observer = PrometheusObserver(registry)
+        self.unavailable = prometheus_client.Counter(
+            UNAVAILABLE, "Requests answered 503, by reason.", ["reason"], registry=registry
+        )
+        self.store_seconds = prometheus_client.Histogram(
+            STORE_SECONDS,
+            "Seconds of one store round trip, by operation (failed ones included).",
+            ["operation"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=registry,
+        )
+        self.drains = prometheus_client.Counter(
+            DRAINS, "Drains of this replica, by stage.", ["stage"], registry=registry
+        )
+        self.task_ends = prometheus_client.Counter(
+            TASK_ENDS,
+            "Tasks this replica ran to their end, by status.",
+            ["status"],
+            registry=registry,
+        )
+        registry.register(_Gauges())
+
+
+_lock = threading.Lock()
+_instruments: _Instruments | None = None
+#: What every app of the process shares (its sessions, leases, tasks, listen streams).
+_apps: weakref.WeakSet[Shared] = weakref.WeakSet()
+
+
+def instruments() -> _Instruments:
+    """The process' instruments, registered once in ``prometheus_client.REGISTRY``."""
+    global _instruments
+    with _lock:
+        if _instruments is None:
+            try:
+                import prometheus_client
+            except ImportError as exc:  # pragma: no cover - depends on the environment
+                raise ImportError(
+                    "metrics need prometheus_client: pip install 'replaystore[prometheus]'"
+                ) from exc
+            _instruments = _Instruments(prometheus_client.REGISTRY)
+        return _instruments
+
+
+def watch(shared: Shared) -> None:
+    """Count what an app holds in the gauges (kept as long as the app lives)."""
+    _apps.add(shared)
+
+
+def unavailable_reason(data: Mapping[str, Any] | None) -> str:
+    """The ``reason`` label of a 503, from its JSON-RPC error's ``data``."""
+    if not data:
+        return "store_unreachable"
+    if data.get("draining"):
+        return "draining"
+    reason = str(data.get("reason", "storage_error"))
+    if reason == STORAGE_ERROR:
+        return f"store_{data.get('store', 'unreachable')}"
+    return reason
+
+
+def count_unavailable(data: Mapping[str, Any] | None) -> None:
+    """A request was answered 503 with this ``data``."""
+    if _instruments is not None:
+        _instruments.unavailable.labels(reason=unavailable_reason(data)).inc()
+
+
+def time_store(operation: str, seconds: float) -> None:
+    """One store round trip of ``operation`` took ``seconds``."""
+    if _instruments is not None:
+        _instruments.store_seconds.labels(operation=operation).observe(seconds)
+
+
+def count_drain(stage: str) -> None:
+    """A drain reached ``stage`` (``started``, ``finished``, ``handed_over``)."""
+    if _instruments is not None:
+        _instruments.drains.labels(stage=stage).inc()
+
+
+def count_task_end(status: str) -> None:
+    """A task run here ended with ``status``, stored."""
+    if _instruments is not None:
+        _instruments.task_ends.labels(status=status).inc()
+
+
+class _Gauges:
+    """The gauges, read from every app's state at each scrape."""
+
+    def describe(self) -> list[Metric]:
+        return []  # read at each scrape: nothing to check when registered
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        sessions = request_leases = task_leases = listening = 0
+        states: Counter[str] = Counter({"working": 0, "input_required": 0})
+        for shared in list(_apps):
+            for manager in shared.managers:
+                sessions += manager.sessions_open
+                request_leases += manager.replica.leases_held
+            if shared.tasks is not None:
+                for state in shared.tasks.running_states():
+                    states[state] += 1
+                    task_leases += 1
+            bus = shared.shared_bus
+            if bus is not None:
+                listening += bus.listeners
+        yield GaugeMetricFamily(SESSIONS, "Sessions this replica serves.", value=sessions)
+        leases = GaugeMetricFamily(LEASES, "Leases this replica holds, by kind.", labels=["kind"])
+        leases.add_metric(["request"], request_leases)
+        leases.add_metric(["task"], task_leases)
+        yield leases
+        tasks = GaugeMetricFamily(
+            TASKS, "Tasks running on this replica, by state.", labels=["state"]
+        )
+        for state, count in sorted(states.items()):
+            tasks.add_metric([state], count)
+        yield tasks
+        yield GaugeMetricFamily(
+            LISTEN_STREAMS, "subscriptions/listen streams open on this replica.", value=listening
+        )
+
+
+def serve_metrics(app: Starlette, path: str) -> PrometheusObserver | None:
+    """Answer ``GET path`` with every metric of ``prometheus_client.REGISTRY`` (yours too).
+
+    Returns the process' resumption observer, for a store that has none (None
+    when the application registered one of its own there).
+    """
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    found = instruments()
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(found.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.router.routes.append(Route(path, metrics, methods=["GET"]))
+    return found.observer

@@ -41,7 +41,7 @@ __all__ = ["Problem", "check_store", "eviction_warning", "probe"]
 
 #: The stream of the lease the health check takes and drops at once.
 _PROBE_STREAM = "probe"
-#: Milliseconds the probe's lease lives, should dropping it fail.
+#: Seconds the probe's lease, and its throwaway session's tombstone, live.
 _PROBE_TTL = 5.0
 
 
@@ -71,9 +71,9 @@ async def probe(buffer: ReplayBuffer, registry: Registry, replica: str, *, deep:
         await buffer.resolve_and_replay(throwaway, first)
     except StorageError:
         with suppress(StorageError):  # the first refusal is the one to tell
-            await buffer.close_session(throwaway)
+            await buffer.close_session(throwaway, tombstone_ttl=_PROBE_TTL)
         raise
-    await buffer.close_session(throwaway)
+    await buffer.close_session(throwaway, tombstone_ttl=_PROBE_TTL)
     await coordination.probe(replica, subscribe=True)
 
 

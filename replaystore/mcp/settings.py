@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_CHECK_INTERVAL",
+    "DEFAULT_DRAIN_SECONDS",
     "DEFAULT_LEASE_TTL",
     "DEFAULT_STORE_TIMEOUT",
     "Settings",
@@ -25,6 +26,10 @@ DEFAULT_LEASE_TTL = 5.0
 
 #: Seconds between two store checks of a live connection (lost wake-ups, lapsed leases).
 DEFAULT_CHECK_INTERVAL = 1.0
+
+#: Seconds a replica told to stop lets running requests and tasks finish,
+#: taking no new work meanwhile, before it hands over what still runs.
+DEFAULT_DRAIN_SECONDS = 10.0
 
 #: Seconds a request waits for the store before it is answered 503 (with
 #: ``Retry-After``): a store outage must not hold requests for long.

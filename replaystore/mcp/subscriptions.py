@@ -123,6 +123,11 @@ class StoreSubscriptionBus:
             )
 
     @property
+    def listeners(self) -> int:
+        """Listen streams open on this replica (each subscribes once)."""
+        return len(self._listeners)
+
+    @property
     def gaps(self) -> int:
         """Events this replica knows it missed (it fell more than ``keep`` behind)."""
         return self._events.gaps if self._events is not None else 0

@@ -10,6 +10,14 @@ session's ``503`` carries), and :class:`UnavailableStatus`, around the whole
 app, gives such a JSON answer its ``503`` and ``Retry-After``. Nothing else
 is touched: other answers, SSE streams and every other route pass through
 unread.
+
+One stream is the exception: a ``tasks/stream`` response whose events were
+already sent, and that this server ends early (the store failed, the replica
+drains: :func:`stream_closed`), ends without its final message, since its
+only result, ``{}``, means "complete", and an error there would be read as
+the stream's outcome. The client resumes it with its cursor, as after a
+dropped connection. Before any event, such an end is a ``503`` like any
+other.
 """
 
 from __future__ import annotations
@@ -21,15 +29,26 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .metrics import count_unavailable
 from .refusals import unavailable_error
 
-__all__ = ["RETRY_AFTER", "UnavailableStatus", "is_unavailable", "store_unavailable"]
+__all__ = [
+    "RETRY_AFTER",
+    "UnavailableStatus",
+    "is_unavailable",
+    "store_unavailable",
+    "stream_closed",
+]
 
 #: Seconds a client is asked to wait before sending the request again.
 RETRY_AFTER = 1
 
 #: The ``data.reason`` that marks an answer the store did not serve.
 _REASON = "storage_error"
+#: The ``data.reason`` of a stream this server ended early.
+_CLOSED = "stream_closed"
+#: The method whose SSE response ends without a result when ended early.
+_STREAM_METHOD = b"tasks/stream"
 #: A JSON answer larger than this is never a store error: passed on unread.
 _LARGEST = 64 * 1024
 
@@ -38,6 +57,15 @@ def store_unavailable(exc: BaseException | None) -> MCPError:
     """The JSON-RPC error of a request the store did not serve; answered ``503``."""
     message, data = unavailable_error(exc)
     return MCPError(INTERNAL_ERROR, message, data)
+
+
+def stream_closed() -> MCPError:
+    """The end of a stream this server closed early: a ``503`` before any event, no result after."""
+    return MCPError(
+        INTERNAL_ERROR,
+        "the server closed the stream early; send the request again (with the last seq as after)",
+        {"reason": _CLOSED},
+    )
 
 
 def is_unavailable(body: Any) -> bool:
@@ -50,7 +78,7 @@ def is_unavailable(body: Any) -> bool:
         isinstance(error, dict)
         and error.get("code") == INTERNAL_ERROR
         and isinstance(data, dict)
-        and data.get("reason") == _REASON
+        and data.get("reason") in (_REASON, _CLOSED)
     )
 
 
@@ -71,12 +99,23 @@ class UnavailableStatus:
             await self.app(scope, receive, send)
             return
         held: Message | None = None
+        stream = _is_task_stream(scope)
+        events = False
 
         async def relay(message: Message) -> None:
-            nonlocal held
+            nonlocal held, events
             if message["type"] == "http.response.start" and _worth_reading(message):
                 held = message
                 return
+            if stream and message["type"] == "http.response.start":
+                events = _is_sse(message)
+            if (
+                events
+                and message["type"] == "http.response.body"
+                and not message.get("more_body", False)
+                and _ended_early(message.get("body", b""))
+            ):
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
             if held is not None and message["type"] == "http.response.body":
                 start, held = held, None
                 body = message.get("body", b"")
@@ -86,6 +125,33 @@ class UnavailableStatus:
             await send(message)
 
         await self.app(scope, receive, relay)
+
+
+def _is_task_stream(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"mcp-method":
+            return bool(value.strip() == _STREAM_METHOD)
+    return False
+
+
+def _is_sse(start: Message) -> bool:
+    for name, value in start.get("headers", []):
+        if name.lower() == b"content-type":
+            return bool(value.lower().startswith(b"text/event-stream"))
+    return False
+
+
+def _ended_early(body: bytes) -> bool:
+    """Whether a stream's final SSE frame is the error of an early end (:func:`stream_closed`)."""
+    if _CLOSED.encode() not in body and _REASON.encode() not in body:
+        return False
+    for line in body.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                return is_unavailable(json.loads(line[5:]))
+            except ValueError:
+                return False
+    return False
 
 
 def _worth_reading(start: Message) -> bool:
@@ -98,7 +164,7 @@ def _worth_reading(start: Message) -> bool:
 
 
 def _with_status(start: Message, body: bytes) -> Message:
-    if _REASON.encode() not in body:  # most answers: not parsed at all
+    if _REASON.encode() not in body and _CLOSED.encode() not in body:  # most: not parsed
         return start
     try:
         decoded = json.loads(body)
@@ -106,6 +172,7 @@ def _with_status(start: Message, body: bytes) -> Message:
         return start
     if not is_unavailable(decoded):
         return start
+    count_unavailable(decoded["error"]["data"])
     headers = [(n, v) for n, v in start.get("headers", []) if n.lower() != b"retry-after"]
     headers.append((b"retry-after", str(RETRY_AFTER).encode()))
     return {**start, "status": 503, "headers": headers}

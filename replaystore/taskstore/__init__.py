@@ -10,6 +10,7 @@ memory one in :mod:`replaystore.backends.memory.tasks`, the Redis one in
 
 from __future__ import annotations
 
+from .events import EventPage, EventRetention, TaskEvent, TaskEventError
 from .records import (
     CANCELLED,
     COMPLETED,
@@ -17,6 +18,7 @@ from .records import (
     INPUT_REQUIRED,
     LOST_ERROR,
     OUTAGE_ERROR,
+    RESTORED_ERROR,
     TERMINAL,
     WORKING,
     Beat,
@@ -35,10 +37,15 @@ __all__ = [
     "INPUT_REQUIRED",
     "LOST_ERROR",
     "OUTAGE_ERROR",
+    "RESTORED_ERROR",
     "TERMINAL",
     "WORKING",
     "Beat",
+    "EventPage",
+    "EventRetention",
     "NotReplicatedError",
+    "TaskEvent",
+    "TaskEventError",
     "TaskInputError",
     "TaskRecord",
     "TaskStore",

@@ -30,6 +30,7 @@ __all__ = [
     "LOST_ERROR",
     "MAX_BLOB",
     "OUTAGE_ERROR",
+    "RESTORED_ERROR",
     "TERMINAL",
     "WORKING",
     "Beat",
@@ -74,6 +75,17 @@ OUTAGE_ERROR: Final[dict[str, Any]] = {
     "code": -32603,
     "message": "the task store could not be reached for longer than the task's lease, "
     "and the server running this task did not renew it once the store answered again",
+}
+
+#: The JSON-RPC error of a task the store holds from before it went back in
+#: time (restored from an older snapshot, failed over to a replica that had not
+#: received every write) and that reads as unfinished: its client may have seen
+#: it end since, so it ends ``failed`` with this, and its tool never runs again.
+RESTORED_ERROR: Final[dict[str, Any]] = {
+    "code": -32603,
+    "message": "store_regressed: the task store went back in time since this task began "
+    "(restored from an older snapshot, or failed over to a replica that had not received "
+    "every write); its record cannot be trusted, so the task ended without running again",
 }
 
 # 24 URL-safe characters: 144 random bits.

@@ -30,7 +30,16 @@ lock or in one Lua script, so the rules below hold whatever replicas race:
   hint, never the truth: the runner reads the change with its next
   :meth:`TaskStore.beat` either way, so a lost one costs latency only;
 - a task created with an owner is invisible to anyone else: every operation
-  answers as for an unknown id.
+  answers as for an unknown id;
+- a task's events (:mod:`.events`) get ``seq`` 0, 1, 2… from the store, in
+  the step that appends them: the first is the ``working`` status of its
+  creation, and every status change (input required, answered, ended,
+  failed as lost, claimed to run again) is appended in the step that makes
+  it, so the last event of an ended task is its end. A tool's event is
+  appended only while its runner holds the task (the same fence as
+  :meth:`TaskStore.finish`), so a runner judged dead can never add to a
+  sequence another run continues. Retention (:class:`~.events.EventRetention`,
+  fixed at creation) drops the oldest events only.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from contextlib import asynccontextmanager
 from typing import Any
 
+from .events import EventPage, EventRetention
 from .records import Beat, Reaped, TaskRecord
 
 __all__ = ["TaskStore"]
@@ -60,8 +70,12 @@ class TaskStore(ABC):
         owner: str | None = None,
         attempts: int = 1,
         call: Mapping[str, Any] | None = None,
+        events: EventRetention | None = None,
     ) -> TaskRecord:
         """Store a new ``working`` task run by ``runner`` (lease of ``lease`` seconds).
+
+        Its events are kept as ``events`` says (the defaults when None); its
+        first event, ``seq`` 0, is its ``working`` status.
 
         Returns once the record is written: a :meth:`get` on any replica
         finds it. ``ValueError`` if the id is taken. With ``call`` (what to
@@ -187,6 +201,38 @@ class TaskStore(ABC):
         any replica claims it, so that a task no replica serves any more
         still ends (failed as lost) instead of staying active.
         """
+
+    @abstractmethod
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
+        """Append a tool's event (``blob`` from :func:`~.events.event_blob`); its ``seq``.
+
+        None, and nothing stored, unless ``runner`` holds the task and it has
+        not ended. The lease is not judged: the runner asking is alive.
+        ``key`` names this append for the runner: sent again (the reply was
+        lost), the append that was stored under it is answered, not repeated.
+        """
+
+    @abstractmethod
+    async def events(
+        self, task_id: str, *, owner: str | None = None, start: int | None = None, limit: int = 100
+    ) -> EventPage | None:
+        """The task's event facts and its retained events from ``seq`` ``start`` on (one step).
+
+        ``start`` None: from the earliest retained. At most ``limit`` events.
+        None if the task is unknown, expired or another owner's (as :meth:`get`);
+        a lapsed lease is judged first, as by :meth:`get`.
+        """
+
+    @asynccontextmanager
+    async def event_wakeups(self, task_id: str, wake: Callable[[], None]) -> AsyncIterator[None]:
+        """While open, call ``wake()`` soon after an event of ``task_id`` is appended anywhere.
+
+        Entered before a reader reads the store, so an event appended after
+        that read still wakes it. A hint only: a reader still reads the store
+        on a timer, so a lost wake-up (or a store that sends none, this
+        default) costs latency, never an event. ``wake`` must not block.
+        """
+        yield
 
     @asynccontextmanager
     async def nudges(self, runner: str, nudge: Callable[[str], None]) -> AsyncIterator[None]:

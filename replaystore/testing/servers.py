@@ -475,7 +475,12 @@ class ServerHandle:
         _forget_dir(str(self._root))
 
     def restart(
-        self, *, keep_data: bool = False, options: Sequence[str] = (), loaded: bool = True
+        self,
+        *,
+        keep_data: bool = False,
+        save: bool = True,
+        options: Sequence[str] = (),
+        loaded: bool = True,
     ) -> None:
         """Crash the server with SIGKILL and start it again on the SAME port.
 
@@ -484,7 +489,9 @@ class ServerHandle:
         deleted before the new process starts, so the dataset is empty.  With
         ``keep_data=True`` a synchronous ``SAVE`` is taken just before the kill
         and the restarted server loads that snapshot (a crash after a
-        successful persist).  ``options`` are added to the command line of
+        successful persist); with ``save=False`` too, no ``SAVE`` is taken and
+        the server loads the snapshot taken last (a restore from an older
+        snapshot: what was written since it is lost).  ``options`` are added to the command line of
         the new process only (a hidden setting such as ``--key-load-delay``
         that makes its start-up slow).  With ``loaded=False`` it returns as soon
         as the new process answers, even if only with ``-LOADING`` (a load slowed
@@ -497,7 +504,7 @@ class ServerHandle:
         if self._stopped:
             raise RuntimeError("restart() called on a stopped server")
         node = self._nodes[0]
-        if keep_data:
+        if keep_data and save:
             _command(node.port, "SAVE", timeout=START_TIMEOUT)
         if node.proc is not None:
             _kill_proc(node.proc)

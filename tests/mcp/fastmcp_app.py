@@ -14,13 +14,10 @@ import anyio
 import uvicorn
 from fastmcp import Context, FastMCP
 from mcp_types import SamplingMessage, TextContent
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
-from starlette.requests import Request
-from starlette.responses import Response
 
 from replaystore import ReplayBuffer
-from replaystore.mcp import PrometheusObserver, fastmcp_http_app
+from replaystore.mcp import fastmcp_http_app
 from replaystore.mcp.http_head import http_protocol
 from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
@@ -82,19 +79,13 @@ def build_app(
         await anyio.sleep(seconds)
         return f"held {seconds}"
 
-    registry = CollectorRegistry()
-
-    @mcp.custom_route("/metrics", methods=["GET"])
-    async def metrics(request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
     buffer = ReplayBuffer.from_url(url, max_events=max_events)
     bus = StoreSubscriptionBus() if tasks is not None else None
     return fastmcp_http_app(
         mcp,
         buffer,
-        observer=PrometheusObserver(registry),
         retry_interval=100,
+        metrics_path="/metrics",
         tasks=tasks,
         subscriptions=bus,
     )

@@ -83,6 +83,8 @@ def render(text: str, replica_ports: list[int], listen: int) -> str:
     """A deploy/ file with loopback addresses: ``replicaN:8000`` and the listening port."""
     for i, port in enumerate(replica_ports, 1):
         text = text.replace(f"replica{i}:8000", f"127.0.0.1:{port}")
+    # An address is not looked up again (and nginx before 1.27.3 does not know `resolve`).
+    text = text.replace(" resolve max_fails", " max_fails")
     text = re.sub(r"(?m)^(\s*)listen 8080;", rf"\g<1>listen 127.0.0.1:{listen};", text)
     return re.sub(r"(?m)^(\s*)bind :8080$", rf"\g<1>bind 127.0.0.1:{listen}", text)
 
@@ -370,7 +372,8 @@ def test_compose_file_runs_the_tested_deployment() -> None:
         command = replica["command"]
         assert command[:2] == ["replaystore", "example-server"]
         assert command[command.index("--port") + 1] == "8000"
-        assert command[command.index("--url") + 1].startswith("redis://redis:")
+        url = command[command.index("--url") + 1]
+        assert url.startswith("redis://replaystore:${REDIS_PASSWORD") and "@redis:6379/" in url
         assert "/healthz" in " ".join(replica["healthcheck"]["test"])
         # Long enough for the drain: the container is not killed mid-call.
         assert int(replica["stop_grace_period"].rstrip("s")) > 10
@@ -381,6 +384,17 @@ def test_compose_file_runs_the_tested_deployment() -> None:
     )
     for balancer in ("nginx", "haproxy"):
         assert set(services[balancer]["depends_on"]) == {"replica1", "replica2", "replica3"}
+    # Redis as docs/deployment.md asks: no host port, maxmemory without eviction, and the
+    # replicas' user with exactly the guide's ACL (the default user off).
+    redis_service = services["redis"]
+    assert "ports" not in redis_service
+    line = " ".join(redis_service["command"])
+    assert "--maxmemory 256mb --maxmemory-policy noeviction" in line
+    assert "--user default off " in line
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    (rules,) = re.findall(r"^ACL SETUSER replaystore (.+)$", guide, re.MULTILINE)
+    rules = rules.replace(">PASSWORD", ">${REDIS_PASSWORD:?set REDIS_PASSWORD}")
+    assert f"--user replaystore {rules}" in line, line
 
 
 def test_documented_health_check_sees_every_replica_healthy(deployment: Deployment) -> None:
@@ -849,7 +863,7 @@ async def test_a_task_answer_within_the_documented_limit_passes(
     async with TaskClient(url) as client:
         with anyio.fail_after(60):
             result = await client.call("ask", {}, on_input=answer)
-    assert result["content"][0]["text"] == f"hello {name}"
+    assert result.content[0].text == f"hello {name}"
     too_large = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "y" * (5 << 20)}}
     async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
         refused = await http.post(url, json=too_large, headers=_HEADERS)

@@ -481,6 +481,27 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
     assert heard.heard == [("wake", "7"), ("end", "S{1}"), ("fwd", "{}")]
 
 
+async def test_the_store_check_leaves_only_keys_with_a_short_expiry(
+    real_servers: dict[str, ServerHandle],
+) -> None:
+    """The start-up (deep) check writes a throwaway session and a lease: what it leaves in
+    the store expires within seconds, as docs/deployment.md says, not the tombstones' hour."""
+    import redis.asyncio
+
+    if "redis" not in real_servers:
+        real_servers["redis"] = start_standalone(redis_server_binary(), "redis")
+    url = real_servers["redis"].url
+    prefix = f"check{uuid.uuid4().hex[:6]}:"
+    async with ReplayBuffer.from_url(url, prefix=prefix) as buffer:
+        assert await check_store(buffer) == []
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        left = {key: await client.pttl(key) async for key in client.scan_iter(f"{prefix}*")}
+    finally:
+        await client.aclose()
+    assert all(0 < ms <= 5000 for ms in left.values()), left
+
+
 async def test_notifications_resume_after_the_connection_is_cut(
     real_servers: dict[str, ServerHandle],
 ) -> None:

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
+from replaystore.mcp import manager_of
 from replaystore.mcp.example import build_app
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port
@@ -59,7 +60,7 @@ async def served() -> AsyncIterator[tuple[str, object]]:
             while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
                 await anyio.sleep(0.02)
         try:
-            yield f"http://127.0.0.1:{port}", app.state.replay_manager
+            yield f"http://127.0.0.1:{port}", manager_of(app)
         finally:
             server.should_exit = True
 
@@ -308,7 +309,7 @@ async def test_a_post_reaching_a_replica_that_just_let_its_session_go_is_503_the
                 with anyio.fail_after(20):
                     while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
                         await anyio.sleep(0.02)
-                manager = app.state.replay_manager
+                manager = manager_of(app)
                 async with httpx.AsyncClient(timeout=20) as http:
                     session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
                     request_id, body = session.call("countdown", {"n": 3, "interval_ms": 0})
@@ -362,7 +363,7 @@ async def test_a_post_sent_again_whose_stream_lost_its_start_is_409_and_not_run(
             with anyio.fail_after(20):
                 while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
                     await anyio.sleep(0.02)
-            buffer = app.state.replay_manager._replay_store.buffer
+            buffer = manager_of(app)._replay_store.buffer
             async with httpx.AsyncClient(timeout=20) as http:
                 session = await RawSession(http, f"http://127.0.0.1:{port}/mcp").initialize()
                 request_id, body = session.call("countdown", {"n": 10, "interval_ms": 0}, "e")

@@ -399,8 +399,8 @@ async def test_task_client_call_of_a_countdown_rides_an_8s_redis_stall(
             with stalled(store):
                 group.start_soon(call, "during", 5)  # created through the stall
                 await anyio.sleep(8.0)
-    assert results["before"]["content"][0]["text"] == "done 30", results
-    assert results["during"]["content"][0]["text"] == "done 5", results
+    assert results["before"].content[0].text == "done 30", results
+    assert results["during"].content[0].text == "done 5", results
     assert len(_task_keys(store)) == 2, _task_keys(store)
 
 
@@ -459,7 +459,7 @@ async def test_task_client_rides_a_balancers_html_502_until_a_replica_answers(
                 group.start_soon(call)
                 await anyio.sleep(1.0)  # the call meets nginx's 502 page meanwhile
                 server.start()
-        assert results["call"]["content"][0]["text"] == "done 3", results
+        assert results["call"].content[0].text == "done 3", results
     finally:
         server.stop()
         if nginx.poll() is None:
@@ -487,6 +487,6 @@ async def test_task_client_rides_refused_connections_until_its_server_starts(
                 group.start_soon(call)
                 await anyio.sleep(1.0)  # nothing listens yet: each connection is refused
                 server.start()
-        assert results["call"]["content"][0]["text"] == "done 3", results
+        assert results["call"].content[0].text == "done 3", results
     finally:
         server.stop()

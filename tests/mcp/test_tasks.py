@@ -21,8 +21,14 @@ import httpx2
 import pytest
 import redis
 import redis.asyncio
+from mcp_types import CallToolResult
 
-from replaystore.mcp.client.tasks import TaskCancelledError, TaskClient, TaskRequestError
+from replaystore.mcp.client.tasks import (
+    OnCreatedError,
+    TaskCancelledError,
+    TaskClient,
+    TaskRequestError,
+)
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import (
@@ -387,8 +393,30 @@ async def test_the_client_helper_answers_input_through_its_callback(
         result = await client.call(
             "ask", {"question": "Name?"}, on_input=on_input, on_created=on_created
         )
-    assert result["content"][0]["text"] == "hello Ada"
+    assert result.content[0].text == "hello Ada"
     assert len(created) == 1 and asked == [("r1", "Name?")]  # asked once, however many polls
+
+
+async def test_the_client_helper_takes_a_plain_on_created_and_never_loses_the_id(
+    task_sets: dict[str, TaskSet], fresh2: httpx2.AsyncClient
+) -> None:
+    """The result is the SDK's ``CallToolResult``; ``on_created`` may be a plain function,
+    and one that raises hands the task's id over with its error (the task runs on)."""
+    saved: list[str] = []
+
+    def full_disk(task_id: str) -> None:
+        raise OSError("no space left on device")
+
+    async with TaskClient(task_sets["redis"].url, http=fresh2) as client:
+        result = await client.call("countdown", {"n": 2, "interval_ms": 0}, on_created=saved.append)
+        assert isinstance(result, CallToolResult), result
+        assert result.content[0].text == "done 2"
+        assert result.structured_content == {"result": "done 2"} and not result.is_error
+        assert len(saved) == 1 and (await client.get(saved[0]))["status"] == "completed"
+        with pytest.raises(OnCreatedError) as caught:
+            await client.call("countdown", {"n": 3, "interval_ms": 50}, on_created=full_disk)
+        assert isinstance(caught.value.__cause__, OSError)
+        assert (await client.wait(caught.value.task_id)).content[0].text == "done 3"
 
 
 async def test_the_client_helper_resumes_from_a_persisted_task_id(
@@ -406,7 +434,7 @@ async def test_the_client_helper_resumes_from_a_persisted_task_id(
     [task_id] = saved
     async with TaskClient(any_set.url, http=fresh2) as second:
         result = await second.wait(task_id)
-        assert result["content"][0]["text"] == "done 10"
+        assert result.content[0].text == "done 10"
         # A cancelled task raises, and so does an unknown one.
         doomed = (
             await second.request(

@@ -1,4 +1,4 @@
-"""The collector setting a replica runs with (see replaystore.mcp.collector)."""
+"""The collector setting a replica runs with (see replaystore.mcp.process)."""
 
 from __future__ import annotations
 

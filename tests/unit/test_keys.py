@@ -77,6 +77,11 @@ async def test_a_teardown_s_keys(backend: RedisBackend) -> None:
         leftovers._timer.cancel()
 
 
+def test_the_store_marker(backend: RedisBackend, on_redis: OnRedis) -> None:
+    assert backend.marker.key == "rs{store}:era"
+    assert on_redis.marker is backend.marker  # one marker per process and store, every part
+
+
 def test_the_registry_s_keys(on_redis: OnRedis) -> None:
     registry = on_redis.registry()
     assert isinstance(registry, RedisRegistry)
@@ -103,12 +108,17 @@ def test_the_listen_keys(on_redis: OnRedis) -> None:
 def test_the_task_keys(on_redis: OnRedis) -> None:
     store = on_redis.task_store(namespace="app")
     assert isinstance(store, RedisTaskStore)
-    assert store.keys("t1") == ["rs{task:app:t1}:task", "rs{task:app:t1}:in", "rs{task:app:t1}:ans"]
+    assert store.keys("t1") == [
+        "rs{task:app:t1}:task",
+        "rs{task:app:t1}:in",
+        "rs{task:app:t1}:ans",
+        "rs{task:app:t1}:ev",
+    ]
     assert store._index() == "rs{tasks:app}:running"
     assert store._nudge_prefix() == "rs{tasks:app}:nudge:"
     bare = on_redis.task_store()
     assert isinstance(bare, RedisTaskStore)
-    assert bare.keys("t1") == ["rs{task:t1}:task", "rs{task:t1}:in", "rs{task:t1}:ans"]
+    assert bare.keys("t1")[3] == "rs{task:t1}:ev"
     assert bare._index() == "rs{tasks}:running"
     assert bare._nudge_prefix() == "rs{tasks}:nudge:"
 
@@ -137,6 +147,8 @@ def test_the_names_module_spells_each_name_as_its_users_do() -> None:
     assert keys.replica_channel("rs", "r1") == "rsmcp:r:r1"
     assert keys.probe_channel("rs", "r1") == "rsmcp:r:probe.r1"
     assert keys.request_state("rs") == "rs{request-state}:key"
+    assert keys.store_marker("rs") == "rs{store}:marker"
+    assert keys.store_era("rs") == "rs{store}:era"
     assert keys.request_state_used("rs", "ab12") == "rs{request-state:ab12}:used"
     assert keys.listen(lambda name: keys.base("rs", name)) == (
         "rs{listen}:events",

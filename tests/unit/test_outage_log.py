@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from replaystore.mcp.sessions.outages import OutageLog
+from replaystore.backends.outages import OutageLog
 
 
 class _Clock:

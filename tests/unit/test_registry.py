@@ -115,7 +115,7 @@ class _RecordingBackend(Backend):
     async def session_info(self, session: str) -> SessionInfo | None:
         return None
 
-    async def close_session(self, session: str) -> bool:
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
         return False
 
 

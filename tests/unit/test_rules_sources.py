@@ -55,6 +55,7 @@ def test_every_pair_the_rules_produce_is_known() -> None:
             "invalid_session",
             "index_lost",
             "store_regressed",
+            "store_restored",
         }
     )
     assert used == set(REASONS)
@@ -86,7 +87,7 @@ def _mcp_reasons() -> dict[str, Verdict]:
 
 
 def test_mcp_reasons_are_in_the_table() -> None:
-    assert set(_mcp_reasons()) == {"attached_live", "vanished"}
+    assert set(_mcp_reasons()) == {"attached_live", "vanished", "no_session"}
 
 
 def test_fact_slots_named_once() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from replaystore.backends.memory.tasks import MemoryTaskStore
 from replaystore.errors import StorageError
-from replaystore.mcp.tasks.leases import RenewalFailures, Run, _beat
+from replaystore.mcp.tasks.leases import Run, _beat, renewal_log
 from replaystore.taskstore import Beat
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,7 @@ async def test_an_outage_logs_its_start_a_count_per_interval_and_its_end(
 ) -> None:
     """75 s of failed renewals every 0.25 s (300 of them): four lines, not 300."""
     now = [0.0]
-    failures = RenewalFailures(every=30.0, clock=lambda: now[0])
+    failures = renewal_log(clock=lambda: now[0])
     store = _Outage()
     runs = [Run("task-a"), Run("task-b")]
     caplog.set_level(logging.WARNING, logger="replaystore.mcp.tasks")
@@ -50,11 +50,21 @@ async def test_an_outage_logs_its_start_a_count_per_interval_and_its_end(
     await _beat(store, runs, "me", 5.0, failures)  # a second success says nothing
     lines = [r.getMessage() for r in caplog.records if r.name == "replaystore.mcp.tasks"]
     assert len(lines) == 4, lines
-    assert lines[0].startswith("lease renewal of 2 task(s) failed: the store is unreachable")
-    assert lines[1].startswith("lease renewal still failing: 120 failure(s) in the last 30 s")
-    assert lines[2].startswith("lease renewal still failing: 120 failure(s) in the last 30 s")
-    assert lines[3] == "lease renewal works again after 75.0 s and 300 failed renewal(s)"
+    assert lines[0].startswith(
+        "lease renewal of running tasks failed: the store is unreachable: Timeout reading "
+        "from 127.0.0.1:6379 (2 task(s) running here)"
+    ), lines[0]
+    assert lines[1].startswith(
+        "lease renewal of running tasks still failing: 120 failure(s) in the last 30 s"
+    )
+    assert lines[2].startswith(
+        "lease renewal of running tasks still failing: 120 failure(s) in the last 30 s"
+    )
+    assert lines[3] == "lease renewal of running tasks works again after 75.0 s and 300 failure(s)"
     caplog.clear()
+    now[0] += 30  # (a failure right after the end waits a period: a flapping store)
     store.down = True  # a new outage is reported from its start again
     await _beat(store, runs, "me", 5.0, failures)
-    assert [r.getMessage()[:33] for r in caplog.records] == ["lease renewal of 2 task(s) failed"]
+    assert [r.getMessage()[:37] for r in caplog.records] == [
+        "lease renewal of running tasks failed"
+    ]

@@ -290,9 +290,10 @@ class MemoryBackend(Backend):
             return None
         return entry[1]
 
-    def _bury(self, session: str, tomb: Tombstone) -> None:
+    def _bury(self, session: str, tomb: Tombstone, ttl: float | None = None) -> None:
         self._sessions.pop(session, None)
-        self._tombstones[session] = (tomb.at + self.retention.tombstone_ttl, tomb)
+        kept = self.retention.tombstone_ttl if ttl is None else ttl
+        self._tombstones[session] = (tomb.at + kept, tomb)
 
     # -- the contract ------------------------------------------------------
 
@@ -409,12 +410,12 @@ class MemoryBackend(Backend):
             state = self._live(session, self._clock())
             return None if state is None else _info(session, state)
 
-    async def close_session(self, session: str) -> bool:
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
         with self._lock:
             now = self._clock()
             existed = self._live(session, now) is not None
             if existed:
-                self._bury(session, Tombstone(reason_text("closed"), now))
+                self._bury(session, Tombstone(reason_text("closed"), now), tombstone_ttl)
             return existed
 
 

@@ -16,6 +16,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...taskstore.events import (
+    EventPage,
+    EventRetention,
+    decode_event,
+    encode_event,
+    encode_status,
+)
 from ...taskstore.records import (
     ACTIVE,
     CANCELLED,
@@ -62,6 +69,13 @@ class _Task:
     lease_ms: int = 0  # the runner's lease: the grace a suspect lapse gets (0: none)
     suspect: bool = False  # a lapse was seen; the next one is judged
     unseen: bool = False  # that lapse was seen more than a lease late: the store was out
+    task_id: str = ""
+    # Its events: the retained ones, in their stored form, seq next_seq - len(events) on.
+    events: list[bytes] = field(default_factory=list)
+    next_seq: int = 0
+    retention: EventRetention = field(default_factory=EventRetention)
+    events_until: int | None = None  # when the events of an ended task go
+    last_append: tuple[str, int] = ("", 0)  # the runner's key of the last tool event, its seq
 
     def orphaned(self, now: int) -> bool:
         """Its runner's lease lapsed, and another run may claim it."""
@@ -98,6 +112,8 @@ class _Shared:
         self.ops = 0
         # Runner -> the callbacks its replicas registered with nudges().
         self.nudges: dict[str, list[Callable[[str], None]]] = {}
+        # Task id -> the callbacks of the readers waiting for its events.
+        self.watchers: dict[str, list[Callable[[], None]]] = {}
 
 
 # Scope -> namespace -> the tasks of that namespace in that store.
@@ -184,8 +200,8 @@ class MemoryTaskStore(TaskStore):
             shared.running.pop(task_id, None)
         return task
 
-    @staticmethod
     def _end(
+        self,
         task: _Task,
         status: str,
         now: int,
@@ -202,6 +218,40 @@ class MemoryTaskStore(TaskStore):
             task.message = message
         task.outstanding.clear()
         task.answers.clear()
+        self._status_event(task, now)
+        after = task.retention.terminal_ms
+        task.events_until = None if after < 0 else now + after
+
+    def _status_event(self, task: _Task, now: int) -> None:
+        """Append the task's status as an event, in the step that set it."""
+        self._append(task, encode_status(now, task.status, task.runs, task.message), now)
+
+    def _append(self, task: _Task, entry: bytes, now: int) -> int:
+        """Append one event (its ``seq`` is the next), apply retention, wake the readers."""
+        seq = task.next_seq
+        task.events.append(entry)
+        task.next_seq += 1
+        self._trim(task, now)
+        for wake in self._shared.watchers.get(task.task_id, ()):
+            try:
+                wake()
+            except Exception:  # a hint: the reader reads the store on a timer anyway
+                logger.exception("waking a reader of task %s failed", task.task_id)
+        return seq
+
+    @staticmethod
+    def _trim(task: _Task, now: int) -> None:
+        """Drop the events retention no longer keeps: the oldest only, so the range stays whole."""
+        if task.events_until is not None and now >= task.events_until:
+            task.events.clear()
+            return
+        drop = max(0, len(task.events) - task.retention.max_events)
+        age = task.retention.age_ms
+        if age:
+            while drop < len(task.events) and int(task.events[drop].split(b":", 1)[0]) <= now - age:
+                drop += 1
+        if drop:
+            del task.events[:drop]
 
     def _visible(self, task_id: str, owner: str | None, now: int) -> _Task | None:
         task = self._live(task_id, now)
@@ -220,6 +270,7 @@ class MemoryTaskStore(TaskStore):
         owner: str | None = None,
         attempts: int = 1,
         call: Mapping[str, Any] | None = None,
+        events: EventRetention | None = None,
     ) -> TaskRecord:
         call_blob = pack(call) if call is not None else None
         with self._shared.lock:
@@ -238,7 +289,10 @@ class MemoryTaskStore(TaskStore):
                 lease_ms=int(lease * 1000),
                 call=call_blob,
                 max_runs=max(1, attempts),
+                task_id=task_id,
+                retention=events if events is not None else EventRetention(),
             )
+            self._status_event(task, now)
             self._shared.tasks[task_id] = task
             self._shared.running[task_id] = None
             return task.record(task_id, now)
@@ -267,6 +321,7 @@ class MemoryTaskStore(TaskStore):
             if keys:
                 task.status = INPUT_REQUIRED
                 task.updated = max(now, task.updated)
+                self._status_event(task, now)
             return keys
 
     async def respond(
@@ -286,6 +341,7 @@ class MemoryTaskStore(TaskStore):
             if taken:
                 if not task.outstanding:
                     task.status = WORKING
+                    self._status_event(task, now)
                 task.updated = max(now, task.updated)
                 nudges = list(self._shared.nudges.get(task.runner, ()))
         _announce(nudges, task_id)
@@ -435,4 +491,47 @@ class MemoryTaskStore(TaskStore):
             task.outstanding.clear()
             task.answers.clear()
             task.updated = max(now, task.updated)
+            self._status_event(task, now)
             return unpack(task.call)
+
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
+        with self._shared.lock:
+            now = self._clock()
+            task = self._live(task_id, now, judge=False)
+            if task is None or task.runner != runner or task.status in TERMINAL:
+                return None
+            named = f"{runner}:{key}"
+            if key and task.last_append[0] == named:
+                return task.last_append[1]  # sent again: stored already
+            seq = self._append(task, encode_event(now, blob), now)
+            task.last_append = (named, seq)
+            return seq
+
+    async def events(
+        self, task_id: str, *, owner: str | None = None, start: int | None = None, limit: int = 100
+    ) -> EventPage | None:
+        with self._shared.lock:
+            now = self._clock()
+            task = self._visible(task_id, owner, now)
+            if task is None:
+                return None
+            self._trim(task, now)
+            floor = task.next_seq - len(task.events)
+            first = floor if start is None else max(start, floor)
+            last = min(task.next_seq, first + max(0, limit))
+            events = [decode_event(seq, task.events[seq - floor]) for seq in range(first, last)]
+            return EventPage(floor, task.next_seq, task.status, events, task.orphaned(now))
+
+    @asynccontextmanager
+    async def event_wakeups(self, task_id: str, wake: Callable[[], None]) -> AsyncIterator[None]:
+        with self._shared.lock:
+            self._shared.watchers.setdefault(task_id, []).append(wake)
+        try:
+            yield
+        finally:
+            with self._shared.lock:
+                waiting = self._shared.watchers.get(task_id, [])
+                if wake in waiting:
+                    waiting.remove(wake)
+                if not waiting:
+                    self._shared.watchers.pop(task_id, None)

@@ -24,6 +24,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
@@ -51,10 +52,11 @@ from .client import build_client, storage_error
 from .coordination import OnRedis
 from .durability import append_and_wait, appended, check_options, options_from
 from .fastpath import Failed, FastPath
-from .fences import Fences, behind, regressed, regressed_answer
+from .fences import Fences, behind, end_every, regressed, regressed_answer
 from .keys import DEFAULT_PREFIX, meta, run_index, session_keys
 from .keys import base as session_base
 from .keys import sequence as sequence_key
+from .marker import StoreMarker
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
@@ -136,6 +138,8 @@ class RedisBackend(Backend):
         self._lean = run_split_ms(retention) == 0
         self._fences = Fences()  # what this process was handed (a failover may lose it)
         self._disconnected = False  # a connection failed since the fences were last checked
+        self._end_restored = end = partial(self._end_regressed, code="store_restored")
+        self.marker = StoreMarker(self._wire.command, prefix, partial(end_every, self._fences, end))
 
     @classmethod
     def from_url(
@@ -149,7 +153,8 @@ class RedisBackend(Backend):
 
     def coordination(self) -> OnRedis:
         """Replicas share this Redis: registry keys beside the session's, pub/sub notifications."""
-        return OnRedis(self.client, self.prefix, self.key_base, self._wire)
+        shared = (self.client, self.prefix, self.key_base, self._wire)
+        return OnRedis(*shared, self.marker, self._end_restored)
 
     # -- keys ----------------------------------------------------------------
 
@@ -417,9 +422,10 @@ class RedisBackend(Backend):
             await self._maintain(session, out[3], out[4])
         return ids
 
-    async def close_session(self, session: str) -> bool:
+    async def close_session(self, session: str, *, tombstone_ttl: float | None = None) -> bool:
         self._fences.forget(session)
-        return await self._close(session, '{"code":"closed"', ("", "always", ""))
+        kept = None if tombstone_ttl is None else max(1, round(tombstone_ttl * 1000))
+        return await self._close(session, '{"code":"closed"', ("", "always", ""), tomb_ms=kept)
 
     async def _close(
         self,
@@ -429,6 +435,7 @@ class RedisBackend(Backend):
         tags: Sequence[str] = (),
         *,
         later: bool = False,
+        tomb_ms: int | None = None,
     ) -> bool:
         """Delete the session (while ``expect`` holds: see ``close.lua``), then its lists.
 
@@ -441,7 +448,7 @@ class RedisBackend(Backend):
             "close",
             session,
             tags,
-            [tomb, self.retention.tombstone_ttl_ms, nonce, *expect],
+            [tomb, tomb_ms or self.retention.tombstone_ttl_ms, nonce, *expect],
             retry=True,
         )
         if not int(out[0]):
@@ -513,6 +520,7 @@ class RedisBackend(Backend):
         lost connection, before the next append or resume); the sessions ended."""
         self._disconnected = False
         try:
+            await self.marker.look()  # a restore from an older snapshot ends every fenced one
             return await behind(
                 self._fences, self.client, lambda s: meta(self.key_base(s)), self._end_regressed
             )
@@ -520,14 +528,14 @@ class RedisBackend(Backend):
             self._disconnected = True  # still unreachable: check again next time
             raise storage_error("checking for lost appends", exc, self.client) from exc
 
-    async def _end_regressed(self, session: str, epoch: str) -> None:
-        """End ``session`` (incarnation ``epoch``) for every replica: the store lost appends.
+    async def _end_regressed(self, session: str, epoch: str, code: str = "store_regressed") -> None:
+        """End ``session`` (incarnation ``epoch`` or any) for every replica: the store lost appends.
 
         Once the lost positions are issued again the loss stays true, so the
         teardown needs no condition beyond the incarnation.
         """
         self._fences.forget(session)
-        tomb = tombstone_head("store_regressed", Verdict.STORE_REGRESSED.value)
+        tomb = tombstone_head(code, Verdict.STORE_REGRESSED.value)
         await self._close(session, tomb, (epoch, "always", ""), later=True)
 
     async def _resolve(

@@ -19,13 +19,17 @@ replica that was handed none of the lost positions to resume into.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from ...errors import StorageError
 from ...verdicts import Resumption, Verdict
 
-__all__ = ["FENCES", "Fences", "behind", "regressed", "regressed_answer"]
+__all__ = ["FENCES", "Fences", "behind", "end_every", "regressed", "regressed_answer"]
+
+logger = logging.getLogger(__name__)
 
 #: Sessions whose fence a process remembers, the most recently appended to;
 #: an older one is forgotten and its session no longer checked by this process.
@@ -98,6 +102,16 @@ async def behind(
                 await end(session, epoch)
                 ended.append(session)
     return ended
+
+
+async def end_every(fences: Fences, end: Callable[[str, str], Awaitable[None]]) -> None:
+    """End, through ``end(session, epoch)``, every session with a fence: the store went back
+    in time (:mod:`.marker`), so whatever this process appended may be lost."""
+    for session, epoch, _ in fences.sessions():
+        try:
+            await end(session, epoch)
+        except StorageError as exc:  # its record is refused when read, by era
+            logger.warning("session %s could not be ended: %s", session, exc)
 
 
 def regressed(out: Resumption, fence: tuple[str, int] | None) -> bool:

@@ -45,7 +45,10 @@ __all__ = [
     "sequence",
     "session_channel",
     "session_keys",
+    "store_era",
+    "store_marker",
     "swept",
+    "task_event_channels",
     "task_index",
     "task_keys",
     "task_nudges",
@@ -160,9 +163,19 @@ def probe_channel(prefix: str, replica: str) -> str:
     return replica_channel(prefix, f"probe.{replica}")
 
 
+def store_era(prefix: str) -> str:
+    """The store's era and its count of ended sessions and tasks: a store gone back shows it."""
+    return f"{prefix}{{store}}:era"
+
+
 def request_state(prefix: str) -> str:
     """The key that seals the ``requestState`` tokens every replica hands out."""
     return f"{prefix}{{request-state}}:key"
+
+
+def store_marker(prefix: str) -> str:
+    """A token replicas read after an outage: missing or changed, the store came back empty."""
+    return f"{prefix}{{store}}:marker"
 
 
 def request_state_used(prefix: str, digest: str) -> str:
@@ -183,9 +196,26 @@ def listen(key_base: KeyBase) -> tuple[str, str]:
 
 
 def task_keys(key_base: KeyBase, space: str, task_id: str) -> list[str]:
-    """A task's keys: its hash, its outstanding input requests, the answers not yet taken."""
+    """A task's keys: its hash, its outstanding input requests, the answers not yet taken,
+    its retained events (a list; also the channel its appends are announced on)."""
     root = key_base(f"task:{space}:{task_id}" if space else f"task:{task_id}")
-    return [f"{root}:task", f"{root}:in", f"{root}:ans"]
+    return [f"{root}:task", f"{root}:in", f"{root}:ans", f"{root}:ev"]
+
+
+def task_event_channels(key_base: KeyBase, space: str) -> tuple[str, str, str]:
+    """The pattern matching every task's event channel, and what surrounds a task id in one.
+
+    A channel is the task's event list's own name (:func:`task_keys`), so one
+    ``PSUBSCRIBE`` per replica hears the appends of every task of the namespace.
+    """
+    marker = "\x01"
+    head, tail = task_keys(key_base, space, marker)[3].split(marker)
+    return f"{_glob(head)}*{_glob(tail)}", head, tail
+
+
+def _glob(text: str) -> str:
+    """``text`` matched literally by a Redis glob pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _tasks(key_base: KeyBase, space: str) -> str:

@@ -30,15 +30,27 @@ calls.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
+import httpx2
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import CallToolResult, Request, RequestParams, Result
 from pydantic import BaseModel, ConfigDict
 
-from .tasks import EXTENSION, InputHandler, TaskCancelledError, TaskError, TaskFailedError
+from .task_events import OnGone, TaskEventStream
+from .tasks import (
+    EXTENSION,
+    CreatedHandler,
+    InputHandler,
+    TaskCancelledError,
+    TaskClient,
+    TaskError,
+    TaskFailedError,
+    run_on_created,
+    tool_result,
+)
 
 __all__ = ["ClientTasks", "CreatedTask"]
 
@@ -90,9 +102,11 @@ class ClientTasks(ClientExtension):
     ``on_input(key, request)`` answers one input request (an
     ``elicitation/create`` request's answer is ``{"action": ..., "content":
     ...}``); without it a task that needs input raises :class:`TaskError`.
-    ``on_created(task_id)`` runs once the server created the task, before
-    polling starts: persist the id there to pick the task up after a restart
-    (with :meth:`TaskClient.wait <replaystore.mcp.client.TaskClient.wait>`).
+    ``on_created(task_id)`` (plain or async) runs once the server created
+    the task, before polling starts: persist the id there to pick the task
+    up after a restart (with :meth:`TaskClient.wait
+    <replaystore.mcp.client.TaskClient.wait>`); if it raises, the call
+    raises :class:`~replaystore.mcp.client.OnCreatedError` carrying the id.
     Polling waits at least ``min_poll`` and at most ``max_poll`` seconds,
     whatever the server suggests.
     """
@@ -103,7 +117,7 @@ class ClientTasks(ClientExtension):
         self,
         *,
         on_input: InputHandler | None = None,
-        on_created: Callable[[str], Awaitable[None]] | None = None,
+        on_created: CreatedHandler | None = None,
         min_poll: float = 0.05,
         max_poll: float = 30.0,
     ) -> None:
@@ -118,15 +132,14 @@ class ClientTasks(ClientExtension):
     async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> CallToolResult:
         """Poll the task to its end; its ``CallToolResult``, or the error saying why not."""
         task_id = created.task_id
-        if self._on_created is not None:
-            await self._on_created(task_id)
+        await run_on_created(self._on_created, task_id)
         timeout = ctx.read_timeout_seconds
         answered: set[str] = set()
         task: Mapping[str, Any] = created.model_dump(by_alias=True, mode="json")
         while True:
             status = task.get("status")
             if status == "completed":
-                return CallToolResult.model_validate(task.get("result") or {}, by_name=False)
+                return tool_result(task.get("result") or {}, task_id)
             if status == "failed":
                 raise TaskFailedError(task)
             if status == "cancelled":
@@ -159,3 +172,53 @@ class ClientTasks(ClientExtension):
         if not math.isfinite(seconds):
             seconds = 1.0
         return min(max(seconds, self._min_poll), self._max_poll)
+
+    @staticmethod
+    def stream_events(
+        client: Any,
+        task_id: str,
+        *,
+        after: int | None = None,
+        on_gone: OnGone = "raise",
+        idle_timeout: float = 30.0,
+    ) -> TaskEventStream:
+        """The task's events (``tasks/stream``) on the server ``client`` talks to, each once.
+
+        ``client``: a FastMCP ``Client`` over HTTP (or the server's URL). The
+        client's session hands notifications to extensions through a queue
+        that drops the oldest and may reorder them, so the stream goes on a
+        connection of its own, with the client's URL, headers and token, and
+        resumes on its own (see :class:`~replaystore.mcp.client.TaskEventStream`).
+        """
+        return _stream_of(client, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout)
+
+
+def _stream_of(
+    client: Any,
+    task_id: str,
+    *,
+    after: int | None = None,
+    on_gone: OnGone = "raise",
+    idle_timeout: float = 30.0,
+) -> TaskEventStream:
+    """The events of ``task_id`` on the server a FastMCP ``Client`` (or a URL) talks to.
+
+    The stream uses a connection of its own, with the client's URL, headers
+    and authentication (an ``httpx2.Auth``, or a bearer token given as a
+    string); it is closed with the stream.
+    """
+    transport = getattr(client, "transport", client)
+    url = transport if isinstance(transport, str) else getattr(transport, "url", None)
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise TaskError(f"task events are read over HTTP; {client!r} has no HTTP URL")
+    headers = dict(getattr(transport, "headers", None) or {})
+    auth = getattr(transport, "auth", None)
+    if auth == "oauth":
+        raise TaskError("a client with OAuth cannot lend its token; give TaskClient an httpx2.Auth")
+    if isinstance(auth, str):
+        headers["Authorization"] = f"Bearer {auth}"
+        auth = None
+    tasks = TaskClient(url, http=httpx2.AsyncClient(auth=auth, timeout=30.0), headers=headers)
+    return TaskEventStream(
+        tasks, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout, close_client=True
+    )

@@ -1,25 +1,29 @@
-"""Client side of a failed resumption: the server's verdict as an exception, then a new session.
+"""Client side of a session the server ended: why, as an exception, then a new session.
 
-A replaystore MCP server answers a resumption it cannot prove exact with HTTP
-404 and the verdict in the JSON-RPC error's ``data``::
+A replaystore MCP server answers a resumption it cannot prove exact, and
+any request for a session it ended or does not know, with HTTP 404 and the
+verdict in the JSON-RPC error's ``data``::
 
     {"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
      "message": "Not Found: cannot resume (...)",
      "data": {"verdict": "below_floor", "evidence": {...}}}}
 
-The SDK's client (and FastMCP's, which is built on it) retries that GET, then
-fails the call with "reconnection attempts exhausted" and every later call
-with "Session terminated"; it never shows the verdict and never opens a new
-session. This module gives a client the verdict and a way back:
+(``unknown_session`` for a session that is gone, with the tombstone saying
+how it ended). The protocol says a client that gets 404 for its session
+starts a new one. The SDK's client (and FastMCP's, which is built on it)
+does not: it retries a resumption's GET, then fails the call with
+"reconnection attempts exhausted", and every later call with "Session not
+found" or "Session terminated"; it never shows the verdict. This module
+gives a client the verdict and a way back:
 
 - :func:`desync_error` turns such a body into :class:`~replaystore.ResumptionDesyncError`;
 - :func:`raise_for_desync` is an ``httpx``/``httpx2`` response event hook that raises it;
 - :class:`DesyncWatch` records what its hook saw, for clients that handle the
   404 themselves (the SDK's does), and builds hooked ``httpx2`` clients for
   the SDK and for FastMCP (``httpx_client_factory``);
-- :class:`ResumingSession` runs an SDK ``ClientSession`` and, when a call fails
-  after a failed resumption, opens a fresh session and raises the verdict.
-  The failed call is not retried: it may already have had effects.
+- :class:`ResumingSession` runs an SDK ``ClientSession`` and opens a new one
+  on any 404 for it: a call the server refused with 404 (it never ran) is
+  sent again on the new session, one that may have run raises the verdict.
 
 Tools run as durable tasks (2026-07-28) have their own client,
 :class:`~replaystore.mcp.client.TaskClient`, exported beside this one by
@@ -28,20 +32,32 @@ Tools run as durable tasks (2026-07-28) have their own client,
 
 from __future__ import annotations
 
-import contextlib
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from ...verdicts import Evidence, Resumption, ResumptionDesyncError, Tombstone, Verdict
+import anyio
+import anyio.abc
+
+from ...verdicts import (
+    Evidence,
+    Resumption,
+    ResumptionDesyncError,
+    Tombstone,
+    Verdict,
+    reason_text,
+)
 
 __all__ = [
     "DesyncWatch",
+    "OnNewSession",
     "ResumingSession",
     "desync_error",
     "raise_for_desync",
+    "session_gone",
 ]
 
 T = TypeVar("T")
@@ -135,28 +151,69 @@ async def raise_for_desync(response: _Response) -> None:
         raise error
 
 
-class DesyncWatch:
-    """Remembers the failed resumptions its hook saw, for clients that swallow the exception.
+def session_gone(session: str) -> ResumptionDesyncError:
+    """The error for a 404 that names no verdict (another server, a proxy): ``unknown_session``."""
+    gone = Resumption(Verdict.UNKNOWN_SESSION, Evidence(session, reason_text("no_session")))
+    return ResumptionDesyncError(gone)
 
-    The SDK's client turns a 404 on its resumption GET into an exception it
-    catches and retries, so the verdict never reaches the caller. This hook
-    does not raise (raising inside the SDK's tasks would tear its transport
-    down); it records the first verdict, and :meth:`pop` hands it over once.
-    ``client_factory`` has the signature the SDK's and FastMCP's
-    ``httpx_client_factory`` expect.
+
+class DesyncWatch:
+    """Remembers the sessions its hook saw answered 404, for clients that swallow the exception.
+
+    The SDK's client turns a 404 into an error it handles itself (it retries
+    a resumption, then says "reconnection attempts exhausted"; a POST gets
+    "Session not found"), so the verdict never reaches the caller, and the
+    client goes on using the dead session. This hook does not raise (raising
+    inside the SDK's tasks would tear its transport down); it records, per
+    session id, the first 404 (its verdict when the body carries one, else
+    ``unknown_session``), and :meth:`pop` hands the first one over once.
+    It also counts the requests the server refused with 404 (they never
+    ran) and the ones it took, so :class:`ResumingSession` knows whether a
+    failed call is safe to send again. ``client_factory`` has the signature
+    the SDK's and FastMCP's ``httpx_client_factory`` expect.
     """
 
     def __init__(self) -> None:
         self._seen: ResumptionDesyncError | None = None
+        self._ended: dict[str, ResumptionDesyncError] = {}
+        #: The session id the server gave in answer to the last ``initialize``.
+        self.session_id: str | None = None
+        #: Requests (not ``initialize``) the server answered with 404, and with anything else.
+        self.refused = 0
+        self.taken = 0
 
     async def hook(self, response: _Response) -> None:
-        """Response event hook: record the verdict of a failed resumption."""
+        """Response event hook: record a 404 for a session, and count request outcomes."""
+        request = getattr(response, "request", None)
+        headers: Mapping[str, str] = getattr(request, "headers", None) or {}
+        asked = headers.get(_SESSION_HEADER)
+        if asked is None:
+            given = response.headers.get(_SESSION_HEADER)
+            if given is not None and response.status_code < 300:
+                self.session_id = given  # the answer to an initialize
+        elif _posted_request(request):
+            if response.status_code == 404:
+                self.refused += 1
+            else:
+                self.taken += 1
+        if response.status_code != 404 or asked is None:
+            return
         error = await _read_desync(response)
-        if error is not None and self._seen is None:
-            self._seen = error  # the first verdict is the cause; later 404s follow from it
+        if error is None:
+            error = session_gone(asked)
+        if asked not in self._ended:  # the first 404 is the cause; later ones follow from it
+            self._ended[asked] = error
+            if len(self._ended) > _ENDED:
+                del self._ended[next(iter(self._ended))]
+        if self._seen is None:
+            self._seen = error
+
+    def ended(self, session: str | None) -> ResumptionDesyncError | None:
+        """Why ``session`` ended, if the server answered 404 for it."""
+        return None if session is None else self._ended.get(session)
 
     def pop(self) -> ResumptionDesyncError | None:
-        """The first failed resumption seen since the last call, if any."""
+        """The first 404 for a session seen since the last call, if any."""
         error, self._seen = self._seen, None
         return error
 
@@ -187,40 +244,129 @@ class DesyncWatch:
         return client
 
 
+_SESSION_HEADER = "mcp-session-id"
+
+#: Ended sessions a watch remembers (a client replaces each as it ends: a few at most).
+_ENDED = 64
+
+
+def _posted_request(request: Any) -> bool:
+    """Whether ``request`` POSTs a JSON-RPC request (not ``initialize``, not a notification)."""
+    if getattr(request, "method", None) != "POST":
+        return False
+    try:
+        body = request.content
+    except Exception:  # a streamed body, not read: not one the SDK sends
+        return False
+    if not isinstance(body, bytes) or len(body) > _MAX_BODY or b'"method"' not in body:
+        return False
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and "id" in message
+        and isinstance(message.get("method"), str)
+        and message["method"] != "initialize"
+    )
+
+
+def _leaf(exc: Exception) -> Exception:
+    """The one error inside the exception groups of the SDK's task groups, else ``exc``."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+#: What :class:`ResumingSession` calls once per new session that replaces an ended one.
+OnNewSession = Callable[[Any, ResumptionDesyncError | None], Awaitable[None] | None]
+
+
+class _Opening:
+    """One session being opened by the host task: what its waiters get when it is done."""
+
+    __slots__ = ("done", "error", "session", "session_id")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.session: Any = None
+        self.session_id: str | None = None
+        self.error: BaseException | None = None
+
+
 class ResumingSession:
-    """An MCP client session that re-initializes after a failed resumption.
+    """An MCP client session that starts a new one whenever the server ends it.
 
     ::
 
-        async with ResumingSession(url) as mcp:
+        async def restore(session, ended):
+            log.warning("new session: %s %s", ended.verdict, ended.resumption.evidence.reason)
+            await session.subscribe_resource("file:///status")
+
+        async with ResumingSession(url, on_new_session=restore) as mcp:
             try:
                 result = await mcp.call_tool("countdown", {"n": 100})
             except ResumptionDesyncError as exc:
-                log.warning("resume failed: %s %s", exc.verdict, exc.resumption.evidence.as_dict())
-                # mcp.session is already a fresh, initialized session
+                # the call may have run: its result was lost; mcp.session is a fresh session
+                log.warning("lost: %s %s", exc.verdict, exc.resumption.evidence.as_dict())
 
-    Keyword arguments go to the SDK's ``ClientSession`` (callbacks, timeouts).
-    Like the SDK's session, it belongs to the task that entered it: replacing
-    a session closes the SDK's transport, whose task group must be left by the
-    task that entered it.
+    Any 404 for the session's id (a failed resumption, a session the server
+    ended or no longer has) ends it, as the protocol says: the next call
+    runs on a new, initialized session, and ``on_new_session(session,
+    ended)`` is awaited once for each new one (not for the first) before any
+    call uses it, with the :class:`ResumptionDesyncError` saying why the
+    previous one ended (``None`` after :meth:`reinitialize`). A call the
+    server refused with 404 never ran: it is sent once more, on the new
+    session. A call that may have run (its request was taken, then its
+    stream could not be resumed) is not: it raises
+    :class:`ResumptionDesyncError`, chained to the client's own error,
+    after the new session is open.
+
+    Sessions are opened and closed by a task of the ``ResumingSession``
+    (started where it is entered), never inside a caller's cancel scope: a
+    call under ``anyio.fail_after`` that starts a new session leaves it
+    running when its deadline passes. It is entered and left by one task
+    (it holds a task group); calls may come from any task. Keyword
+    arguments go to the SDK's ``ClientSession`` (callbacks, timeouts).
     """
 
-    def __init__(self, url: str, **session_options: Any) -> None:
+    def __init__(
+        self, url: str, *, on_new_session: OnNewSession | None = None, **session_options: Any
+    ) -> None:
         self.url = url
         self.watch = DesyncWatch()
+        self.on_new_session = on_new_session
         self._options = session_options
         self._stack: AsyncExitStack | None = None
-        self._session: Any = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._opening = _Opening()
+        self._wanted = anyio.Event()
+        self._cause: ResumptionDesyncError | None = None
+        self._closing = False
 
     @property
     def session(self) -> Any:
         """The current, initialized ``mcp.ClientSession``."""
-        if self._session is None:
+        session = self._opening.session if self._opening.done.is_set() else None
+        if session is None or self._stack is None:
             raise RuntimeError("ResumingSession is not open")
-        return self._session
+        return session
+
+    @property
+    def session_id(self) -> str | None:
+        """The ``Mcp-Session-Id`` of the current session."""
+        return self._opening.session_id
 
     async def __aenter__(self) -> ResumingSession:
-        await self._open()
+        stack = AsyncExitStack()
+        group = await stack.enter_async_context(anyio.create_task_group())
+        try:
+            await group.start(self._host)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        self._stack, self._group = stack, group
         return self
 
     async def __aexit__(
@@ -229,53 +375,133 @@ class ResumingSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._close()
-
-    async def _open(self) -> None:
-        from mcp import ClientSession
-        from mcp.client.streamable_http import streamable_http_client
-
-        stack = AsyncExitStack()
-        try:
-            http = await stack.enter_async_context(self.watch.client_factory())
-            read, write = await stack.enter_async_context(
-                streamable_http_client(self.url, http_client=http)
-            )
-            session = await stack.enter_async_context(ClientSession(read, write, **self._options))
-            await session.initialize()
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack, self._session = stack, session
-
-    async def _close(self) -> None:
-        stack, self._stack, self._session = self._stack, None, None
+        stack, self._stack = self._stack, None
+        self._closing = True
+        if self._group is not None and not self._opening.done.is_set():
+            self._group.cancel_scope.cancel()  # a session still opening is not waited for
+        self._wanted.set()
         if stack is not None:
             await stack.aclose()
 
+    async def _connect(self, stack: AsyncExitStack) -> Any:
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = await stack.enter_async_context(self.watch.client_factory())
+        read, write = await stack.enter_async_context(
+            streamable_http_client(self.url, http_client=http)
+        )
+        session = await stack.enter_async_context(ClientSession(read, write, **self._options))
+        await session.initialize()
+        return session
+
+    async def _host(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Open a session, hold it until it must be replaced, close it; again, until closed.
+
+        Runs in the task group entered with this object, so every session's
+        own tasks live outside whatever cancel scope a caller is in.
+        """
+        started = False
+        while not self._closing:
+            opening, cause, wanted = self._opening, self._cause, self._wanted
+            self.watch.pop()  # what the ended session's last requests were told
+            try:
+                failed: Exception | None = None
+                async with AsyncExitStack() as stack:
+                    session = await self._connect(stack)
+                    opening.session, opening.session_id = session, self.watch.session_id
+                    if started:
+                        failed = await self._restore(session, cause)
+                    if failed is None:
+                        opening.done.set()
+                        if not started:
+                            started = True
+                            task_status.started()
+                        await wanted.wait()
+                if failed is not None:  # raised here, once the session is closed
+                    raise failed
+            except Exception as exc:
+                error = _leaf(exc)
+                if not started:
+                    raise error from None  # the first session: entering this object fails
+                if not opening.done.is_set():
+                    opening.session, opening.error = None, error
+                    opening.done.set()
+                await wanted.wait()  # a caller asks again (or the session closes)
+
+    async def _restore(self, session: Any, cause: ResumptionDesyncError | None) -> Exception | None:
+        """``on_new_session``'s error, if it raised (a session it could not restore is not used)."""
+        if self.on_new_session is None:
+            return None
+        try:
+            restored = self.on_new_session(session, cause)
+            if inspect.isawaitable(restored):
+                await restored
+        except Exception as exc:
+            return exc
+        return None
+
+    def _ask(self, ended: _Opening, cause: ResumptionDesyncError | None) -> None:
+        """Have the host replace ``ended``, unless another caller did already."""
+        if self._opening is ended:
+            self._opening, self._cause = _Opening(), cause
+            wanted, self._wanted = self._wanted, anyio.Event()
+            wanted.set()
+
+    async def _renew(self, ended: _Opening, cause: ResumptionDesyncError | None) -> _Opening:
+        """The session that replaces ``ended``: asked for once, however many callers saw it end."""
+        self._ask(ended, cause)
+        return await self._ready(again=False)
+
+    async def _ready(self, *, again: bool = True) -> _Opening:
+        """The current session's opening once it is open (its error if that failed).
+
+        ``again``: an opening that failed before (the server was down, or
+        ``on_new_session`` raised) is tried once more for this caller.
+        """
+        opening = self._opening
+        if again and opening.done.is_set() and opening.error is not None:
+            self._ask(opening, self._cause)
+            opening = self._opening
+        await opening.done.wait()  # a caller's deadline ends this wait, not the opening
+        if opening.error is not None:
+            raise opening.error
+        if self._stack is None:
+            raise RuntimeError("ResumingSession is not open")
+        return opening
+
     async def reinitialize(self) -> None:
-        """Drop the current session (best effort) and open a new one."""
-        with contextlib.suppress(Exception):  # the old session is gone on the server already
-            await self._close()
-        self.watch.pop()
-        await self._open()
+        """Drop the current session and open a new one (``on_new_session`` is told ``None``)."""
+        await self._renew(self._opening, None)
 
     async def run(self, call: Callable[[Any], Awaitable[T]]) -> T:
-        """``await call(session)``; after a failed resumption, a new session and the verdict.
+        """``await call(session)`` on a live session; a call refused with 404 once more.
 
-        When the call fails and the server had refused to resume one of this
-        session's streams, the session is replaced by a fresh one and
-        :class:`ResumptionDesyncError` is raised with the server's verdict and
-        evidence, chained to the client's own error. Other failures propagate.
+        Before the call, a session the server answered 404 for (on any of its
+        requests or streams, since the last call) is replaced. When the call
+        fails and the server answered 404 for its session meanwhile, a new
+        session is opened; the call is then sent again if the server refused
+        it without running it (every request of the call was answered 404),
+        else :class:`ResumptionDesyncError` is raised with the server's
+        verdict and evidence, chained to the client's own error. Other
+        failures propagate and keep the session.
         """
+        opening = await self._ready()
+        ended = self.watch.ended(opening.session_id)
+        if ended is not None:
+            opening = await self._renew(opening, ended)
+        refused, taken = self.watch.refused, self.watch.taken
         try:
-            return await call(self.session)
+            return await call(opening.session)
         except Exception as exc:
-            desync = self.watch.pop()
-            if desync is None:
+            ended = self.watch.ended(opening.session_id)
+            if ended is None:
                 raise
-            await self.reinitialize()
-            raise desync from exc
+            never_ran = self.watch.refused > refused and self.watch.taken == taken
+            opening = await self._renew(opening, ended)
+            if not never_ran:
+                raise ended from exc
+        return await call(opening.session)
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kw: Any) -> Any:
         """``session.call_tool`` through :meth:`run`."""

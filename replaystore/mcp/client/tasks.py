@@ -4,10 +4,12 @@ A server speaking the tasks extension may answer ``tools/call`` with a task
 instead of a result. :class:`TaskClient` declares the extension, polls
 ``tasks/get`` at the server's suggested ``pollIntervalMs``, answers the task's
 ``inputRequests`` through a callback (each key once), and returns the tool's
-``CallToolResult`` (or raises :class:`TaskFailedError` /
-:class:`TaskCancelledError`). Give it ``on_created`` to persist the task id:
-after the client restarts, :meth:`TaskClient.wait` with that id resumes the
-polling where it was, on any replica behind any balancer::
+``CallToolResult`` (the SDK's ``mcp_types.CallToolResult``, as its own
+client returns; or raises :class:`TaskFailedError` /
+:class:`TaskCancelledError`). Give it ``on_created`` (a plain or an async
+function) to persist the task id: after the client restarts,
+:meth:`TaskClient.wait` with that id resumes the polling where it was, on
+any replica behind any balancer::
 
     async with TaskClient("http://localhost:8000/mcp") as client:
         result = await client.call("report", {"days": 7}, on_input=ask_user, on_created=save)
@@ -34,7 +36,7 @@ itself) ends a call sooner.
 
 from __future__ import annotations
 
-import json
+import inspect
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,10 +45,22 @@ from typing import Any
 
 import anyio
 import httpx2
+from mcp_types import CallToolResult
+from pydantic import ValidationError
 
-from ...errors import ReplayStoreError
+from .answers import (
+    RETRY_STATUSES,
+    TaskError,
+    TaskRequestError,
+    TaskUnavailableError,
+    response_message,
+    retry_after,
+    transient,
+)
+from .task_events import OnGone, TaskEventStream
 
 __all__ = [
+    "OnCreatedError",
     "TaskCancelledError",
     "TaskClient",
     "TaskError",
@@ -61,33 +75,42 @@ VERSION = "2026-07-28"
 #: ``on_input(key, request)``: the response to one input request (an
 #: ``elicitation/create`` request's answer is ``{"action": ..., "content": ...}``).
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
+#: ``on_created(task_id)``: a plain function or a coroutine function.
+CreatedHandler = Callable[[str], Awaitable[None] | None]
 
 
-class TaskError(ReplayStoreError):
-    """A task did not produce a result."""
+class OnCreatedError(TaskError):
+    """``on_created`` raised: the task exists and runs on; ``task_id`` says which.
 
-
-class TaskRequestError(TaskError):
-    """The server answered a request with a JSON-RPC error (e.g. -32602 for an unknown task)."""
-
-    def __init__(self, method: str, error: Mapping[str, Any]) -> None:
-        self.code = error.get("code")
-        self.error = dict(error)
-        super().__init__(f"{method}: {error.get('message')} ({self.code})")
-
-
-class TaskUnavailableError(TaskRequestError):
-    """The server (or the way to it) kept failing the request for ``retry_for`` seconds.
-
-    ``error`` is the last failure: the JSON-RPC error, or the HTTP status
-    (``code``) or the connection error (``code`` None) as a message.
+    Raised from the callback's own exception (its ``__cause__``), so that a
+    failure to persist the id never loses it: :meth:`TaskClient.wait` or
+    :meth:`TaskClient.cancel` with ``task_id`` take the task from there.
     """
 
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"on_created failed for task {task_id} (the task runs on)")
 
-#: HTTP statuses of a "not now": a replica or a balancer that may serve the request later.
-RETRY_STATUSES = frozenset({408, 413, 429, 500, 502, 503, 504})
-#: The -32603 message of servers that answer a store outage with HTTP 200.
-_STORE_UNREACHABLE = "the task store is unreachable"
+
+async def run_on_created(on_created: CreatedHandler | None, task_id: str) -> None:
+    """Call ``on_created(task_id)``, plain or async; its failure as :class:`OnCreatedError`."""
+    if on_created is None:
+        return
+    try:
+        outcome = on_created(task_id)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception as exc:
+        raise OnCreatedError(task_id) from exc
+
+
+def tool_result(result: Mapping[str, Any], tool: str) -> CallToolResult:
+    """A ``tools/call`` (or a completed task's) result as the SDK's ``CallToolResult``."""
+    try:
+        return CallToolResult.model_validate(result, by_name=False)
+    except ValidationError as exc:
+        kind = result.get("resultType", "complete")
+        raise TaskError(f"{tool}: the server's result ({kind}) is not a CallToolResult") from exc
 
 
 class TaskFailedError(TaskError):
@@ -142,6 +165,11 @@ class TaskClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
 
+    @property
+    def http(self) -> httpx2.AsyncClient:
+        """The HTTP client the requests go through."""
+        return self._http
+
     async def __aenter__(self) -> TaskClient:
         return self
 
@@ -165,6 +193,42 @@ class TaskClient:
         lasted ``retry_for`` seconds.
         """
         request_id = uuid.uuid4().hex  # one id for every copy: the server knows a copy
+        body, headers = self.envelope(request_id, method, params, name)
+        deadline = anyio.current_time() + self.retry_for
+        pause = self.backoff
+        while True:
+            wait: float | None = None
+            try:
+                response = await self._http.post(self.url, json=body, headers=headers)
+            except httpx2.TransportError as exc:  # refused, reset, timed out: not answered
+                failure: dict[str, Any] = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
+            else:
+                status = response.status_code
+                message = response_message(
+                    response.text, response.headers.get("content-type", ""), request_id
+                )
+                if message is not None and "error" not in message:
+                    result: dict[str, Any] = message.get("result") or {}
+                    return result
+                if message is not None:
+                    failure = dict(message["error"])
+                    if not transient(failure, status):
+                        raise TaskRequestError(method, failure)
+                else:
+                    failure = {"code": status, "message": f"HTTP {status}: no JSON-RPC response"}
+                    if status not in RETRY_STATUSES:
+                        raise TaskRequestError(method, failure)
+                wait = retry_after(response.headers.get("retry-after"))
+            delay = min(max(pause, wait or 0.0), self.max_backoff)
+            if anyio.current_time() + delay > deadline:
+                raise TaskUnavailableError(method, failure)
+            await anyio.sleep(delay)
+            pause = min(pause * 2, self.max_backoff)
+
+    def envelope(
+        self, request_id: str, method: str, params: Mapping[str, Any], name: str
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The JSON-RPC body and the HTTP headers of one request (the extension declared)."""
         meta = {
             "io.modelcontextprotocol/protocolVersion": VERSION,
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
@@ -182,36 +246,7 @@ class TaskClient:
             "Mcp-Method": method,
             "Mcp-Name": name,
         }
-        deadline = anyio.current_time() + self.retry_for
-        pause = self.backoff
-        while True:
-            wait: float | None = None
-            try:
-                response = await self._http.post(self.url, json=body, headers=headers)
-            except httpx2.TransportError as exc:  # refused, reset, timed out: not answered
-                failure: dict[str, Any] = {"code": None, "message": f"{type(exc).__name__}: {exc}"}
-            else:
-                status = response.status_code
-                message = _message(
-                    response.text, response.headers.get("content-type", ""), request_id
-                )
-                if message is not None and "error" not in message:
-                    result: dict[str, Any] = message.get("result") or {}
-                    return result
-                if message is not None:
-                    failure = dict(message["error"])
-                    if not _transient(failure, status):
-                        raise TaskRequestError(method, failure)
-                else:
-                    failure = {"code": status, "message": f"HTTP {status}: no JSON-RPC response"}
-                    if status not in RETRY_STATUSES:
-                        raise TaskRequestError(method, failure)
-                wait = _retry_after(response.headers.get("retry-after"))
-            delay = min(max(pause, wait or 0.0), self.max_backoff)
-            if anyio.current_time() + delay > deadline:
-                raise TaskUnavailableError(method, failure)
-            await anyio.sleep(delay)
-            pause = min(pause * 2, self.max_backoff)
+        return body, headers
 
     async def call(
         self,
@@ -219,20 +254,20 @@ class TaskClient:
         arguments: Mapping[str, Any] | None = None,
         *,
         on_input: InputHandler | None = None,
-        on_created: Callable[[str], Awaitable[None]] | None = None,
-    ) -> dict[str, Any]:
+        on_created: CreatedHandler | None = None,
+    ) -> CallToolResult:
         """Call ``tool``; if the server makes it a task, wait for the task's result.
 
-        ``on_created(task_id)`` runs before polling starts: persist the id
-        there to :meth:`wait` for it after a restart.
+        ``on_created(task_id)`` (plain or async) runs before polling starts:
+        persist the id there to :meth:`wait` for it after a restart. If it
+        raises, the call raises :class:`OnCreatedError` carrying the id.
         """
         params = {"name": tool, "arguments": dict(arguments or {})}
         result = await self.request("tools/call", params, tool)
         if result.get("resultType") != "task":
-            return result
+            return tool_result(result, tool)
         task_id = str(result["taskId"])
-        if on_created is not None:
-            await on_created(task_id)
+        await run_on_created(on_created, task_id)
         return await self.wait(task_id, on_input=on_input, first=result)
 
     async def get(self, task_id: str) -> dict[str, Any]:
@@ -249,7 +284,7 @@ class TaskClient:
         *,
         on_input: InputHandler | None = None,
         first: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Poll until the task ends: its ``CallToolResult``, or an exception saying why not.
 
         Each input request key is answered once (the server keeps showing a
@@ -261,8 +296,7 @@ class TaskClient:
         while True:
             status = task.get("status")
             if status == "completed":
-                result: dict[str, Any] = dict(task.get("result") or {})
-                return result
+                return tool_result(task.get("result") or {}, task_id)
             if status == "failed":
                 raise TaskFailedError(task)
             if status == "cancelled":
@@ -291,44 +325,20 @@ class TaskClient:
             seconds = 1.0
         return min(max(seconds, self._min_poll), self._max_poll)
 
+    def stream_events(
+        self,
+        task_id: str,
+        *,
+        after: int | None = None,
+        on_gone: OnGone = "raise",
+        idle_timeout: float = 30.0,
+    ) -> TaskEventStream:
+        """The task's events after ``after`` (``tasks/stream``), each once, in order, to its end.
 
-def _transient(error: Mapping[str, Any], status: int) -> bool:
-    """Whether a JSON-RPC error says "not now" rather than "no".
-
-    A 503 (the store did not serve it, or the replica is draining) and the
-    -32603 of a store outage answered 200 by servers that do not say 503.
-    """
-    if status in (502, 503, 504):
-        return True
-    data = error.get("data")
-    if isinstance(data, Mapping) and data.get("reason") == "storage_error":
-        return True
-    return error.get("code") == -32603 and _STORE_UNREACHABLE in str(error.get("message"))
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds of a ``Retry-After`` header (a number; a date is ignored)."""
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _message(text: str, content_type: str, request_id: str) -> dict[str, Any] | None:
-    """The JSON-RPC response to ``request_id`` in a JSON or SSE body."""
-    candidates: list[str] = []
-    if "text/event-stream" in content_type:
-        for line in text.splitlines():
-            if line.startswith("data:"):
-                candidates.append(line[5:].strip())
-    else:
-        candidates.append(text)
-    for candidate in candidates:
-        try:
-            message = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and message.get("id") == request_id:
-            return message
-    return None
+        See :class:`~replaystore.mcp.client.TaskEventStream`: it reconnects
+        with the last ``seq`` it handed over until the server says the task
+        ended and every event was sent.
+        """
+        return TaskEventStream(
+            self, task_id, after=after, on_gone=on_gone, idle_timeout=idle_timeout
+        )

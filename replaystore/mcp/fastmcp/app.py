@@ -19,11 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from ...buffer import ReplayBuffer
 from .._sdk.checked import check as check_sdk
-from ..app import session_managers, wire
+from ..app import Process, session_managers, wire
 from ..metrics import ResumptionObserver
+from ..process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT
 from ..sessions.manager import as_event_store
 from ..sessions.view import ReplayEventStore
-from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
+from ..settings import (
+    DEFAULT_CHECK_INTERVAL,
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_LEASE_TTL,
+    DEFAULT_STORE_TIMEOUT,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
@@ -49,6 +56,11 @@ def fastmcp_http_app(
     request_state_once: bool = True,
     request_state_secret: Secret | None = None,
     share: bool = True,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    collector_threshold: int | None = COLLECTOR_THRESHOLD,
+    log_record_limit: int | None = LOG_RECORD_LIMIT,
+    check_store: bool = True,
+    metrics_path: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
@@ -77,13 +89,22 @@ def fastmcp_http_app(
     when there is one, and each ``requestState`` runs its round once across
     the replicas unless ``request_state_once=False``.
     ``share=False`` keeps FastMCP's own per-process defaults for both
-    (:mod:`replaystore.mcp.app` lists what replicas share).
+    (:mod:`replaystore.mcp.app` lists what replicas share). ``metrics_path``
+    (e.g. ``"/metrics"``, needs ``replaystore[prometheus]``): where the app
+    answers Prometheus scrapes (:mod:`replaystore.mcp.metrics`).
+
+    ``drain_seconds``, ``collector_threshold``, ``log_record_limit`` and
+    ``check_store``: what the app does to its process, as with
+    :func:`~replaystore.mcp.streamable_http_app` (served by uvicorn, it
+    drains when told to stop). :func:`~replaystore.mcp.manager_of` gives its
+    session manager once it started.
     """
     check_sdk(fastmcp=True)
     if "event_store" in kwargs:
         raise TypeError("pass the buffer instead of event_store")
     if kwargs.get("transport", "http") not in ("http", "streamable-http"):
         raise ValueError("resumability needs the streamable HTTP transport")
+    process = Process(drain_seconds, collector_threshold, log_record_limit, check_store)
     store = as_event_store(buffer, observer)
     settings = Settings(
         lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
@@ -107,6 +128,8 @@ def fastmcp_http_app(
         request_state_once=request_state_once,
         request_state_secret=request_state_secret,
         share=share,
+        process=process,
+        metrics_path=metrics_path,
     )
 
 

@@ -71,6 +71,9 @@ class FastMCPTasks(ServerExtension):
         self.tasks = tasks
         tasks.rerun_with(self._rerun)
 
+    def settings(self) -> dict[str, Any]:
+        return self.tasks.settings()
+
     def methods(self) -> Sequence[MethodBinding]:
         return [
             MethodBinding(b.method, b.params_type, b.handler, b.protocol_versions)

@@ -22,6 +22,7 @@ check_interval`` seconds, never a hang.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -37,6 +38,7 @@ from ...backends.notifications import Bus, End, Forward, Gap, Message, Takeover,
 from ...backends.session_registry import FINISHED, Registry
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
+from ..metrics import count_drain
 from ..settings import Settings
 
 __all__ = ["Followers", "Replica", "Sessions"]
@@ -107,17 +109,25 @@ class Replica:
     def running(self) -> bool:
         return self._task_group is not None
 
+    @property
+    def leases_held(self) -> int:
+        """Leases of requests running here."""
+        return len(self._leases)
+
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
         """Listen to the other replicas and renew leases while the app runs."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._run_bus)
             tg.start_soon(self._renew_loop)
+            tg.start_soon(self._look_back_loop)
             self._task_group = tg
             try:
                 yield
             finally:
                 self._task_group = None
+                if self.draining:
+                    count_drain("handed_over" if self._leases else "finished")
                 await self._release_all()
                 tg.cancel_scope.cancel()
 
@@ -240,6 +250,19 @@ class Replica:
                         key[1][:64],
                         key[0],
                     )
+
+    async def _look_back_loop(self) -> None:
+        """Whether the store went back in time, looked at once per check interval.
+
+        Reads the store's marker (:meth:`Registry.look_back`), so that this
+        replica knows the newest facts even when it served none of them, and
+        sees a restore that cut no connection.
+        """
+        while True:
+            # An outage is told by the requests it fails; the next look tries again.
+            with contextlib.suppress(StorageError):
+                await self.registry.look_back()
+            await anyio.sleep(self.settings.check_interval)
 
     async def lease_lapsed(self, session: str, stream: str) -> bool:
         """True if no replica holds the lease of ``stream`` (and this one does not run it)."""

@@ -3,7 +3,7 @@
 The session manager adopts the SDK's, the transport resumes streams only when
 the store proves the replay exact, and the event store (:mod:`.view`) keeps
 every event in a :class:`~replaystore.ReplayBuffer`. Live tails, lost
-requests, requests sent again and store outages each have a module here.
+requests and requests sent again each have a module here.
 
 Internal: what applications use is exported by :mod:`replaystore.mcp`.
 """

@@ -7,7 +7,9 @@ and one answered by the session's transport say the same words.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from dataclasses import replace
 from http import HTTPStatus
 from typing import Any
 
@@ -15,10 +17,14 @@ from mcp.server.streamable_http import CONTENT_TYPE_JSON, MCP_SESSION_ID_HEADER
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.responses import Response
 
-from ...verdicts import Resumption
+from ...buffer import ReplayBuffer
+from ...errors import StorageError
+from ...verdicts import Evidence, Resumption, Verdict, reason_text
+from ..metrics import count_unavailable
 from ..unavailable import RETRY_AFTER
+from .again import bounded
 
-__all__ = ["cannot_resume", "json_error", "unavailable"]
+__all__ = ["json_error", "not_found", "unavailable", "unknown", "why_gone"]
 
 
 def json_error(
@@ -46,19 +52,70 @@ def unavailable(session_id: str | None, message: str, data: dict[str, Any] | Non
     The session stays: a client retries, here or on another replica.
     """
     retry = {"Retry-After": str(RETRY_AFTER)}
+    count_unavailable(data)
     return json_error(
         session_id, HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR, message, data, retry
     )
 
 
-def cannot_resume(session_id: str | None, resumption: Resumption) -> Response:
-    """404 with the failed verdict and its evidence: the session was ended, initialize again."""
+def not_found(session_id: str | None, resumption: Resumption) -> Response:
+    """404 with the failed verdict and its evidence: the session is gone, initialize again.
+
+    The one answer for every session the server ended or does not know (a
+    refused resume, a request for a session the store no longer has), so a
+    client reads why from any of them, in the same place.
+    """
+    verdict, reason = resumption.verdict.value, resumption.evidence.reason
+    if resumption.verdict is Verdict.UNKNOWN_SESSION:
+        tombstone = resumption.evidence.tombstone
+        ended = f"; it ended: {tombstone.verdict or 'closed'}" if tombstone is not None else ""
+        message = f"Session not found ({verdict}: {reason}{ended}); initialize a new session"
+    else:
+        message = (
+            f"Not Found: cannot resume ({verdict}: {reason}); the session was terminated, "
+            "initialize a new one"
+        )
     return json_error(
         session_id,
         HTTPStatus.NOT_FOUND,
         INVALID_REQUEST,
-        f"Not Found: cannot resume ({resumption.verdict.value}: "
-        f"{resumption.evidence.reason}); the session was terminated, "
-        "initialize a new one",
-        {"verdict": resumption.verdict.value, "evidence": resumption.evidence.as_dict()},
+        message,
+        {"verdict": verdict, "evidence": resumption.evidence.as_dict()},
     )
+
+
+async def why_gone(
+    buffer: ReplayBuffer, session_id: str, store_timeout: float, *, served: bool = False
+) -> Resumption:
+    """The ``unknown_session`` verdict for a session this server will not serve, with its tombstone.
+
+    The store keeps why a session ended (closed, or the verdict that tore it
+    down) for a while; a 404 carries it, so a client (and its operator) see
+    why without asking the store. ``served``: this process was serving the
+    session, so a store without it and without a tombstone lost it
+    (restarted empty, failed over, or the session expired). A session the
+    store does know (a request with another credential than its creator's)
+    is answered exactly as one that never existed; a store that cannot be
+    asked within ``store_timeout`` leaves the tombstone out.
+    """
+    found: Resumption | None = None
+    with contextlib.suppress(StorageError), bounded(store_timeout):
+        # No side effects, and "0" is never judged for a missing session.
+        found = await buffer.resolve(session_id, "0")
+    if found is None or found.verdict is not Verdict.UNKNOWN_SESSION:
+        return unknown(session_id, served=served)
+    evidence = replace(found.evidence, cursor=None)
+    if served and evidence.tombstone is None:
+        evidence = replace(evidence, reason=reason_text("vanished"))
+    return Resumption(Verdict.UNKNOWN_SESSION, evidence)
+
+
+def unknown(session_id: str, *, served: bool = False) -> Resumption:
+    """``unknown_session``, nothing more known: never issued, or (``served``) lost by the store.
+
+    A session asked for with another credential than its creator's gets the
+    first: it reads exactly as one that never existed.
+    """
+    if served:
+        return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text("vanished")))
+    return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session_id, reason_text("no_session")))

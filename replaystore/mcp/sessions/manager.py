@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -49,10 +50,8 @@ from mcp.server.streamable_http import (
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types import INTERNAL_ERROR, InitializeRequestParams
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
@@ -60,25 +59,20 @@ from ...errors import StorageError
 from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
-from ..metrics import ResumptionObserver
+from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
 from ..refusals import answer_in_stream, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error, unavailable
+from .answers import json_error, not_found, unavailable, unknown, why_gone
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
 from .transport import ReplayTransport, header_text
 from .view import APPENDS, ReplayEventStore, SessionView
 
-__all__ = [
-    "HEALTH_PATH",
-    "ReplaySessionManager",
-    "add_health_route",
-    "as_event_store",
-]
+__all__ = ["ReplaySessionManager", "as_event_store"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -213,6 +207,11 @@ class ReplaySessionManager(ManagerOverrides):
     def replica(self) -> Replica:
         return self._replica
 
+    @property
+    def sessions_open(self) -> int:
+        """Sessions this replica serves now (its copies: every session lives in the store)."""
+        return len(self._server_instances)
+
     # ---------------------------------------------------------------- lifecycle
 
     @asynccontextmanager
@@ -252,7 +251,11 @@ class ReplaySessionManager(ManagerOverrides):
         return self._replica.draining
 
     def drain(self) -> None:
-        """Stop taking new work: the process is about to stop (call it on ``SIGTERM``).
+        """Stop taking new work: the process is about to stop (on ``SIGTERM``).
+
+        An app built by the wiring calls it when uvicorn is told to stop
+        (:mod:`replaystore.mcp.stopping`); under another server, call it
+        yourself (:func:`~replaystore.mcp.manager_of`).
 
         From now on :meth:`health` says so (a balancer takes the replica out
         of rotation), new requests are answered 503 with ``Retry-After`` (a
@@ -262,6 +265,8 @@ class ReplaySessionManager(ManagerOverrides):
         clients' resumptions are still served, until the server stops; then
         whatever still runs is handed over as a replica that stopped is.
         """
+        if not self._replica.draining:
+            count_drain("started")
         self._replica.draining = True
         for transport in list(self._server_instances.values()):
             view = transport._event_store
@@ -289,7 +294,11 @@ class ReplaySessionManager(ManagerOverrides):
                 buffer = self._replay_store.buffer
                 durable = bool(getattr(buffer.backend, "wait_replicas", 0))
                 deep = replica.refused is not None or APPENDS.failing or durable
-                await probe(buffer, replica.registry, replica.id, deep=deep)
+                started = time.perf_counter()
+                try:
+                    await probe(buffer, replica.registry, replica.id, deep=deep)
+                finally:
+                    time_store("health", time.perf_counter() - started)
         except StorageError as exc:
             if exc.permanent:
                 replica.refused = exc
@@ -324,20 +333,6 @@ class ReplaySessionManager(ManagerOverrides):
             self._replica.refused = StorageError("refused at start-up", permanent=True)
         return problems
 
-    async def health_endpoint(self, request: Request) -> Response:
-        """``GET /healthz``: 200 ``ok``, or 503 with the reason (plain text, never cached).
-
-        Served beside the MCP endpoint, not through it: no ``Host``,
-        ``Accept`` or session checks apply, so a balancer's bare check works.
-        """
-        ok, detail = await self.health()
-        return Response(
-            "" if request.method == "HEAD" else detail + "\n",
-            status_code=200 if ok else int(HTTPStatus.SERVICE_UNAVAILABLE),
-            media_type="text/plain",
-            headers={"Cache-Control": "no-store"},
-        )
-
     # ---------------------------------------------------------------- requests
 
     # (called by the overrides of the SDK's private methods, in overrides.py)
@@ -371,7 +366,34 @@ class ReplaySessionManager(ManagerOverrides):
         if refused is not None:
             await refused(scope, receive, send)
             return True
-        return False
+        return await self._not_found(session_id, scope, receive, send)
+
+    async def _not_found(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """404 for a session this replica will not serve, with the verdict and why it ended.
+
+        Where the SDK would answer a bare "Session not found": a session
+        nobody serves (the store ended it, lost it, or never had it), one
+        terminated here a moment ago, and one asked for with another
+        credential than its creator's (answered exactly as one that never
+        existed). False when the SDK serves the request.
+        """
+        served = self._server_instances.get(session_id)
+        if served is not None and not served.is_terminated:
+            if _requestor(scope) == self._session_owners.get(session_id):
+                return False
+            logger.warning(
+                "Rejecting request for session %s: credential does not match the one that "
+                "created the session",
+                session_id[:64],
+            )
+            gone = unknown(session_id)
+        else:
+            logger.info("Rejected request with unknown or ended session ID: %s", session_id[:64])
+            gone = await why_gone(
+                self._replay_store.buffer, session_id, self._replica.settings.store_timeout
+            )
+        await not_found(None, gone)(scope, receive, send)
+        return True
 
     async def _resume_from_store(
         self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
@@ -440,7 +462,7 @@ class ReplaySessionManager(ManagerOverrides):
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it
         await view.end_everywhere(failed=True)
-        await cannot_resume(session_id, attachment.resumption)(request.scope, request.receive, send)
+        await not_found(session_id, attachment.resumption)(request.scope, request.receive, send)
         return True
 
     async def _adopt_session(
@@ -671,14 +693,5 @@ def _restore(connection: Connection, record: dict[str, str]) -> None:
     connection.initialized.set()
 
 
-#: Where :func:`streamable_http_app` and ``fastmcp_http_app`` serve the health check.
-HEALTH_PATH = "/healthz"
-
-
 def _unavailable(exc: StorageError) -> Response:
     return unavailable(None, *unavailable_error(exc))
-
-
-def add_health_route(app: Starlette, manager: ReplaySessionManager) -> None:
-    """Serve ``manager``'s health check at :data:`HEALTH_PATH` (``GET`` and ``HEAD``)."""
-    app.router.routes.append(Route(HEALTH_PATH, manager.health_endpoint, methods=["GET", "HEAD"]))

@@ -60,14 +60,14 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from ...errors import StorageError, UnknownSessionError
-from ...verdicts import Resumption
+from ...verdicts import Resumption, Verdict
 from .._sdk.overrides import TransportOverrides
 from ..preflight import probe
 from ..refusals import store_trouble, unavailable_error
 from ..replicas.forwarding import route
 from .again import Lease, give_back, stream_origin, take_lease
 from .again import bounded as _bounded
-from .answers import cannot_resume, json_error, unavailable
+from .answers import json_error, not_found, unavailable, why_gone
 from .live import Attachment, _vanished
 from .lost import end_if_lost
 from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
@@ -374,14 +374,17 @@ class ReplayTransport(TransportOverrides):
         if view is not None:
             view.close_local()
             await view.discard()
-        await self._json_error(
-            request,
-            send,
-            HTTPStatus.NOT_FOUND,
-            INVALID_REQUEST,
-            "Session not found: the server's store no longer has it; initialize a new session",
-            None,
-        )
+        session_id = self.mcp_session_id or ""
+        gone = await self._why_gone(session_id)
+        await not_found(session_id, gone)(request.scope, request.receive, send)
+
+    async def _why_gone(self, session_id: str) -> Resumption:
+        """Why a session served here is gone from the store, as far as the store still says."""
+        view = self.view
+        replica = view.replica if view is not None else None
+        if view is None or replica is None:
+            return _vanished(session_id)
+        return await why_gone(view.buffer, session_id, replica.settings.store_timeout, served=True)
 
     async def _destination(self, view: SessionView, message: dict[str, Any] | None) -> str | None:
         """The other replica a client message must go to, or None to handle it here."""
@@ -463,13 +466,16 @@ class ReplayTransport(TransportOverrides):
     async def fail_closed(self, resumption: Resumption, request: Request, send: Send) -> None:
         """End the session everywhere, then answer 404 with the verdict and its evidence."""
         view = self.view
+        if resumption.verdict is Verdict.UNKNOWN_SESSION and resumption.evidence.tombstone is None:
+            # Gone under this live session: why, if the store still says.
+            resumption = await self._why_gone(resumption.evidence.session)
         if view is not None:
             await view.end_everywhere(failed=True)
             await view.discard()
         if not self.is_terminated:
             with anyio.CancelScope(shield=True):
                 await self.terminate()
-        response = cannot_resume(self.mcp_session_id, resumption)
+        response = not_found(self.mcp_session_id, resumption)
         await response(request.scope, request.receive, send)
 
     async def _json(self, request: Request, send: Send, status: HTTPStatus, body: Any) -> None:

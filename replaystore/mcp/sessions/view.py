@@ -36,17 +36,17 @@ from mcp.server.streamable_http import (
 )
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage
 
+from ...backends.outages import OutageLog
 from ...backends.session_registry import holder_field
 from ...buffer import ReplayBuffer
 from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Resumption, ResumptionDesyncError
-from ..metrics import STORAGE_ERROR, ResumptionObserver
+from ..metrics import STORAGE_ERROR, ResumptionObserver, time_store
 from ..refusals import store_trouble
 from ..settings import Settings
 from .again import note_refusal
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
-from .outages import OutageLog
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
@@ -288,8 +288,10 @@ class SessionView(EventStore):
                 last_event_id[:64],
             )
             self._observe(STORAGE_ERROR, time.perf_counter() - started, 0)
+            time_store("resume", time.perf_counter() - started)
             raise
         elapsed = time.perf_counter() - started
+        time_store("resume", elapsed)
         if not resumption.ok:
             if logger.isEnabledFor(logging.WARNING):  # the evidence is dumped only to be logged
                 logger.warning(
@@ -352,6 +354,7 @@ class SessionView(EventStore):
         key = self._key()
         deadline: float | None = None
         while True:
+            started = time.perf_counter()
             try:
                 event_id = await self._append_once(sequence, payload, key)
             except UnknownSessionError:
@@ -363,6 +366,7 @@ class SessionView(EventStore):
                 if deadline is None:
                     deadline = now + self.settings.lease_ttl / 2
                 wait = self.settings.lease_ttl / 2
+                time_store("append", time.perf_counter() - started)
                 APPENDS.failed(f"{store_trouble(exc)}; a stream waits up to {wait:g} s")
                 note_refusal(exc)  # told to a client whose request cannot wait that long
                 if self.closed:  # dropped here meanwhile: nothing to say twice
@@ -371,6 +375,7 @@ class SessionView(EventStore):
                     await anyio.sleep(min(_RETRY_PAUSE, deadline - now))
                     continue
                 raise
+            time_store("append", time.perf_counter() - started)
             if APPENDS.failing:
                 APPENDS.succeeded()
             if deadline is not None and self.replica is not None:

@@ -28,6 +28,7 @@ from mcp_types import INTERNAL_ERROR
 
 from ...errors import StorageError
 from ...taskstore import FAILED, TaskStore
+from ..metrics import count_drain
 from .leases import Run
 
 __all__ = ["SHUTDOWN_ERROR", "drain_runs", "draining", "hand_over"]
@@ -63,6 +64,7 @@ async def drain_runs(runs: Mapping[str, Run], seconds: float) -> None:
             if all(run.done for run in runs.values()):
                 return
             await anyio.sleep(0.05)
+    count_drain("handed_over")  # some still run: the caller hands them over
 
 
 async def hand_over(

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -57,10 +58,8 @@ from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     CallToolRequestParams,
-    RequestParams,
 )
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
 
 from ... import ReplayBuffer
 from ...backends.coordination import coordination_of
@@ -68,6 +67,7 @@ from ...errors import StorageError
 from ...taskstore import (
     FAILED,
     LOST_ERROR,
+    EventRetention,
     NotReplicatedError,
     TaskInputError,
     TaskRecord,
@@ -75,12 +75,15 @@ from ...taskstore import (
     new_task_id,
     valid_task_id,
 )
+from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
+from ..metrics import count_task_end
 from ..sessions.again import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
 from .creation import UNANSWERED_ERROR, Creations, Job, request_task_id
 from .drain import SHUTDOWN_ERROR, drain_runs, draining, hand_over
 from .leases import Nudged, Run, renew, scan
+from .params import StreamParams, TaskIdParams, UpdateParams
 from .session import (
     Rerun,
     TaskSession,
@@ -89,6 +92,8 @@ from .session import (
     sdk_rerun,
     sdk_tool_names,
 )
+from .stream import stream_events
+from .support import Mode, TaskSupport
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
 
@@ -106,49 +111,6 @@ MAX_KEY = 64
 UNSERVED_LEASES = 2
 
 _NOT_FOUND = "Failed to retrieve task: Task not found"
-
-Mode = Literal["forbidden", "optional", "required"]
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSupport:
-    """Whether a tool runs as a task, and for how long its task is kept.
-
-    ``forbidden``: never (the tool answers as a plain call); ``optional``: as a
-    task for a client that declares the extension, plainly otherwise;
-    ``required``: only as a task (a client without the extension gets -32021).
-    ``ttl`` (seconds) overrides the default for this tool's tasks.
-
-    ``idempotent``: running the tool again with the same arguments is safe, so
-    when the replica running its task dies, a survivor runs it again from the
-    start (with ``attempts`` runs in all, the first one included) instead of
-    failing the task as lost. The call's arguments are stored with the task.
-    """
-
-    mode: Mode = "optional"
-    ttl: float | None = None
-    idempotent: bool = False
-    attempts: int = 3
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("forbidden", "optional", "required"):
-            raise ValueError(f"task support must be forbidden, optional or required: {self.mode!r}")
-        if self.ttl is not None and not 0 < self.ttl <= 366 * 86400:
-            raise ValueError("a task TTL is between 0 and 366 days (seconds)")
-        if not 1 <= self.attempts <= 100:
-            raise ValueError("attempts is between 1 and 100")
-
-
-class TaskIdParams(RequestParams):
-    """``tasks/get`` and ``tasks/cancel`` params."""
-
-    task_id: str = Field(max_length=256)
-
-
-class UpdateParams(TaskIdParams):
-    """``tasks/update`` params."""
-
-    input_responses: dict[str, dict[str, Any]]
 
 
 class ReplayTasks(Extension):
@@ -170,6 +132,8 @@ class ReplayTasks(Extension):
     :meth:`bind`); set it when two deployments of one server share a store
     and prefix (``namespace="billing-staging"``), or to let servers of
     different names serve one app's tasks.
+
+    ``events``: how long each task's events are kept for ``tasks/stream``.
     """
 
     identifier = EXTENSION
@@ -185,6 +149,7 @@ class ReplayTasks(Extension):
         owner: Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
         store: TaskStore | None = None,
         namespace: str | None = None,
+        events: EventRetention | None = None,
     ) -> None:
         self._tools = {
             name: support if isinstance(support, TaskSupport) else TaskSupport(support)
@@ -200,6 +165,7 @@ class ReplayTasks(Extension):
         self.poll_interval = poll_interval
         self.lease = lease
         self.check_interval = check_interval
+        self.events = events if events is not None else EventRetention()
         self._owner = owner
         self._store = store
         self._namespace = namespace
@@ -207,11 +173,13 @@ class ReplayTasks(Extension):
         self._runner = new_task_id()  # this replica, as a lease holder
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, Run] = {}
-        #: Seconds running tasks may go on once :meth:`drain` was called (set by the server).
+        #: Seconds running tasks may go on once :meth:`drain` was called (set by the wiring).
         self.drain_seconds = 0.0
-        self._draining = False
+        #: When the drain ends (``time.monotonic()``), once :meth:`drain` was called.
+        self._drain_until: float | None = None
         self._rerun: Rerun | None = None
         self._lifespan: Callable[[], Any] | None = None
+        self.json_responses = False  # the app answers JSON only: no tasks/stream (the wiring)
         #: How long a client's request waits for the store before it is answered
         #: 503 (the app's ``store_timeout``, set by the app wiring).
         self.store_timeout = DEFAULT_STORE_TIMEOUT
@@ -314,18 +282,34 @@ class ReplayTasks(Extension):
             finally:
                 self._group = None
                 with anyio.CancelScope(shield=True):
-                    if self._draining:
-                        await drain_runs(self._runs, self.drain_seconds)
+                    if self._drain_until is not None:
+                        left = self._drain_until - time.monotonic()
+                        await drain_runs(self._runs, max(0.0, left))
                     await hand_over(self.store, self._runs, self._runner, self.store_timeout)
                 group.cancel_scope.cancel()
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` was called: no new task is taken, open streams end early."""
+        return self._drain_until is not None
+
+    @property
+    def runner(self) -> str:  # this replica, as the holder of the tasks it runs
+        return self._runner
+
+    def running_states(self) -> list[str]:  # ``input_required`` while it waits for an answer
+        return ["input_required" if run.waiting else "working" for run in list(self._runs.values())]
 
     def drain(self) -> None:
         """Take no new task (503), for the process is stopping (on ``SIGTERM``).
 
-        Running tasks go on for :attr:`drain_seconds` once :meth:`running`
-        exits, then are handed over (:mod:`~replaystore.mcp.tasks.drain`).
+        Running tasks go on for up to :attr:`drain_seconds` from this call
+        (the server may stop serving requests sooner: :meth:`running` exits
+        then, and waits for the rest of the drain), then are handed over
+        (:mod:`~replaystore.mcp.tasks.drain`).
         """
-        self._draining = True
+        if self._drain_until is None:
+            self._drain_until = time.monotonic() + self.drain_seconds
 
     @asynccontextmanager
     async def reaping(self, lifespan: Callable[[], Any] | None = None) -> AsyncIterator[None]:
@@ -352,12 +336,17 @@ class ReplayTasks(Extension):
             finally:
                 group.cancel_scope.cancel()
 
+    def settings(self) -> dict[str, Any]:
+        """What ``server/discover`` advertises under the extension: task event streams."""
+        return {} if self.json_responses else {STREAM_CAPABILITY: {}}
+
     def methods(self) -> list[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
         return [
             MethodBinding("tasks/get", TaskIdParams, self._get, versions),
             MethodBinding("tasks/update", UpdateParams, self._update, versions),
             MethodBinding("tasks/cancel", TaskIdParams, self._cancel, versions),
+            MethodBinding(STREAM_METHOD, StreamParams, self._stream, versions),
         ]
 
     # -- tools/call ----------------------------------------------------------------
@@ -427,7 +416,7 @@ class ReplayTasks(Extension):
         group = self._group
         if group is None:
             raise MCPError(INTERNAL_ERROR, "the task runner is not running")
-        if self._draining:
+        if self._drain_until is not None:
             raise draining()
         ttl = support.ttl if support.ttl is not None else self.ttl
         owner = self.owner_of(ctx)
@@ -457,6 +446,7 @@ class ReplayTasks(Extension):
                 owner=owner,
                 attempts=support.attempts if call is not None else 1,
                 call=call,
+                events=self.events,
             ),
             lambda: task_id in self._runs,
             launch,
@@ -589,6 +579,7 @@ class ReplayTasks(Extension):
                         message=message,
                         runner=self._runner,
                     )
+                    count_task_end(status)
                 except TaskInputError as exc:
                     text = f"the tool's result cannot be stored: {exc}"
                     error = {"code": INTERNAL_ERROR, "message": text}
@@ -602,6 +593,9 @@ class ReplayTasks(Extension):
                     logger.warning("task %s: could not store its end: %s", task_id, exc)
                     return
             await anyio.sleep(self.check_interval)
+
+    async def _stream(self, ctx: ServerRequestContext[Any, Any], params: StreamParams) -> Any:
+        return await stream_events(self, ctx, params, self._check(ctx, params))
 
     async def _input(self, run: Run, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the client through ``inputRequests``; wait for the answer, wherever it lands."""

@@ -30,10 +30,11 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from ...backends.outages import OutageLog
 from ...errors import StorageError
 from ...taskstore import TERMINAL, Beat, TaskStore
 
-__all__ = ["Nudged", "RenewalFailures", "Run", "renew", "scan"]
+__all__ = ["Nudged", "Run", "renew", "renewal_log", "scan"]
 
 logger = logging.getLogger("replaystore.mcp.tasks")
 
@@ -42,9 +43,6 @@ SCAN_BATCH = 100
 
 #: Added to a scan's wait, so it wakes just after a lease lapses, not just before.
 _SLACK = 0.01
-
-#: While renewals keep failing, one line per this many seconds says how many did.
-REPORT_EVERY = 30.0
 
 
 @dataclass(eq=False)
@@ -58,6 +56,7 @@ class Run:
     ended: bool = False  # the store says the task is over (cancelled, lost, expired)
     done: bool = False  # the tool returned: its end is being stored, renewals no longer apply
     rerunnable: bool = False  # an idempotent tool's: another replica may run it again
+    emitted: int = 0  # the task events this run appended: each append's key, sent again on a retry
 
 
 class Nudged:
@@ -82,60 +81,9 @@ class Nudged:
         return ids
 
 
-class RenewalFailures:
-    """The log of a store outage as the renewals see it: a few lines, not one per renewal.
-
-    Renewals run every check interval (4 a second by default) on every
-    replica, so a line per failed renewal would flood the log for as long as
-    the store is down. Instead: one warning when renewals start failing, one
-    per ``every`` seconds while they keep failing (how many did, the last
-    error), and one when a renewal succeeds again (how long it lasted).
-    """
-
-    def __init__(
-        self, every: float = REPORT_EVERY, clock: Callable[[], float] = anyio.current_time
-    ) -> None:
-        self.every = every
-        self._clock = clock
-        self._since: float | None = None  # when the first failure of this outage came
-        self._reported = 0.0
-        self._failures = 0  # since the outage began
-        self._unreported = 0  # since the last line
-
-    def failed(self, tasks: int, exc: BaseException) -> None:
-        now = self._clock()
-        self._failures += 1
-        if self._since is None:
-            self._since = self._reported = now
-            self._unreported = 0
-            logger.warning(
-                "lease renewal of %d task(s) failed: %s (logged again every %g s while it fails)",
-                tasks,
-                exc,
-                self.every,
-            )
-            return
-        self._unreported += 1
-        if now - self._reported >= self.every:
-            logger.warning(
-                "lease renewal still failing: %d failure(s) in the last %.0f s, "
-                "%d task(s) running here; last error: %s",
-                self._unreported,
-                now - self._reported,
-                tasks,
-                exc,
-            )
-            self._reported, self._unreported = now, 0
-
-    def succeeded(self) -> None:
-        if self._since is None:
-            return
-        logger.warning(
-            "lease renewal works again after %.1f s and %d failed renewal(s)",
-            self._clock() - self._since,
-            self._failures,
-        )
-        self._since, self._failures, self._unreported = None, 0, 0
+def renewal_log(clock: Callable[[], float] = anyio.current_time) -> OutageLog:
+    """The log of failed renewals: they run every check interval, a line each would flood it."""
+    return OutageLog(logger, "lease renewal of running tasks", clock=clock)
 
 
 async def renew(
@@ -145,7 +93,7 @@ async def renew(
     lease: float,
     interval: float,
     nudged: Nudged | None = None,
-    failures: RenewalFailures | None = None,
+    failures: OutageLog | None = None,
 ) -> None:
     """Renew the leases of ``runs`` (held by ``runner``), all in one store call per interval.
 
@@ -153,7 +101,7 @@ async def renew(
     are named. Failed renewals are logged through ``failures``.
     """
     nudged = nudged or Nudged()
-    failures = failures or RenewalFailures()
+    failures = failures or renewal_log()
     due = anyio.current_time() + interval
     while True:
         ids = await nudged.until(due)
@@ -171,16 +119,16 @@ async def _beat(
     current: list[Run],
     runner: str,
     lease: float,
-    failures: RenewalFailures | None = None,
+    failures: OutageLog | None = None,
 ) -> None:
     """One store round trip: renew the leases of ``current``, hand over what changed."""
     if not current:
         return
-    failures = failures or RenewalFailures()
+    failures = failures or renewal_log()
     try:
         beats = await store.beat_many([run.task_id for run in current], runner, lease)
     except StorageError as exc:
-        failures.failed(len(current), exc)
+        failures.failed(f"{exc} ({len(current)} task(s) running here)")
         return
     except Exception:  # never let one bad reply stop every renewal
         logger.exception("lease renewal of %d task(s) failed", len(current))

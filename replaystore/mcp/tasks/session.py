@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from mcp.server.context import HandlerResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.session import ServerSession
@@ -25,6 +26,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
+from ...errors import StorageError
+from ...taskstore.events import event_blob
+from ...taskstore.records import TaskInputError
+from ...taskstore.sep2694 import PROGRESS_TYPE
 from .leases import Run
 
 if TYPE_CHECKING:
@@ -44,8 +49,9 @@ class TaskSession(ServerSession):
     """The tool's session inside a task: server-to-client requests become input requests.
 
     Everything else is the request's own session (reached through
-    ``__getattr__``, so no SDK attribute is named here). Progress and log
-    notifications are dropped: the tasks extension does not carry them.
+    ``__getattr__``, so no SDK attribute is named here). Progress the tool
+    reports becomes a task event (``tasks/stream`` carries it; the tasks
+    extension itself carries no progress); log notifications are dropped.
     """
 
     def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: Run) -> None:
@@ -74,11 +80,51 @@ class TaskSession(ServerSession):
         answer = await self._replay_tasks._input(self._replay_run, wire)
         return result_type.model_validate(answer, by_name=False)
 
-    async def report_progress(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    async def emit_event(self, event_type: str, payload: Mapping[str, Any]) -> int:
+        """Store an event of this task (see :func:`~replaystore.mcp.tasks.emit_event`).
 
-    async def send_progress_notification(self, *args: Any, **kwargs: Any) -> None:
-        return None
+        A store that stalls is waited for, up to a lease; the append's key (one
+        per append of this run) stores one sent again after a lost reply once.
+        A run that no longer holds its task (ended, or run again elsewhere) stops.
+        """
+        tasks, run = self._replay_tasks, self._replay_run
+        value = dict(payload) if isinstance(payload, Mapping) else payload  # else refused
+        blob = event_blob(event_type, value, tasks.events)
+        give_up = anyio.current_time() + tasks.lease
+        run.emitted += 1
+        while True:
+            try:
+                seq = await tasks.store.emit(run.task_id, tasks.runner, blob, key=str(run.emitted))
+                break
+            except StorageError:
+                if anyio.current_time() >= give_up:
+                    raise
+            await anyio.sleep(tasks.check_interval)
+        if seq is None:
+            run.ended = True
+            run.scope.cancel()
+            await anyio.sleep_forever()
+        return seq or 0
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Progress as a task event; best effort, as progress is: a store error is logged only."""
+        try:
+            await self.emit_event(PROGRESS_TYPE, progress_payload(progress, total, message))
+        except (StorageError, TaskInputError) as exc:
+            logger.warning("task %s: progress not recorded: %s", self._replay_run.task_id, exc)
+
+    async def send_progress_notification(
+        self,
+        progress_token: str | int,
+        progress: float,
+        total: float | None = None,
+        message: str | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        await self.report_progress(progress, total, message)
 
     async def send_log_message(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -132,6 +178,16 @@ def sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
         return result
 
     return rerun
+
+
+def progress_payload(progress: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """The payload of a progress event: the fields of ``notifications/progress``."""
+    payload: dict[str, Any] = {"progress": progress}
+    if total is not None:
+        payload["total"] = total
+    if message is not None:
+        payload["message"] = message
+    return payload
 
 
 def result_of(value: HandlerResult) -> dict[str, Any]:

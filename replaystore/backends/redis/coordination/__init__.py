@@ -15,11 +15,12 @@ builds every key and channel name in :mod:`replaystore.backends.redis.keys`:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..client import storage_error
 from ..keys import matching, request_state, request_state_used
+from ..marker import StoreMarker
 from ..wire import Wire
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class OnRedis:
     #: Replicas in other processes share the Redis.
     spans_processes = True
 
-    __slots__ = ("client", "key_base", "prefix", "wire")
+    __slots__ = ("client", "end_restored", "key_base", "marker", "prefix", "wire")
 
     def __init__(
         self,
@@ -53,22 +54,31 @@ class OnRedis:
         prefix: str,
         key_base: Callable[[str], str],
         wire: Wire | None = None,
+        marker: StoreMarker | None = None,
+        end_restored: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.client = client
         #: How the registry's and the bus's commands reach Redis (the backend's own, shared).
         self.wire = wire if wire is not None else Wire(client)
         self.prefix = prefix
         self.key_base = key_base
+        #: The store's run marker, shared by every part (:mod:`..marker`); None: not watched.
+        self.marker = marker
+        #: Ends a session's events for every replica when the store went back since it began.
+        self.end_restored = end_restored
 
     def registry(self) -> Registry:
         from .registry import RedisRegistry
 
-        return RedisRegistry(self.wire, self.key_base)
+        return RedisRegistry(self.wire, self.key_base, self.marker, self.end_restored)
 
     def bus(self, replica: str, handler: Handler) -> Bus:
         from .bus import RedisBus
+        from .outage import watch_of
 
-        return RedisBus(replica, handler, self.wire, self.prefix)
+        return RedisBus(
+            replica, handler, self.wire, self.prefix, watch_of(self.client, self.prefix)
+        )
 
     def task_store(
         self, *, namespace: str = "", wait_replicas: int = 0, wait_timeout: float = 1.0
@@ -81,12 +91,15 @@ class OnRedis:
             namespace=namespace,
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
+            marker=self.marker,
         )
 
     def listen_events(self, *, keep: int, block: float | None) -> RedisEventLog:
         from .listen import RedisEventLog
+        from .outage import watch_of
 
-        return RedisEventLog(self.client, self.key_base, keep=keep, block=block)
+        watch = watch_of(self.client, self.prefix)
+        return RedisEventLog(self.client, self.key_base, keep=keep, block=block, watch=watch)
 
     async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         """No TTL: a ``volatile-*`` eviction policy never takes it (``allkeys-*`` may)."""
@@ -132,6 +145,21 @@ class OnRedis:
         from .checks import eviction_warning
 
         return await eviction_warning(self.client)
+
+    async def expiries(self, session: str) -> dict[str, float | None]:
+        """Every key of the session (its events, record, leases, end claims, tombstone), and
+        the seconds it has left (None: no expiry), for an operator's eyes."""
+        pattern = matching(self.key_base(session))
+        try:
+            found = sorted([key async for key in self.client.scan_iter(match=pattern, count=1000)])
+            left = {}
+            for key in found:  # one by one: a cluster refuses multi-key commands across slots
+                ms = await self.client.pttl(key)
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                left[name] = None if ms == -1 else (ms / 1000 if ms >= 0 else 0.0)
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the session's expiries", exc) from exc
+        return left
 
     async def purge(self, session: str) -> None:
         """Every key of the session carries it in its cluster hash tag, so one ``SCAN``

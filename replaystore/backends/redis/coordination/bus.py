@@ -21,6 +21,7 @@ from ...notifications import Bus, Gap, Handler, Message, Wake, decode, encode
 from ..client import storage_error
 from ..keys import all_channel, replica_channel, session_channel
 from ..wire import Wire
+from .outage import StoreWatch
 
 __all__ = ["RedisBus"]
 
@@ -30,8 +31,11 @@ logger = logging.getLogger("replaystore.mcp")
 class RedisBus(Bus):
     """Classic pub/sub on one dedicated connection per replica."""
 
-    def __init__(self, replica: str, handler: Handler, wire: Wire, prefix: str) -> None:
+    def __init__(
+        self, replica: str, handler: Handler, wire: Wire, prefix: str, watch: StoreWatch
+    ) -> None:
         super().__init__(replica, handler)
+        self._watch = watch
         self._wire = wire
         self._client = wire.client  # the subscriptions' dedicated connection comes from it
         self._session_channel = partial(session_channel, prefix)
@@ -53,6 +57,7 @@ class RedisBus(Bus):
                 await self._pubsub.subscribe(self._all, self._mine)
             except Exception as exc:
                 raise _said("subscribing to the replicas' channels", exc) from exc
+            await self._watch.arm()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._publisher)
                 task_status.started()
@@ -69,7 +74,7 @@ class RedisBus(Bus):
             try:
                 raw = await self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
             except Exception as exc:
-                logger.warning("replica notifications interrupted (%s); reconnecting", exc)
+                self._watch.failed("replica notifications interrupted; reconnecting", exc)
                 # A subscription sent meanwhile gets no confirmation (Redis may
                 # have refused it: busy, loading): whoever waits for one reads
                 # the store now, and hears what the store says.
@@ -79,6 +84,8 @@ class RedisBus(Bus):
                 await anyio.sleep(0.5)
                 self._handler(Gap())  # what was published meanwhile is lost
                 continue
+            if self._watch.failing:
+                await self._watch.back()
             if raw is None:
                 continue
             kind = raw.get("type")

@@ -22,6 +22,7 @@ import anyio.lowlevel
 from ....errors import StorageError
 from ..client import storage_error
 from ..keys import listen
+from .outage import StoreWatch
 
 __all__ = ["RedisEventLog"]
 
@@ -38,9 +39,16 @@ class RedisEventLog:
     """The listen events of one Redis and prefix: a stream and its counter."""
 
     def __init__(
-        self, client: Any, key_base: Callable[[str], str], *, keep: int, block: float | None
+        self,
+        client: Any,
+        key_base: Callable[[str], str],
+        *,
+        keep: int,
+        block: float | None,
+        watch: StoreWatch,
     ) -> None:
         self._client = client
+        self._watch = watch
         self._stream, self._counter = listen(key_base)
         self._keep = keep
         self._block = block
@@ -82,9 +90,11 @@ class RedisEventLog:
             try:
                 reply = await self._client.xread({self._stream: last}, count=500, block=block_ms)
             except Exception as exc:  # connection lost: retry from the same position
-                logger.warning("listen events: read failed, retrying: %s", exc)
+                self._watch.failed("listen events: read failed, retrying", exc)
                 await anyio.sleep(0.5)
                 continue
+            if self._watch.failing:
+                await self._watch.back()
             for _stream, entries in reply or ():
                 for entry_id, fields in entries:
                     last = _text(entry_id)

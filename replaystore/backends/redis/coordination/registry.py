@@ -8,16 +8,23 @@ act in one script: only the holder may.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ....errors import StorageError
 from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 from .. import keys
 from ..client import storage_error
-from ..wire import Wire
+from ..marker import StoreMarker
+from ..wire import Wire, pack_one
 
 __all__ = ["RedisRegistry"]
+
+logger = logging.getLogger(__name__)
+
+#: The record's field naming the store's era it was written in (:mod:`..marker`).
+ERA = "era"
 
 # Compare-and-delete / compare-and-extend: only the holder may release or renew.
 _RELEASE = (
@@ -54,9 +61,17 @@ class RedisRegistry(Registry):
     client cost the replica about as much CPU again as the resume's own read.
     """
 
-    def __init__(self, wire: Wire, key_base: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        wire: Wire,
+        key_base: Callable[[str], str],
+        marker: StoreMarker | None = None,
+        end_restored: Callable[[str, str], Awaitable[None]] | None = None,
+    ) -> None:
         self._key_base = key_base
         self._wire = wire
+        self._marker = marker
+        self._end_restored = end_restored
 
     def _base(self, session: str) -> str:
         """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
@@ -79,8 +94,61 @@ class RedisRegistry(Registry):
         except Exception as exc:  # redis.RedisError and cluster errors alike
             raise storage_error(f"session registry {what}", exc, self._wire.client) from exc
 
+    async def _with_marker(self, what: str, command: tuple[Any, ...]) -> Any:
+        """``command``'s reply, the store's marker read in the same packet and taken in
+        (unless read a moment ago: :data:`..marker.FRESH`)."""
+        marker = self._marker
+        if marker is None or not marker.due():
+            return await self._call(what, *command)
+        try:
+            if self._wire.by_hand:  # shared with the other calls ready, as a single command is
+                packet = pack_one(command) + pack_one(marker.read)
+                reply, seen = await self._wire.shared(packet, 2)
+            else:
+                reply, seen = await self._wire.pipeline([command, marker.read])
+            for answer in (reply, seen):
+                if isinstance(answer, Exception):
+                    raise answer
+            await marker.seen(seen)
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error(f"session registry {what}", exc) from exc
+        return reply
+
+    async def _trusted(self, session: str, raw: Any) -> dict[str, str] | None:
+        """The record in ``raw``; None for one written before the store went back in time,
+        whose session ends here: its tombstone (``store_restored``) tells every request why."""
+        if not raw:
+            return None
+        record = _pairs(raw)
+        era = record.pop(ERA, None)  # the registry's own: not one of the caller's fields
+        if self._marker is None or self._marker.trusts(era):
+            return record
+        await self._call("drop", "DEL", self._record(session))
+        if self._end_restored is not None:
+            await self._end_restored(session, "")
+        return None
+
+    async def look_back(self) -> None:
+        if self._marker is None:
+            return
+        try:
+            await self._marker.look()
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the store's marker", exc) from exc
+
     async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
         key = self._record(session)
+        if self._marker is not None:
+            try:  # read once per process: the era the record is written in
+                fields = {**fields, ERA: await self._marker.known()}
+            except StorageError:
+                raise
+            except Exception as exc:  # redis.RedisError and cluster errors alike
+                raise storage_error("reading the store's marker", exc) from exc
         pairs = [part for item in fields.items() for part in item]
         commands: list[tuple[Any, ...]] = [("DEL", key), ("HSET", key, *pairs)]
         if ttl is not None:
@@ -94,8 +162,8 @@ class RedisRegistry(Registry):
                 raise storage_error("session registry write", reply, self._wire.client)
 
     async def get_session(self, session: str) -> dict[str, str] | None:
-        raw = await self._call("read", "HGETALL", self._record(session))
-        return _pairs(raw) if raw else None
+        raw = await self._with_marker("read", ("HGETALL", self._record(session)))
+        return await self._trusted(session, raw)
 
     async def update_session(self, session: str, fields: dict[str, str]) -> None:
         args = [part for item in fields.items() for part in item]
@@ -108,13 +176,16 @@ class RedisRegistry(Registry):
         await self._call("drop", "DEL", self._record(session))
 
     async def hold(self, session: str, replica: str) -> dict[str, str] | None:
-        raw = await self._call(
-            "adopt", "EVAL", _HOLD, 1, self._record(session), holder_field(replica)
-        )
-        return _pairs(raw) if raw else None
+        command = ("EVAL", _HOLD, 1, self._record(session), holder_field(replica))
+        return await self._trusted(session, await self._with_marker("adopt", command))
 
     async def end_session(self, session: str) -> frozenset[str] | None:
         raw = await self._call("drop", "EVAL", _END, 1, self._record(session))
+        if raw and self._marker is not None:
+            try:  # a lasting fact: a store restored to before it lost it
+                await self._marker.counted()
+            except Exception as exc:  # the session ended; only the count is missing
+                logger.warning("the end of session %s was not counted: %s", session, exc)
         return (holders(_pairs(raw)) or None) if raw else None
 
     async def acquire(self, session: str, stream: str, owner: str, ttl: float) -> bool:

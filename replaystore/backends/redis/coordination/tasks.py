@@ -1,9 +1,11 @@
 """Tasks on Redis (standalone, Sentinel, Cluster) or Valkey: one Lua script per operation.
 
-A task is three keys sharing one hash tag, so on a cluster they live in one
+A task is four keys sharing one hash tag, so on a cluster they live in one
 slot and every script declares all of them: the task hash (status, times,
-runner lease, owner, packed result or error), its outstanding input requests,
-and the answers the runner has not taken yet. Times come from the server's
+runner lease, owner, packed result or error, the next event ``seq`` and the
+events' retention), its outstanding input requests, the answers the runner
+has not taken yet, and its retained events (a list, oldest first; an append
+is announced by a ``PUBLISH`` on the list's own name). Times come from the server's
 clock (``TIME`` inside the script), so replicas with skewed clocks agree on
 leases and ``lastUpdatedAt``. Every key expires with the task's TTL: after it,
 the store holds nothing of the task.
@@ -39,9 +41,11 @@ from typing import Any
 import anyio
 
 from ....errors import StorageError
+from ....taskstore.events import EventPage, EventRetention, decode_event
 from ....taskstore.records import (
     LOST_ERROR,
     OUTAGE_ERROR,
+    RESTORED_ERROR,
     TERMINAL,
     Beat,
     NotReplicatedError,
@@ -52,7 +56,9 @@ from ....taskstore.records import (
 )
 from ....taskstore.store import TaskStore
 from ..client import storage_error
-from ..keys import task_index, task_keys, task_nudges
+from ..keys import task_event_channels, task_index, task_keys, task_nudges
+from ..marker import StoreMarker
+from .wakeups import EventWakeups
 
 __all__ = ["RedisTaskStore"]
 
@@ -66,7 +72,19 @@ def _source(name: str) -> str:
 _LIB = _source("_lib")
 _SCRIPTS = {
     name: _LIB + _source(name)
-    for name in ("create", "get", "ask", "respond", "cancel", "finish", "beat", "claim", "reap")
+    for name in (
+        "create",
+        "get",
+        "ask",
+        "respond",
+        "cancel",
+        "finish",
+        "beat",
+        "claim",
+        "reap",
+        "emit",
+        "events",
+    )
 }
 _SCRIPTS["sweep"] = _source("sweep")  # the index alone: no task keys
 _SHAS = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()}
@@ -184,12 +202,16 @@ class RedisTaskStore(TaskStore):
         namespace: str = "",
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        marker: StoreMarker | None = None,
     ) -> None:
         self._client = client
         self._key_base = key_base
         self._space = _space(namespace)
         self._wait_replicas = wait_replicas
         self._wait_timeout = wait_timeout
+        self._marker = marker
+        pattern, head, tail = task_event_channels(key_base, self._space)
+        self._wakeups = EventWakeups(client, pattern, head, tail)
 
     def keys(self, task_id: str) -> list[str]:
         """The task's keys, hash tag included (the backend's rule, so ids with braces are safe).
@@ -355,8 +377,10 @@ class RedisTaskStore(TaskStore):
         owner: str | None = None,
         attempts: int = 1,
         call: Mapping[str, Any] | None = None,
+        events: EventRetention | None = None,
     ) -> TaskRecord:
         poll = "" if poll_ms is None else str(poll_ms)
+        kept = events if events is not None else EventRetention()
         call_blob = pack(call) if call is not None else b""
         tool = call.get("name") if call is not None else None
         args = (
@@ -368,6 +392,9 @@ class RedisTaskStore(TaskStore):
             max(1, attempts),
             call_blob,
             tool if isinstance(tool, str) else "",  # plain, for claim to compare
+            kept.max_events,
+            kept.age_ms,
+            kept.terminal_ms,
         )
         # The index entry first: a task is never running without one. Its time,
         # 0, makes the next scan look at it and file it under its real lease.
@@ -378,12 +405,50 @@ class RedisTaskStore(TaskStore):
         now = int(created)
         return TaskRecord(task_id, "working", now, now, ttl_ms, poll_ms)
 
+    async def _seen(self, steps: Sequence[_Step]) -> list[Any]:
+        """``steps``' replies, the store's marker read first in the same round trip and taken in
+        (:mod:`..marker`); ``steps`` alone without a marker, or one read a moment ago."""
+        marker = self._marker
+        if marker is None or not marker.due():
+            return await self._send(steps)
+        seen, *replies = await self._send([_Step(None, args=marker.read), *steps])
+        try:
+            if isinstance(seen, Exception):
+                raise seen
+            await marker.seen(seen)
+        except StorageError:
+            raise
+        except Exception as exc:  # redis.RedisError and cluster errors alike
+            raise storage_error("reading the store's marker", exc, self._client) from exc
+        return replies
+
+    def _untrusted(self, created_ms: int, status: str) -> bool:
+        """An unfinished task created before the store last went back: its record may be
+        older than what its client saw (a status it reported ended, say)."""
+        marker = self._marker
+        return marker is not None and created_ms < marker.since and status not in TERMINAL
+
+    async def _end_restored(self, task_id: str) -> None:
+        """End a task of :meth:`_untrusted` ``failed``: never run again, never read unfinished."""
+        message = RESTORED_ERROR["message"]
+        logger.warning("task %s: %s", task_id, message)
+        await self.finish(task_id, "failed", error=RESTORED_ERROR, message=message)
+
     async def get(self, task_id: str, *, owner: str | None = None) -> TaskRecord | None:
-        reply = await self._run("get", task_id, owner or "")
+        if self._marker is not None and self._marker.due():
+            [reply] = await self._seen([_Step("get", self.keys(task_id), (owner or "",))])
+            if isinstance(reply, Exception):
+                raise storage_error("task get", reply, self._client)
+        else:
+            reply = await self._run("get", task_id, owner or "")
         if not reply:
             return None
         rerun = len(reply) > 2 and int(reply[2]) == 1
-        return _record(task_id, _pairs(reply[0]), _pairs(reply[1]), rerun)
+        record = _record(task_id, _pairs(reply[0]), _pairs(reply[1]), rerun)
+        if not self._untrusted(record.created_ms, record.status):
+            return record
+        await self._end_restored(task_id)
+        return await self.get(task_id, owner=owner)
 
     async def ask(
         self, task_id: str, runner: str, requests: Sequence[Mapping[str, Any]]
@@ -419,7 +484,18 @@ class RedisTaskStore(TaskStore):
             client=True,
             after=("ZREM", self._index(), task_id),
         )
+        if reply:
+            await self._counted(task_id)
         return bool(reply)
+
+    async def _counted(self, task_id: str) -> None:
+        """A task ended: a lasting fact, counted in the store's marker (:mod:`..marker`)."""
+        if self._marker is None:
+            return
+        try:
+            await self._marker.counted()
+        except Exception as exc:  # the task ended; only the count is missing
+            logger.warning("the end of task %s was not counted: %s", task_id, exc)
 
     async def finish(
         self,
@@ -450,7 +526,31 @@ class RedisTaskStore(TaskStore):
             runner or "",
             after=("ZREM", self._index(), task_id),
         )
+        if ended:
+            await self._counted(task_id)
         return bool(ended)
+
+    async def emit(self, task_id: str, runner: str, blob: bytes, *, key: str = "") -> int | None:
+        reply = await self._run("emit", task_id, runner, blob, key)
+        return None if reply is None else int(reply)
+
+    async def events(
+        self, task_id: str, *, owner: str | None = None, start: int | None = None, limit: int = 100
+    ) -> EventPage | None:
+        first = "" if start is None else str(max(0, start))
+        reply = await self._run("events", task_id, owner or "", first, max(0, limit))
+        if not reply:
+            return None
+        status, next_seq, kept, entries, rerun = reply
+        next_seq, floor = int(next_seq), int(next_seq) - int(kept)
+        begin = floor if start is None else max(start, floor)
+        decoded = [decode_event(begin + i, entry) for i, entry in enumerate(entries)]
+        return EventPage(floor, next_seq, _text(status), decoded, int(rerun) == 1)
+
+    @asynccontextmanager
+    async def event_wakeups(self, task_id: str, wake: Callable[[], None]) -> AsyncIterator[None]:
+        async with self._wakeups.watch(task_id, wake):
+            yield
 
     async def beat(self, task_id: str, runner: str, lease: float) -> Beat | None:
         reply = await self._run("beat", task_id, runner, int(lease * 1000))
@@ -527,6 +627,20 @@ class RedisTaskStore(TaskStore):
         tools: Collection[str] | None = None,
         grace: float = 0.0,
     ) -> dict[str, Any] | None:
+        if self._marker is not None:
+            # Read before the claim, so that a task from before the store went
+            # back is ended, not run again.
+            [read] = await self._seen(
+                [_Step(None, args=("HMGET", self.keys(task_id)[0], "c", "st"))]
+            )
+            if isinstance(read, Exception):
+                raise storage_error("task claim", read, self._client)
+            created, status = read
+            if created is None or status is None:
+                return None
+            if self._untrusted(int(created), _text(status)):
+                await self._end_restored(task_id)
+                return None
         served = () if tools is None else (int(grace * 1000), *sorted(tools))
         blob = await self._change("claim", task_id, runner, int(lease * 1000), *served)
         return None if blob is None else unpack(blob)

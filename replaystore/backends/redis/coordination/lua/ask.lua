@@ -11,7 +11,9 @@ for i = 2, #ARGV do
 end
 if #keys > 0 then
   redis.call('HSET', KEYS[1], 'st', 'input_required')
-  touch(now_ms())
+  local now = now_ms()
+  touch(now)
+  status_event(now)
   expire_with_task(KEYS[2])
 end
 return keys

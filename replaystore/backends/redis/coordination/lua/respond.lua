@@ -12,7 +12,10 @@ for i = 4, #ARGV - 1, 2 do
   end
 end
 if taken > 0 then
-  if redis.call('HLEN', KEYS[2]) == 0 then redis.call('HSET', KEYS[1], 'st', 'working') end
+  if redis.call('HLEN', KEYS[2]) == 0 then
+    redis.call('HSET', KEYS[1], 'st', 'working')
+    status_event(now)
+  end
   touch(now)
   expire_with_task(KEYS[3])
   nudge(ARGV[2], ARGV[3])

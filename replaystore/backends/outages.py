@@ -1,11 +1,14 @@
 """A store outage as the log tells it: a few lines per outage, not one per failed call.
 
-Every session of a replica stores events; when the store stops serving them
-(down, out of memory, an append no replica acknowledges), each of them fails
-at once and again at every retry. A line per failure floods the log for as
-long as the outage lasts and hides its start. :class:`OutageLog` says when
-failures begin, at most one line per ``every`` seconds while they go on (how
-many, the last error), and when a call succeeds again.
+Every session of a replica stores events, every replica renews its leases
+and reads the store's notifications; when the store stops serving (down, out
+of memory, an append no replica acknowledges), each of those fails at once
+and again at every retry. A line per failure floods the log for as long as
+the outage lasts and hides its start. :class:`OutageLog` says when failures
+begin, at most one line per ``every`` seconds while they go on (how many,
+the last error), and when a call succeeds again. It is the one rate limit of
+the package's outage lines: every loop that retries a store call logs
+through one.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ class OutageLog:
         """Whether the latest call failed (reported or not)."""
         return self._down
 
+    @property
+    def reported(self) -> bool:
+        """Whether the log said an outage began and has not said it ended."""
+        return self._since is not None
+
     def failed(self, trouble: str) -> None:
         """One call failed; ``trouble`` says why in the store's words."""
         now = self._clock()
@@ -71,18 +79,22 @@ class OutageLog:
             )
         self._last_line, self._unreported = now, 0
 
-    def succeeded(self) -> None:
-        """One call succeeded: the end of the reported outage, if one is open."""
+    def succeeded(self, note: str = "") -> None:
+        """One call succeeded: the end of the reported outage, if one is open.
+
+        ``note`` ends that line (what the store came back with, say).
+        """
         self._down = False
         if self._since is None:
             self._unreported = 0  # failures nobody was told of: over too
             return
         now = self._clock()
         self._logger.warning(
-            "%s works again after %.1f s and %d failure(s)",
+            "%s works again after %.1f s and %d failure(s)%s",
             self.what,
             now - self._since,
             self._failures,
+            f"; {note}" if note else "",
         )
         # A failure right after this line waits for the next one: a flapping
         # store gives a line per ``every`` seconds, not one per flap.
