@@ -17,8 +17,7 @@ from mcp_types import SamplingMessage, TextContent
 from pydantic import BaseModel
 
 from replaystore import ReplayBuffer
-from replaystore.mcp import fastmcp_http_app
-from replaystore.mcp.http_head import http_protocol
+from replaystore.mcp import fastmcp_http_app, http_protocol
 from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
 
