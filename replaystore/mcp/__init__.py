@@ -34,6 +34,7 @@ from __future__ import annotations
 from ._sdk.checked import SDKCompatibilityError
 from .app import manager_of, streamable_http_app
 from .fastmcp import fastmcp_http_app
+from .http_head import http_protocol
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
 from .process import tune_collector
 from .request_state import StoreKeyRing
@@ -52,6 +53,7 @@ __all__ = [
     "StoreKeyRing",
     "StoreSubscriptionBus",
     "fastmcp_http_app",
+    "http_protocol",
     "manager_of",
     "streamable_http_app",
     "tune_collector",

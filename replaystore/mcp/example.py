@@ -58,6 +58,7 @@ from ..errors import StorageError
 from ..taskstore import EventRetention
 from . import preflight
 from .app import streamable_http_app
+from .http_head import http_protocol
 from .metrics import ResumptionObserver
 from .sessions.health import HEALTH_PATH
 from .settings import DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_TTL
@@ -303,7 +304,8 @@ def serve(
             await super().startup(sockets)
             _say_where(self.servers)
 
-    AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http=http_protocol())
+    AnnouncingServer(config).run()
 
 
 def example_tasks(

@@ -17,7 +17,7 @@ from mcp_types import SamplingMessage, TextContent
 from pydantic import BaseModel
 
 from replaystore import ReplayBuffer
-from replaystore.mcp import fastmcp_http_app
+from replaystore.mcp import fastmcp_http_app, http_protocol
 from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.mcp.tasks.extension import ReplayTasks, TaskSupport
 
@@ -117,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     tasks = example_tasks(args.lease_seconds, args.task_ttl) if args.lease_seconds else None
     app = build_app(args.url, args.max_events, tasks)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=http_protocol())
 
 
 if __name__ == "__main__":

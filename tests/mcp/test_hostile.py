@@ -193,7 +193,10 @@ def raw_request(
         if live and stream_ok:
             return Reply(status, reply_headers, rest)
         while True:
-            chunk = sock.recv(65536)
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:  # refused while the request was still being sent
+                break
             if not chunk:
                 break
             rest += chunk
@@ -557,6 +560,26 @@ def test_odd_methods_and_headers_are_refused_cleanly(
     assert reply.status < 500 or reply.status == 0, (reply.status, reply.body[:300])
     if method not in ("DELETE",):
         assert target.ping(session) == 200, f"{method} {headers} ended the session"
+
+
+def test_an_oversized_request_head_is_refused_before_the_app_and_the_session_kept(
+    target: Target,
+) -> None:
+    """A 200 KB header line gets a 4xx from the HTTP layer (not a large body), on either parser.
+
+    h11 refuses it (400); uvicorn's httptools protocol alone would read any
+    size and pass it on (a 20 MB header was served): the servers bound the head.
+    """
+    session = target.new_session()
+    ping = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}).encode()
+    padding = (b"x-padding", b"a" * 200_000)
+    reply = target.request("POST", [*base_headers(session), padding], ping)
+    assert reply.status in (400, 431), (reply.status, reply.body[:300])
+    assert target.ping(session) == 200
+    # A large body under a small head is no head to refuse.
+    big = {"jsonrpc": "2.0", "id": 8, "method": "ping", "params": {"x": "y" * 300_000}}
+    reply = target.request("POST", base_headers(session), json.dumps(big).encode())
+    assert reply.status == 200, (reply.status, reply.body[:300])
 
 
 def test_an_unknown_tool_with_a_two_megabyte_name_is_an_error_and_the_session_kept(

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -574,15 +575,38 @@ async def test_storage_down_gives_503_not_200(
 
 
 async def test_sdk_client_gets_an_error_not_a_hang_when_its_cursor_is_evicted(
-    mcp_servers: dict[str, ServerProcess],
+    mcp_servers: dict[str, ServerProcess], http: httpx.AsyncClient
 ) -> None:
-    """The SDK client looped forever on the stock empty 200; on our 404 it gives up and says so."""
+    """The SDK client looped forever on the stock empty 200; on our 404 it gives up and says so.
+
+    The cursor is evicted before the client comes back, whatever the speed of
+    the tool or of the server stack: the client's first resume waits until 20
+    more events of its session are stored (the session keeps 12). Left to the
+    race between the tool's appends and the client's 100 ms reconnect, a slow
+    tool let the client resume in time and read ``done 200``.
+    """
     url = mcp_servers["sdk-small"].url
+    evicted: list[str] = []
+
+    async def evict_first(request: httpx2.Request) -> None:
+        cursor = request.headers.get("last-event-id")
+        if request.method != "GET" or cursor is None or evicted:
+            return
+        same = RawSession(http, url, session_id=request.headers["mcp-session-id"], next_id=1000)
+        assert await same.run_tool("countdown", {"n": 20, "interval_ms": 0}, "evict") == "done 20"
+        evicted.append(cursor)
 
     async def ignore_progress(value: float, total: float | None, message: str | None) -> None:
         pass
 
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+    client = httpx2.AsyncClient(
+        timeout=httpx2.Timeout(30.0, read=300.0), event_hooks={"request": [evict_first]}
+    )
+    async with (
+        client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         with anyio.fail_after(15):
             try:
@@ -594,8 +618,9 @@ async def test_sdk_client_gets_an_error_not_a_hang_when_its_cursor_is_evicted(
             except Exception as exc:  # the SDK raises MCPError for the abandoned request
                 message = str(exc)
             else:
-                assert result.is_error
+                assert result.is_error, result
                 message = str(result.content)
+        assert evicted, "the stream was not closed after its first event: no resume"
         assert "reconnection attempts were exhausted" in message or "terminated" in message
         with anyio.fail_after(15), pytest.raises(Exception, match=r"(?i)session|not found|404"):
             await session.send_ping()

@@ -35,7 +35,9 @@ async def emit_event(ctx: Any, type: str, payload: Mapping[str, Any]) -> int | N
     object: otherwise :class:`~replaystore.taskstore.TaskEventError`, and
     nothing is stored. A plain call of a tool that may also run as a task has
     no event stream: nothing is stored and None is returned. A store that
-    cannot be reached raises :class:`~replaystore.errors.StorageError`. When
+    stalls or cannot be reached is waited for while the run holds its task;
+    a refusal waiting cannot cure (an ACL) raises
+    :class:`~replaystore.errors.StorageError`. When
     this run no longer holds its task (the task was cancelled or ended, or
     another replica runs it again), nothing is stored and the run is stopped.
     """

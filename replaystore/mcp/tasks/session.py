@@ -83,21 +83,24 @@ class TaskSession(ServerSession):
     async def emit_event(self, event_type: str, payload: Mapping[str, Any]) -> int:
         """Store an event of this task (see :func:`~replaystore.mcp.tasks.emit_event`).
 
-        A store that stalls is waited for, up to a lease; the append's key (one
-        per append of this run) stores one sent again after a lost reply once.
+        A store that stalls or cannot be reached is waited for as long as the
+        run holds its task, as its lease renewals wait (a stall alone never
+        ends a task; the run is stopped if it loses the task meanwhile); only
+        a refusal that waiting cannot cure (an ACL) raises at once. The
+        append's key (one per append of this run) stores one sent again after
+        a lost reply once, so waiting never stores an event twice.
         A run that no longer holds its task (ended, or run again elsewhere) stops.
         """
         tasks, run = self._replay_tasks, self._replay_run
         value = dict(payload) if isinstance(payload, Mapping) else payload  # else refused
         blob = event_blob(event_type, value, tasks.events)
-        give_up = anyio.current_time() + tasks.lease
         run.emitted += 1
         while True:
             try:
                 seq = await tasks.store.emit(run.task_id, tasks.runner, blob, key=str(run.emitted))
                 break
-            except StorageError:
-                if anyio.current_time() >= give_up:
+            except StorageError as exc:
+                if exc.permanent:
                     raise
             await anyio.sleep(tasks.check_interval)
         if seq is None:

@@ -1,0 +1,95 @@
+"""A bound on a request's head (request line and headers) when uvicorn parses with httptools.
+
+uvicorn picks httptools over h11 when it is installed (``uvicorn[standard]``).
+h11 refuses a head that grows past its buffer limit (``400``); uvicorn's
+httptools protocol has no limit at all: it keeps every byte of a header line
+until the line ends, so one client can make a replica hold megabytes per
+connection (a 20 MB header is read and served). :class:`BoundedHttpTools`
+counts the bytes received while a head is incomplete and answers
+``431 Request Header Fields Too Large`` (and closes the connection) once they
+pass :data:`MAX_HEAD_BYTES`, before the request reaches the application.
+:func:`http_protocol` is what to hand ``uvicorn.Config(http=...)``: this class
+when httptools is installed, else uvicorn's own choice (h11, bounded already).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+__all__ = ["MAX_HEAD_BYTES", "http_protocol"]
+
+#: Bytes of a request head accepted: a 60 KB ``Last-Event-ID`` or session id
+#: still reaches the application (and gets its verdict), a larger head does not.
+MAX_HEAD_BYTES = 64 * 1024
+
+_TOO_LARGE = b"Request header fields too large."
+
+
+def http_protocol() -> Any:
+    """The ``http`` setting of ``uvicorn.Config``: heads bounded whichever parser serves."""
+    if importlib.util.find_spec("httptools") is None:
+        return "auto"
+    return _bounded_class()
+
+
+class _HeadTooLarge(Exception):
+    """Raised from the parser's callback: httptools stops there, uvicorn answers an error."""
+
+
+def _bounded_class() -> type:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class BoundedHttpTools(HttpToolsProtocol):
+        """uvicorn's httptools protocol, refusing a head larger than :data:`MAX_HEAD_BYTES`.
+
+        Two checks: the bytes received while a head is still incomplete (what
+        httptools holds, never more than the bound and one read), and the
+        size of a head that completed within one read (counted from what it
+        parsed, so that a body read with its head is not counted).
+        """
+
+        _head_bytes = 0
+        _in_head = True
+        _too_large = False
+
+        def data_received(self, data: bytes) -> None:
+            if self._in_head:
+                self._head_bytes += len(data)
+            super().data_received(data)
+            if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
+                self._too_large = True
+                self.send_400_response("")
+
+        def on_headers_complete(self) -> None:
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > MAX_HEAD_BYTES:
+                self._too_large = True
+                raise _HeadTooLarge  # uvicorn answers (send_400_response below); the app is not run
+            self._in_head = False
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._in_head, self._head_bytes = True, 0
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._too_large:
+                super().send_400_response(msg)
+                return
+            if self.transport.is_closing():
+                return
+            self.logger.warning("Request head over %d bytes refused.", MAX_HEAD_BYTES)
+            head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
+            for name, value in self.server_state.default_headers:
+                head += [name, b": ", value, b"\r\n"]
+            head += [
+                b"content-type: text/plain; charset=utf-8\r\n",
+                b"content-length: %d\r\n" % len(_TOO_LARGE),
+                b"connection: close\r\n\r\n",
+                _TOO_LARGE,
+            ]
+            self.transport.write(b"".join(head))
+            self.transport.close()
+
+    return BoundedHttpTools
