@@ -14,6 +14,7 @@ def test_every_handler_writes_bounded_records_while_capping_and_whole_ones_after
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     logger = logging.getLogger("tests.unit.logs")
+    logger.setLevel(logging.INFO)  # whatever level another test left on the root logger
     logger.addHandler(handler)
     logger.propagate = False
     try:
@@ -42,6 +43,7 @@ def test_a_limit_below_one_is_refused_and_none_leaves_the_log_alone() -> None:
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     logger = logging.getLogger("tests.unit.logs.none")
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     logger.propagate = False
     try:
