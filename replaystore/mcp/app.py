@@ -48,8 +48,7 @@ from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
 from .metrics import ResumptionObserver, serve_metrics, watch
 from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
-from .request_state import Secret, StoreKeyRing
-from .rounds import SingleUseBoundary
+from .request_state import Secret, SingleUseBoundary, StoreKeyRing
 from .sessions.health import HEALTH_PATH, add_health_route
 from .sessions.manager import ReplaySessionManager, as_event_store
 from .sessions.view import ReplayEventStore

@@ -29,8 +29,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import fastmcp_http_app, streamable_http_app
-from replaystore.mcp.request_state import StoreKeyRing
-from replaystore.mcp.rounds import REPEATED
+from replaystore.mcp.request_state import REPEATED, StoreKeyRing
 from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import ServerProcess, _popen, wait_ready
@@ -282,7 +281,7 @@ def test_share_false_keeps_the_servers_own_policy_and_bus() -> None:
 def test_each_round_is_accepted_once_unless_the_app_opts_out() -> None:
     from mcp.server.request_state import RequestStateBoundary
 
-    from replaystore.mcp.rounds import SingleUseBoundary
+    from replaystore.mcp.request_state import SingleUseBoundary
 
     def boundary(**options: Any) -> Any:
         server = MCPServer("once-demo")

@@ -37,9 +37,9 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from pydantic import BaseModel
 
-from ..backends.coordination import Coordination
-from ..errors import StorageError
-from .unavailable import store_unavailable
+from ...backends.coordination import Coordination
+from ...errors import StorageError
+from ..unavailable import store_unavailable
 
 __all__ = ["KEPT_ANSWER", "REPEATED", "REQUEST_STATE_USED", "SingleUseBoundary"]
 

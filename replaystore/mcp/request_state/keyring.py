@@ -49,8 +49,8 @@ from mcp.server.request_state import (
     RequestStateCodec,
 )
 
-from ..backends.coordination import Coordination, coordination_of
-from ..buffer import ReplayBuffer
+from ...backends.coordination import Coordination, coordination_of
+from ...buffer import ReplayBuffer
 
 __all__ = ["DEFAULT_REFRESH", "SECRET_VARIABLE", "Secret", "StoreKeyRing"]
 
