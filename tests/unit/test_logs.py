@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterator
 
 import pytest
 
 from replaystore.mcp.process import capping_records
+
+
+@pytest.fixture(autouse=True)
+def _logging_enabled() -> Iterator[None]:
+    """Records are written whatever another test of this process disabled (``logging.disable``)."""
+    disabled = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
+    yield
+    logging.disable(disabled)
 
 
 def test_every_handler_writes_bounded_records_while_capping_and_whole_ones_after() -> None:
