@@ -119,7 +119,14 @@ async def _storm(
         ReplayBuffer.from_url(service.url(), prefix=prefix) as resumers,
     ):
         for session, record in records.items():
-            await writers.open_session(session)
+            for attempt in range(5):  # set-up: a replica slow to acknowledge on a busy machine
+                try:
+                    await writers.open_session(session)  # idempotent: sent again safely
+                    break
+                except StorageError:
+                    if attempt == 4:
+                        raise
+                    await asyncio.sleep(0.2)
             record.attempts.append((b"first", await resumers.append(session, "q", b"first")))
 
         async def write(session: str, record: _Record) -> None:
