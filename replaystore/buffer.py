@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from ._rules import EVIDENCE_CURSOR
+from .rules import EVIDENCE_CURSOR
 from .backends import Backend, backend_from_url
 from .cursor import Cursor
 from .errors import InvalidInputError

@@ -17,7 +17,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-import replaystore._rules as rules
+import replaystore.rules as rules
 import replaystore.mcp as mcp
 from replaystore import Verdict
 from replaystore.backends.redis.scripts import FACT_SLOTS, SCRIPTS

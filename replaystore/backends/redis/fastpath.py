@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..._frozen import builder
-from ..._rules import Judgement, Record, evidence_for, judge
+from ...rules import Judgement, Record, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
 from ...verdicts import Resumption, Verdict

@@ -17,7 +17,7 @@ from itertools import repeat
 from typing import Any
 
 from ..._frozen import builder
-from ..._rules import Record, SequenceState, Stored
+from ...rules import Record, SequenceState, Stored
 from ...cursor import sequence_tag
 from ...info import SessionInfo
 from ...verdicts import Tombstone, Verdict, reason_text
@@ -122,7 +122,7 @@ _HEAD, _SEPARATOR, _BODY = (operator.itemgetter(i) for i in range(3))
 
 @dataclass(slots=True)
 class Facts:
-    """Facts read from Redis (``replaystore._rules.Facts``)."""
+    """Facts read from Redis (``replaystore.rules.Facts``)."""
 
     epoch: str
     top: int

@@ -1,10 +1,16 @@
-"""The verdict rules, decided once, for every backend.
+"""The verdict rules, decided once, for every backend: the extension point for backends.
 
 A backend gathers *facts* about one session as of one moment (the memory
 backend under its lock, the Redis backend in one pipelined read that is as
 good as a snapshot, or one Lua script) and :func:`judge` decides on them. Backends never decide a
 verdict themselves, so the order of the checks exists in two places only: here
 and in ``docs/verdicts.md``, which is the specification.
+
+This module is public: a third-party :class:`~replaystore.Backend` implements
+:class:`Facts` over its own store, calls :func:`judge` and builds the
+evidence with :func:`evidence_for` (or :func:`unknown_session` when the
+session does not exist), exactly as the built-in backends do, so it returns
+the same verdict for the same state.
 
 What a backend does after the decision (replay the events, or tear the session
 down) must apply to the state the facts were read from: the Redis backend tears
@@ -26,6 +32,7 @@ from .info import SequenceInfo
 from .verdicts import REASONS, Event, Evidence, Tombstone, Verdict, reason_text
 
 __all__ = [
+    "EVIDENCE_CURSOR",
     "Chain",
     "Facts",
     "Judgement",
@@ -34,6 +41,7 @@ __all__ = [
     "Stored",
     "evidence_for",
     "judge",
+    "unknown_session",
 ]
 
 
