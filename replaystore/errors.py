@@ -120,4 +120,3 @@ class StorageError(ReplayStoreError):
 
 class UnsupportedURLError(ReplayStoreError, ValueError):
     """No backend is registered for the URL's scheme, or the URL is malformed."""
-

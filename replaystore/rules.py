@@ -55,7 +55,7 @@ class Record:
     """One stored event: its position, its sequence and its ordinal within that sequence.
 
     Not frozen: a replay builds one per event, and frozen construction costs
-    three times as much; nothing mutates one after it is read.
+    several times as much (``docs/benchmarks.md``); nothing mutates one after it is read.
     """
 
     position: int
@@ -124,7 +124,7 @@ class Chain:
         """The replayed events, with their ids: a replay's other hot loop.
 
         Written as ``map`` over C functions (no Python code runs per event),
-        which halves its cost against a comprehension.
+        cheaper than a comprehension (``docs/benchmarks.md``).
         """
         if not self.positions:
             return []
@@ -134,7 +134,7 @@ class Chain:
         if self.texts is None:
             event_id = event_id_format(epoch, sequence_tag(name)).__mod__
             ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
-        else:  # every part text already: joined, a fifth cheaper than a format of numbers
+        else:  # every part text already: joining is cheaper than formatting numbers
             ids = map(
                 "".join,
                 zip(

@@ -141,7 +141,7 @@ class Event(NamedTuple):
     """One stored event. ``payload`` is ``None`` for a priming event.
 
     A named tuple rather than a dataclass: a replay builds one per event, and
-    a tuple is built several times faster than a frozen dataclass.
+    a tuple is much cheaper to build than a frozen dataclass (``docs/benchmarks.md``).
     """
 
     event_id: str

@@ -20,10 +20,10 @@ import fakeredis
 import pytest
 
 from replaystore import Cursor, ReplayBuffer, Verdict
-from replaystore.rules import judge
 from replaystore.backends.redis.replies import decode_facts
 from replaystore.backends.redis.scripts import SLOT
 from replaystore.cursor import CursorError, sequence_tag
+from replaystore.rules import judge
 from replaystore.testing.servers import ServerHandle
 from replaystore.verdicts import REASONS
 

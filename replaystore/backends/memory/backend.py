@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ...cursor import Cursor, event_id, new_epoch, sequence_tag
 from ...errors import (
     IdempotencyKeyReusedError,
@@ -35,6 +34,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_split_ms
+from ...rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ...verdicts import Resumption, Tombstone, Verdict, reason_text
 from .. import register_backend
 from ..base import Backend

@@ -33,7 +33,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...rules import evidence_for, judge, unknown_session
 from ...cursor import Cursor, event_id, new_epoch, sequence_tag
 from ...errors import (
     IdempotencyKeyReusedError,
@@ -45,6 +44,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
+from ...rules import evidence_for, judge, unknown_session
 from ...verdicts import Resumption, Verdict
 from .. import register_backend
 from ..base import Backend

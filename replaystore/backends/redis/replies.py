@@ -17,9 +17,9 @@ from itertools import repeat
 from typing import Any
 
 from ..._frozen import builder
-from ...rules import Record, SequenceState, Stored
 from ...cursor import sequence_tag
 from ...info import SessionInfo
+from ...rules import Record, SequenceState, Stored
 from ...verdicts import Tombstone, Verdict, reason_text
 from .scripts import FACT_SLOTS, SLOT
 
