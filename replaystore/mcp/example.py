@@ -52,8 +52,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
 
-from .._command import run_command
 from ..buffer import ReplayBuffer
+from ..commands.ending import run_command
 from ..errors import StorageError
 from ..taskstore import EventRetention
 from . import preflight

@@ -2,7 +2,7 @@
 
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
-decided here by ``replaystore/_rules.py``, the same rules as in memory. A
+decided here by ``replaystore/rules.py``, the same rules as in memory. A
 failed resume the fast read decides is torn down right after that read: by
 an optimistic transaction of native commands where the wire sends by hand
 (:func:`.teardown.tear_down`; failures that come together share one,
@@ -33,7 +33,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..._rules import evidence_for, judge, unknown_session
 from ...cursor import Cursor, event_id, new_epoch, sequence_tag
 from ...errors import (
     IdempotencyKeyReusedError,
@@ -45,6 +44,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
+from ...rules import evidence_for, judge, unknown_session
 from ...verdicts import Resumption, Verdict
 from .. import register_backend
 from ..base import Backend
