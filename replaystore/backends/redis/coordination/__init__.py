@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..client import storage_error
+from ..errors import storage_error
 from ..keys import matching, request_state, request_state_used
 from ..marker import StoreMarker
 from ..wire import Wire

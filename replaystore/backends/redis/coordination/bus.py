@@ -18,7 +18,7 @@ import anyio
 import anyio.abc
 
 from ...notifications import Bus, Gap, Handler, Message, Wake, decode, encode
-from ..client import storage_error
+from ..errors import storage_error
 from ..keys import all_channel, replica_channel, session_channel
 from ..wire import Wire
 from .outage import StoreWatch

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..client import note_policy, storage_error
+from ..errors import note_policy, storage_error
 from ..keys import probe_channel
 
 __all__ = ["eviction_warning", "publish", "subscribe"]

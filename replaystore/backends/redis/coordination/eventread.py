@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from ....taskstore.events import EventPage, decode_event
 from ....taskstore.records import TERMINAL
-from ..client import storage_error
+from ..errors import storage_error
 from ..scripts import CLOCK_MARGIN_MS
 
 __all__ = ["SCRIPT", "EventReads"]

@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from ....errors import StorageError
-from ..client import storage_error
+from ..errors import storage_error
 from ..keys import listen
 from .outage import StoreWatch
 

@@ -15,7 +15,7 @@ from typing import Any
 from ....errors import StorageError
 from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 from .. import keys
-from ..client import storage_error
+from ..errors import storage_error
 from ..marker import StoreMarker
 from ..wire import Wire, pack_one
 

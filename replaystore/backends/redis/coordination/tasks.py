@@ -55,7 +55,7 @@ from ....taskstore.records import (
     unpack,
 )
 from ....taskstore.store import TaskStore
-from ..client import storage_error
+from ..errors import storage_error
 from ..keys import task_event_channels, task_index, task_keys, task_nudges
 from ..marker import StoreMarker
 from .eventread import SCRIPT, EventReads
