@@ -38,6 +38,7 @@ from ...errors import StorageError
 
 __all__ = [
     "FOREIGN",
+    "STORE_ERRORS",
     "TABLE",
     "mapped",
     "note_policy",
@@ -71,9 +72,13 @@ TABLE: dict[type[BaseException], str] = {
     OSError: "unreachable",  # a socket error redis-py let through; TimeoutError too
 }
 
-#: The classes of :data:`TABLE`, for an ``except`` clause that handles the
-#: store's errors its own way (a retry, a loop that waits for the store).
+#: The classes of :data:`TABLE`: what :func:`mapped` turns into ``StorageError``.
 FOREIGN: tuple[type[BaseException], ...] = tuple(TABLE)
+
+#: Every exception that is the store's, made a ``StorageError`` already or not
+#: yet: for an ``except`` clause that handles the store's errors its own way
+#: (a loop that waits for the store, a hint that may be lost).
+STORE_ERRORS: tuple[type[BaseException], ...] = (StorageError, *FOREIGN)
 
 #: Error codes Redis answers when it refuses a command, by the kind of
 #: :class:`StorageError` they become, with what the code means.
