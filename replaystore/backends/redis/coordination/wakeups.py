@@ -10,6 +10,9 @@ from typing import Any, Final
 
 import anyio
 
+from ...notifications import hint
+from ..errors import STORE_ERRORS
+
 __all__ = ["LINGER", "EventWakeups"]
 
 logger = logging.getLogger(__name__)
@@ -100,7 +103,7 @@ class EventWakeups:
                                 break
                         self._ready.set()
                     raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                except Exception as exc:
+                except STORE_ERRORS as exc:
                     if self._stop(failed=True):
                         return  # nobody to wake: the next reader subscribes again
                     logger.debug("task event wake-ups interrupted (%s); reconnecting", exc)
@@ -114,13 +117,11 @@ class EventWakeups:
                 channel = _text(raw.get("channel") or b"")
                 task_id = channel[len(self._head) : len(channel) - len(self._tail)]
                 for wake in list(self._waiting.get(task_id, ())):
-                    try:
-                        wake()
-                    except Exception:  # a hint: the reader reads on a timer anyway
-                        logger.exception("waking a reader of task %s failed", task_id)
+                    # A hint: the reader reads on a timer anyway.
+                    hint(wake, about=f"waking a reader of task {task_id}")
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 try:
                     await pubsub.aclose()
-                except Exception:
+                except STORE_ERRORS:
                     logger.debug("closing the wake-up connection failed", exc_info=True)
