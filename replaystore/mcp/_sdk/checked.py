@@ -234,13 +234,13 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "StreamableHTTPServerTransport.__init__",
         "idle_timeout",
         "parameter",
-        "adopted sessions are built like admitted ones",
+        "each session's transport is built here with the manager's settings",
     ),
     Requirement(
         "StreamableHTTPServerTransport.__init__",
         "retry_interval",
         "parameter",
-        "adopted sessions are built like admitted ones",
+        "each session's transport is built here with the manager's settings",
     ),
     # The session loop: a connection rebuilt in its initialized state.
     Requirement(
