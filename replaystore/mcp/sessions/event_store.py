@@ -3,9 +3,10 @@
 Why two classes: the SDK hands *one* event store object to every session and
 names streams ``_GET_stream``, ``"1"``, ``"2"`` … in every session alike, so a
 store that only sees ``store_event(stream_id, message)`` cannot tell sessions
-apart. :class:`ReplayEventStore` is the shared object the application creates;
+apart. :class:`ReplayEventStore` is the shared object the application creates
+(a buffer and an observer; no ``EventStore`` itself, for that reason);
 :class:`SessionView` is a view of it bound to one real ``Mcp-Session-Id``,
-handed to that session's transport when the session is admitted or adopted
+the ``EventStore`` of that session's transport when the session is admitted or adopted
 (see :mod:`replaystore.mcp.sessions.manager`). In the buffer, the session id is the
 real ``Mcp-Session-Id`` and each SDK stream is a sequence of that session
 (see :func:`~replaystore.mcp.sessions.messages.sequence_name`), so event ids are
