@@ -38,8 +38,8 @@ from .http_head import http_protocol
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
 from .process import tune_collector
 from .request_state import StoreKeyRing
+from .sessions.event_store import ReplayEventStore
 from .sessions.manager import ReplaySessionManager
-from .sessions.view import ReplayEventStore
 from .settings import Settings
 from .subscriptions import StoreSubscriptionBus
 

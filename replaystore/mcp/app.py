@@ -49,9 +49,9 @@ from ._sdk.checked import check_server, lowlevel_server
 from .metrics import ResumptionObserver, serve_metrics, watch
 from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
 from .request_state import Secret, SingleUseBoundary, StoreKeyRing
+from .sessions.event_store import ReplayEventStore, as_event_store
 from .sessions.health import HEALTH_PATH, add_health_route
-from .sessions.manager import ReplaySessionManager, as_event_store
-from .sessions.view import ReplayEventStore
+from .sessions.manager import ReplaySessionManager
 from .settings import (
     DEFAULT_CHECK_INTERVAL,
     DEFAULT_DRAIN_SECONDS,
@@ -551,7 +551,7 @@ def streamable_http_app(
         server,
         store,
         settings,
-        lambda: typed.streamable_http_app(event_store=store, **kwargs),
+        lambda: typed.streamable_http_app(**kwargs),
         tasks=tasks,
         subscriptions=subscriptions,
         request_state=request_state,

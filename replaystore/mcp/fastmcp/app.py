@@ -22,8 +22,7 @@ from .._sdk.checked import check as check_sdk
 from ..app import Process, session_managers, wire
 from ..metrics import ResumptionObserver
 from ..process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT
-from ..sessions.manager import as_event_store
-from ..sessions.view import ReplayEventStore
+from ..sessions.event_store import ReplayEventStore, as_event_store
 from ..settings import (
     DEFAULT_CHECK_INTERVAL,
     DEFAULT_DRAIN_SECONDS,
@@ -111,7 +110,7 @@ def fastmcp_http_app(
     )
 
     def build() -> Any:
-        app = mcp.http_app(event_store=store, **kwargs)
+        app = mcp.http_app(**kwargs)
         if not kwargs.get("stateless_http"):
             _expect_manager(app)
         return app

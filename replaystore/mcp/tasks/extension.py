@@ -77,7 +77,7 @@ from ...taskstore import (
 )
 from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
 from ..metrics import count_task_end
-from ..sessions.again import bounded
+from ..refusals import bounded
 from ..settings import DEFAULT_STORE_TIMEOUT
 from ..unavailable import store_unavailable
 from .creation import UNANSWERED_ERROR, Creations, Job, request_task_id
