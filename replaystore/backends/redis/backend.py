@@ -60,7 +60,7 @@ from .marker import StoreMarker
 from .replies import decode_facts, decode_info, decode_tombstone
 from .scripts import FUNCTIONS, SLOT, Library
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
-from .wire import Wire, pack_args, talks_to_one_server
+from .wire import pack_args, talks_to_one_server, wire_for
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
 
@@ -124,14 +124,17 @@ class RedisBackend(Backend):
         self.wait_replicas = wait_replicas
         self.wait_timeout = wait_timeout
         self._owns_client = owns_client
-        self._wire = Wire(client)
+        self._wire = wire_for(client)
         # Operations run as a function library where the client talks to one
         # real server directly; elsewhere (a cluster, fakes) as scripts.
         self._library = Library(self._wire.command, functions=talks_to_one_server(client))
         self._fast = FastPath(self._wire, retention, self.key_base)
         slot = client.keyslot if isinstance(client, RedisCluster) else None
         self._leftovers = Leftovers(self._drop, slot=slot)
-        self._teardowns = Teardowns(self._wire)
+        # A failure the fast read decided is torn down by transaction where the
+        # wire holds connections (see ``_fail_fast``), else by script.
+        self._transactions = self._wire.transactions
+        self._teardowns = Teardowns(self._transactions) if self._transactions else None
         # What appends to a sequence send that stays the same, per (session, sequence).
         self._appends: dict[tuple[str, str], _Appends] = {}
         # append_lean.lua leaves run splits by age to the general path.
@@ -242,7 +245,8 @@ class RedisBackend(Backend):
         )
 
     async def aclose(self) -> None:
-        await self._teardowns.aclose()
+        if self._teardowns is not None:
+            await self._teardowns.aclose()
         await self._leftovers.aclose()
         await self._wire.give_back()  # a client passed in gets its connections back
         if self._owns_client:
@@ -313,9 +317,13 @@ class RedisBackend(Backend):
         spends running it; all but the payloads are the same for every
         append to a sequence, so they are packed once.
         """
-        keys, args = self._operands(form, session, sequence, tag)
-        head = ["FCALL", FUNCTIONS[form], len(keys), *keys, *args]
+        head = self._fcall(form, session, sequence, tag)
         return pack_args(head), len(head)
+
+    def _fcall(self, form: str, session: str, sequence: str, tag: str) -> list[Any]:
+        """The ``FCALL`` of ``form`` up to the payloads."""
+        keys, args = self._operands(form, session, sequence, tag)
+        return ["FCALL", FUNCTIONS[form], len(keys), *keys, *args]
 
     def _appends_to(self, session: str, sequence: str) -> _Appends:
         cache = self._appends.get((session, sequence))
@@ -345,7 +353,7 @@ class RedisBackend(Backend):
         if self.wait_replicas:
             keys, args = operands()
             return await self._call("append", lambda: self._written(form, keys, args), retry=retry)
-        if not (self._library.functions and self._wire.by_hand):
+        if not self._library.functions:
             return await self._call(
                 "append", lambda: self._library.call(form, operands), retry=retry
             )
@@ -353,9 +361,15 @@ class RedisBackend(Backend):
         if head is None:
             head = cache.heads[form] = self._head(form, session, sequence, tag)
         packet = b"*%d\r\n" % (head[1] + len(tail)) + head[0] + pack_args(tail)
+
+        def fcall() -> list[Any]:
+            return [*self._fcall(form, session, sequence, tag), *tail]
+
         return await self._call(
             "append",
-            lambda: self._library.call(form, operands, packed=lambda: self._wire.roundtrip(packet)),
+            lambda: self._library.call(
+                form, operands, packed=lambda: self._wire.call(packet, fcall)
+            ),
             retry=retry,
         )
 
@@ -649,7 +663,8 @@ class RedisBackend(Backend):
             condition = still_true(judgement.code, cursor, named_tag)
             tomb = tombstone_head(judgement.code, judgement.verdict.value)
             nonce = secrets.token_hex(8)
-            if self._wire.by_hand:
+            tx, teardowns = self._transactions, self._teardowns
+            if tx is not None and teardowns is not None:
                 request = Teardown(
                     self.key_base(session),
                     fast.facts.epoch,
@@ -658,9 +673,9 @@ class RedisBackend(Backend):
                     self.retention.tombstone_ttl_ms,
                     nonce,
                 )
-                async with self._wire.held():
+                async with tx.held():
                     torn = await self._call(
-                        "resolve", lambda: self._teardowns.submit(request), retry=True
+                        "resolve", lambda: teardowns.submit(request), retry=True
                     )
             else:
                 torn = await self._fail_script(
