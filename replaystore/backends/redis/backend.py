@@ -58,7 +58,7 @@ from .keys import base as session_base
 from .keys import sequence as sequence_key
 from .marker import StoreMarker
 from .replies import decode_facts, decode_info, decode_tombstone
-from .scripts import FUNCTIONS, SLOT, Library
+from .scripts import SLOT, Library, fcall_of
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
 from .wire import pack_args, talks_to_one_server, wire_for
 
@@ -125,15 +125,12 @@ class RedisBackend(Backend):
         self.wait_timeout = wait_timeout
         self._owns_client = owns_client
         self._wire = wire_for(client)
-        # Operations run as a function library where the client talks to one
-        # real server directly; elsewhere (a cluster, fakes) as scripts.
+        # Functions where the client talks to one real server directly, else scripts.
         self._library = Library(self._wire.command, functions=talks_to_one_server(client))
         self._fast = FastPath(self._wire, retention, self.key_base)
         slot = client.keyslot if isinstance(client, RedisCluster) else None
         self._leftovers = Leftovers(self._drop, slot=slot)
-        # A failure the fast read decided is torn down by transaction where the
-        # wire holds connections (see ``_fail_fast``), else by script.
-        self._transactions = self._wire.transactions
+        self._transactions = self._wire.transactions  # None: failures torn down by script
         self._teardowns = Teardowns(self._transactions) if self._transactions else None
         # What appends to a sequence send that stays the same, per (session, sequence).
         self._appends: dict[tuple[str, str], _Appends] = {}
@@ -317,13 +314,8 @@ class RedisBackend(Backend):
         spends running it; all but the payloads are the same for every
         append to a sequence, so they are packed once.
         """
-        head = self._fcall(form, session, sequence, tag)
+        head = fcall_of(form, partial(self._operands, form, session, sequence, tag))
         return pack_args(head), len(head)
-
-    def _fcall(self, form: str, session: str, sequence: str, tag: str) -> list[Any]:
-        """The ``FCALL`` of ``form`` up to the payloads."""
-        keys, args = self._operands(form, session, sequence, tag)
-        return ["FCALL", FUNCTIONS[form], len(keys), *keys, *args]
 
     def _appends_to(self, session: str, sequence: str) -> _Appends:
         cache = self._appends.get((session, sequence))
@@ -361,16 +353,9 @@ class RedisBackend(Backend):
         if head is None:
             head = cache.heads[form] = self._head(form, session, sequence, tag)
         packet = b"*%d\r\n" % (head[1] + len(tail)) + head[0] + pack_args(tail)
-
-        def fcall() -> list[Any]:
-            return [*self._fcall(form, session, sequence, tag), *tail]
-
+        send = partial(self._wire.call, packet, partial(fcall_of, form, operands))
         return await self._call(
-            "append",
-            lambda: self._library.call(
-                form, operands, packed=lambda: self._wire.call(packet, fcall)
-            ),
-            retry=retry,
+            "append", lambda: self._library.call(form, operands, packed=send), retry=retry
         )
 
     async def append(
