@@ -33,7 +33,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..redispy import BY_HAND, OWN_CONNECTIONS
 from .batching import SHARED_BYTES, SHARED_CALLS
 from .direct import DirectWire
-from .packets import pack_args, pack_one
+from .packets import Commands, pack_args, pack_one
 from .public import PublicWire
 from .routing import ClusterWire
 
@@ -42,6 +42,7 @@ __all__ = [
     "SHARED_BYTES",
     "SHARED_CALLS",
     "ClusterWire",
+    "Commands",
     "DirectWire",
     "PublicWire",
     "Transactions",
@@ -111,13 +112,7 @@ class Wire(Protocol):
         the transport can, else one at a time (a cluster routes a pipeline by keys)."""
         ...
 
-    async def read(
-        self,
-        key: str,
-        packet: bytes,
-        replies: int,
-        commands: Callable[[], Sequence[tuple[Any, ...]]],
-    ) -> list[Any]:
+    async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
         """Reads on ``key``'s slot, shared with the other reads ready at the same moment where
         the transport can; given both packed and as a builder of the commands."""
         ...

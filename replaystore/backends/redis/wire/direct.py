@@ -18,7 +18,7 @@ from typing import Any
 
 from . import exchange
 from .batching import Batcher
-from .packets import pack_one
+from .packets import Commands, pack_one
 from .pool import KeptConnections
 
 __all__ = ["DirectWire"]
@@ -58,13 +58,7 @@ class DirectWire:
     async def keyless(self, commands: Sequence[tuple[Any, ...]]) -> None:
         await self.pipeline(commands)
 
-    async def read(
-        self,
-        key: str,
-        packet: bytes,
-        replies: int,
-        commands: Callable[[], Sequence[tuple[Any, ...]]],
-    ) -> list[Any]:
+    async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
         return await self.shared(packet, replies)
 
     async def give_back(self) -> None:
@@ -101,14 +95,24 @@ class DirectWire:
         return await self._packet(packet, replies, 0.0, gathered=gathered)
 
     async def _packet(
-        self, packet: bytes, replies: int, slack: float, *, gathered: bool = False
+        self,
+        packet: bytes,
+        replies: int,
+        slack: float,
+        *,
+        gathered: bool = False,
+        then: Callable[[list[Any]], tuple[bytes, int]] | None = None,
     ) -> list[Any]:
+        """A packet on a connection of the pool (and ``then``'s on the same one, if given)."""
         pool = self._pool
         conn = await pool.take()
         failed = True
         try:
             crowded = not gathered and pool.in_flight > 1  # gathered: yielded already
             out = await exchange.exchange(conn, packet, replies, slack, crowded=crowded)
+            if then is not None:
+                packet, count = then(out)
+                out = await exchange.exchange(conn, packet, count, 0.0, crowded=pool.in_flight > 1)
             failed = False
         finally:
             if failed:
@@ -130,19 +134,7 @@ class DirectWire:
         Returns the second packet's replies. A connection that fails halfway is
         dropped, and the watch ends with it.
         """
-        pool = self._pool
-        conn = await pool.take()
-        failed = True
-        try:
-            got = await exchange.exchange(conn, reads, replies, 0.0, crowded=pool.in_flight > 1)
-            packet, count = then(got)
-            out = await exchange.exchange(conn, packet, count, 0.0, crowded=pool.in_flight > 1)
-            failed = False
-        finally:
-            if failed:
-                await pool.lose(conn)
-        await pool.give(conn)
-        return out
+        return await self._packet(reads, replies, 0.0, then=then)
 
     def held(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Count a caller as in flight while it waits on something else of this backend.

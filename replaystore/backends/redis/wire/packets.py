@@ -8,10 +8,14 @@ what they pack with.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["pack_args", "pack_one"]
+__all__ = ["Commands", "pack_args", "pack_one"]
+
+#: Commands built only when a transport sends them through redis-py (a caller
+#: that packs them itself gives the packet too).
+Commands = Callable[[], Sequence[tuple[Any, ...]]]
 
 
 def pack_one(command: tuple[Any, ...]) -> bytes:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .packets import Commands
+
 __all__ = ["PublicWire"]
 
 
@@ -44,13 +46,7 @@ class PublicWire:
         for command in commands:  # a cluster's pipeline wants a key to route each command by
             await self.command(command)
 
-    async def read(
-        self,
-        key: str,
-        packet: bytes,
-        replies: int,
-        commands: Callable[[], Sequence[tuple[Any, ...]]],
-    ) -> list[Any]:
+    async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
         return await self.pipeline(commands())
 
     async def give_back(self) -> None:

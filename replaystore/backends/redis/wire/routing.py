@@ -10,7 +10,6 @@ at the same moment (:mod:`.batching`). Everything else goes through redis-py
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import (
@@ -25,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..redispy import OWN_CONNECTIONS
 from . import exchange
 from .batching import Batcher
+from .packets import Commands
 from .public import PublicWire
 
 __all__ = ["ClusterWire"]
@@ -42,13 +42,7 @@ class ClusterWire(PublicWire):
         self.in_flight = 0  # reads between taking a master's connection and giving it back
         self._batch = Batcher(self)
 
-    async def read(
-        self,
-        key: str,
-        packet: bytes,
-        replies: int,
-        commands: Callable[[], Sequence[tuple[Any, ...]]],
-    ) -> list[Any]:
+    async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
         got = await self.pipelined_at(key, packet, replies)
         if got is None:  # that master could not take it: through redis-py
             got = await self.pipeline(commands())
