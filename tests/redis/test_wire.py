@@ -22,6 +22,7 @@ from replaystore.backends.redis import redispy, wire
 from replaystore.backends.redis.redispy import Requirement
 from replaystore.backends.redis.wire import exchange
 from replaystore.backends.redis.wire import pool as wire_pool
+from replaystore.backends.redis.wire.batching import Batcher
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
@@ -433,3 +434,32 @@ async def test_a_call_cancelled_before_its_shared_packet_went_is_not_sent(
         assert isinstance(done[0], asyncio.CancelledError)
         assert done[1:] == [b"OK", b"OK"]
         assert await client.mget([f"{prefix}{k}" for k in "abc"]) == [None, b"b", b"c"]
+
+
+class _InFlight:
+    in_flight = 1  # another call in flight: ready calls gather
+
+
+@pytest.mark.parametrize(
+    "error", [redis.exceptions.ConnectionError("lost"), AttributeError("a bug")], ids=repr
+)
+async def test_each_call_of_a_failed_shared_packet_gets_its_error(error: Exception) -> None:
+    """Three calls share a packet whose send fails: each caller gets the error, a store's as a
+    copy of its own, anything else (a bug) as it is, never made into another error."""
+    sent: list[bytes] = []
+
+    async def send(packet: bytes, replies: int, gathered: bool) -> list[Any]:
+        sent.append(packet)
+        raise error
+
+    batcher = Batcher(_InFlight())
+    got = await asyncio.gather(
+        *(batcher.gather(None, p, 1, send) for p in (b"a", b"b", b"c")), return_exceptions=True
+    )
+    assert sent == [b"abc"]  # one packet
+    assert all(type(e) is type(error) and e.args == error.args for e in got), got
+    if isinstance(error, redis.exceptions.RedisError):
+        assert len({id(e) for e in got}) == 3 and error not in got
+    else:
+        assert all(e is error for e in got)
+    await batcher.settle()

@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 
 __all__ = ["SHARED_BYTES", "SHARED_CALLS", "Batcher", "Busy", "Send"]
 
@@ -129,9 +130,12 @@ def _fail_gathered(
             )
 
 
+#: The store's errors (redis-py's, its cluster client's, a socket's): each class
+#: is rebuilt from its arguments, so a copy of one can be made.
+_STORE_ERRORS = (RedisError, RedisClusterException, OSError)
+
+
 def _again(exc: Exception) -> Exception:
-    """The same error for another caller: a copy, so that each raise keeps its own traceback."""
-    try:
-        return copy.copy(exc)
-    except Exception:  # an exception type that cannot be rebuilt from its arguments
-        return exc
+    """The same error for another caller: a copy of a store's error, so that each raise keeps
+    its own traceback; anything else (a bug, whose class may not be rebuilt) as it is."""
+    return copy.copy(exc) if isinstance(exc, _STORE_ERRORS) else exc
