@@ -60,7 +60,7 @@ from ...errors import StorageError
 from .keys import meta as meta_key
 from .keys import swept, teardown_keys
 from .keys import tombstone as tombstone_key
-from .wire import Wire, pack_args, pack_one
+from .wire import Transactions, pack_args, pack_one
 
 __all__ = ["Leftovers", "Teardown", "Teardowns", "still_true", "tear_down", "tombstone_head"]
 
@@ -141,7 +141,7 @@ class Teardown:
         )
 
 
-async def tear_down(wire: Wire, requests: Sequence[Teardown]) -> list[bool]:
+async def tear_down(wire: Transactions, requests: Sequence[Teardown]) -> list[bool]:
     """Tear each session down if it is still the judged incarnation and its condition holds.
 
     One optimistic transaction for them all: ``WATCH`` on every meta hash
@@ -232,7 +232,7 @@ class Teardowns:
     At most ``size`` sessions per transaction.
     """
 
-    def __init__(self, wire: Wire, *, size: int = 64) -> None:
+    def __init__(self, wire: Transactions, *, size: int = 64) -> None:
         self._wire = wire
         self.size = size
         self._queue: list[tuple[Teardown, asyncio.Future[bool]]] = []
