@@ -52,10 +52,12 @@ def test_a_missing_name_is_found_and_warned_once(requirement: Requirement) -> No
 
 
 def test_every_listed_name_is_used_by_the_wire() -> None:
-    """The list names what the code touches, no more: each name appears in the wire's source."""
+    """The list names what the code touches, no more: each name appears in the wire's source,
+    or in the constant of :mod:`redispy` through which the wire reaches it."""
     code = "".join(path.read_text() for path in Path(wire.__file__).parent.glob("*.py"))
+    handed = {"_AsyncHiredisParser": "HIREDIS_PARSER"}
     for r in redispy.REQUIREMENTS:
-        assert r.name in code, r
+        assert r.name in code or handed.get(r.name, r.name) in code, r
 
 
 def _by_hand(buffer: ReplayBuffer) -> bool:

@@ -19,10 +19,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-try:
-    import redis._parsers.hiredis as _hiredis_parsers
-except ImportError:  # moved: :mod:`..redispy` has warned, and nothing is sent by hand
-    _hiredis_parsers = None  # type: ignore[assignment]
+from ..redispy import HIREDIS_PARSER, NOT_ENOUGH_DATA
+
 try:
     import hiredis as _hiredis
 except ImportError:  # redis-py parses in Python, and replies are read through it
@@ -65,7 +63,7 @@ async def exchange(
         loop = asyncio.get_running_loop()
         timer = loop.call_at(loop.time() + timeout + slack, _expire, reader)
     try:
-        if type(conn._parser) is _HIREDIS_PARSER:
+        if type(conn._parser) is HIREDIS_PARSER:
             return await _read_hiredis(conn._parser, reader, replies)
         return [await _reply(conn) for _ in range(replies)]
     except OSError as exc:  # a socket error the reader raised
@@ -82,8 +80,6 @@ def _expire(reader: StreamReader) -> None:
         reader.set_exception(RedisTimeoutError("timeout reading pipelined replies"))
 
 
-_HIREDIS_PARSER: Any = getattr(_hiredis_parsers, "_AsyncHiredisParser", None)
-_NOT_ENOUGH_DATA: Any = getattr(_hiredis_parsers, "NOT_ENOUGH_DATA", None)
 _READ_SIZE = 65536
 
 
@@ -100,7 +96,7 @@ async def _read_hiredis(parser: Any, reader: StreamReader, replies: int) -> list
     out: list[Any] = []
     while len(out) < replies:
         reply = gets()
-        if reply is _NOT_ENOUGH_DATA:
+        if reply is NOT_ENOUGH_DATA:
             data = await reader.read(_READ_SIZE)
             if not data:
                 raise RedisConnectionError("Connection closed by server.")
