@@ -53,11 +53,11 @@ from pathlib import Path
 from typing import Any
 
 from replaystore.bench.servers import ServerProcess
+from replaystore.testing.mcp import initialize_message, post_headers, stream_headers
 from replaystore.testing.ports import find_free_port
 from replaystore.testing.servers import redis_server_binary, start_standalone
 
 HOST = "127.0.0.1"
-PROTOCOL = "2025-11-25"
 CASES = ("sticky", "rr", "rr-first", "failed")
 
 
@@ -164,17 +164,6 @@ class _Session:
     sid: str = ""
     cursor: str = ""
 
-    def headers(self, **extra: str) -> dict[str, str]:
-        out = {
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "mcp-protocol-version": PROTOCOL,
-        }
-        if self.sid:
-            out["mcp-session-id"] = self.sid
-        out.update(extra)
-        return out
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -193,7 +182,7 @@ def _post(s: _Session, message: dict[str, Any]) -> tuple[int, dict[str, str], li
     loaded machine misses its store deadline) is sent again after its ``Retry-After``."""
     for _ in range(10):
         with _Http(s.port) as c:
-            status = c.request("POST", s.headers(), json.dumps(message).encode())
+            status = c.request("POST", post_headers(s.sid), json.dumps(message).encode())
             if c.headers.get("content-type", "").startswith("text/event-stream"):
                 events = list(_sse(c.chunks()))
             else:
@@ -205,17 +194,7 @@ def _post(s: _Session, message: dict[str, Any]) -> tuple[int, dict[str, str], li
 
 
 def _open_session(s: _Session, w: Workload, close_after: int) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "resume-instructions", "version": "0"},
-        },
-    }
-    status, headers, _ = _post(s, init)
+    status, headers, _ = _post(s, initialize_message())
     if status != 200:
         raise RuntimeError(f"initialize answered {status}")
     s.sid = headers["mcp-session-id"]
@@ -254,9 +233,7 @@ def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answe
     it once the call's result arrived (``stop_at_result``); the others end it.
     """
     with _Http(port) as c:
-        headers = s.headers(accept="text/event-stream", **{"last-event-id": cursor})
-        del headers["content-type"]
-        answer = _Answer(c.request("GET", headers))
+        answer = _Answer(c.request("GET", stream_headers(s.sid, cursor)))
         if answer.status != 200:
             b"".join(c.chunks())
             return answer
