@@ -628,7 +628,7 @@ class RedisBackend(Backend):
         """A failure the fast read decided, torn down without the facts script.
 
         Both teardowns check that the session is still the incarnation read
-        and the verdict's condition still holds (``close.lua``'s conditions),
+        and the verdict's condition still holds (:func:`.teardown.still_holds`),
         and leave the tombstone. Where the wire sends commands by hand (one
         server: plain or behind Sentinel) it is an optimistic transaction of
         native commands (:func:`.teardown.tear_down`), which deletes every list
