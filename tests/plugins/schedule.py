@@ -7,21 +7,21 @@ modules with most tests first, which are the quick parametrized ones). A long
 module dealt out last runs alone at the end while the other worker idles;
 dealt out first, the short ones fill in beside it.
 
-The figures are seconds a module took in a run of the whole suite on two
-workers, rounded: only their order matters, and a module missing here is
-dealt out after these in its collection order.
+The figures are rough seconds per module, summed from ``--durations`` of runs
+on two workers: only their order matters, so they need no precision, and a
+module missing here is dealt out after these in its collection order.
 """
 
 from __future__ import annotations
 
 import pytest
 
-#: Seconds per module in a run of the whole suite (two workers, two cores).
+#: Rough seconds per module on two workers (two cores), longest first.
 LONG_MODULES: dict[str, int] = {
+    "tests/bench/test_bench_storm.py": 180,
     "tests/mcp/test_balancers.py": 150,
-    "tests/bench/test_bench_storm.py": 120,
+    "tests/mcp/tasks/test_task_drain.py": 70,
     "tests/mcp/tasks/test_task_outages.py": 60,
-    "tests/mcp/tasks/test_task_drain.py": 60,
     "tests/mcp/fastmcp/test_tasks_fastmcp.py": 60,
     "tests/mcp/tasks/test_tasks.py": 50,
     "tests/mcp/replicas/test_replicas.py": 40,
