@@ -46,7 +46,7 @@ from starlette.applications import Starlette
 from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import check_server, lowlevel_server
-from .metrics import ResumptionObserver, serve_metrics, watch
+from .metrics import Held, ResumptionObserver, serve_metrics, watch
 from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
 from .request_state import Secret, SingleUseBoundary, StoreKeyRing
 from .sessions.health import HEALTH_PATH, add_health_route
@@ -142,6 +142,16 @@ class Shared:
     def shared_bus(self) -> StoreSubscriptionBus | None:
         bus = self.subscriptions
         return bus if isinstance(bus, StoreSubscriptionBus) else None
+
+    def held(self) -> Held:
+        """What the app holds now, for the gauges (:mod:`~replaystore.mcp.metrics`)."""
+        bus = self.shared_bus
+        return Held(
+            sessions=sum(manager.sessions_open for manager in self.managers),
+            request_leases=sum(manager.replica.leases_held for manager in self.managers),
+            task_states=self.tasks.running_states() if self.tasks is not None else [],
+            listening=bus.listeners if bus is not None else 0,
+        )
 
 
 def wire(
