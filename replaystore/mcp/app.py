@@ -44,7 +44,7 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import HEADER_MISMATCH, SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 
-from ..backends.coordination import coordination_of
+from ..backends.coordination import Coordination, coordination_of
 from ..buffer import ReplayBuffer
 from ._sdk.checked import lowlevel_server
 from ._sdk.servers import (
@@ -322,12 +322,15 @@ def wire(
     Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
+    # Resolved once: each part below is handed what it keeps in the store.
+    coordination = coordination_of(buffer.backend)
     process = process if process is not None else Process()
     shared = Shared(tasks=tasks)
     watch(shared)
     lowlevel = framework.lowlevel
     if tasks is not None:
-        tasks.bind(buffer, framework.server)
+        tasks.serve(framework.server)
+        tasks.keep_in(coordination, buffer.backend)
         tasks.store_timeout = settings.store_timeout
         tasks.drain_seconds = process.drain_seconds
         framework.serve_tasks(tasks)
@@ -335,14 +338,14 @@ def wire(
     _share_request_state(
         shared,
         framework,
-        buffer,
+        coordination,
         request_state,
         share,
         once=request_state_once,
         secret=request_state_secret,
         store_timeout=settings.store_timeout,
     )
-    _share_listen(shared, framework, buffer, subscriptions, share)
+    _share_listen(shared, framework, coordination, subscriptions, share)
     app = build()
     if tasks is not None:
         # A task request the store did not serve: 503 with Retry-After, as on a session.
@@ -419,7 +422,7 @@ def _adopt(
 def _share_request_state(
     shared: Shared,
     framework: Framework[Any],
-    buffer: ReplayBuffer,
+    coordination: Coordination,
     given: RequestStateSecurity | None,
     share: bool,
     *,
@@ -455,7 +458,7 @@ def _share_request_state(
         if framework.own_request_state(current):
             policy = current
         elif not share:
-            if coordination_of(buffer.backend).spans_processes:
+            if coordination.spans_processes:
                 # Said once, when the app is built: never accepted silently.
                 logger.warning(
                     "share=False: requestState is sealed under the server's own key; unless "
@@ -465,7 +468,7 @@ def _share_request_state(
             return
         else:
             ring = StoreKeyRing(fallback=current.codec, secret=secret)
-            ring.bind(buffer)
+            ring.keep_in(coordination)
             policy = RequestStateSecurity(
                 codec=ring,
                 ttl=current.ttl,
@@ -481,7 +484,7 @@ def _share_request_state(
             SingleUseBoundary(
                 policy,
                 default_audience=lowlevel.name,
-                coordination=coordination_of(buffer.backend),
+                coordination=coordination,
                 store_timeout=store_timeout,
             ),
         )
@@ -529,7 +532,7 @@ def _install(lowlevel: Any, index: int, boundary: RequestStateBoundary) -> None:
 def _share_listen(
     shared: Shared,
     framework: Framework[Any],
-    buffer: ReplayBuffer,
+    coordination: Coordination,
     given: SubscriptionBus | None,
     share: bool,
 ) -> None:
@@ -544,7 +547,7 @@ def _share_listen(
     if bus is None:
         return
     if isinstance(bus, StoreSubscriptionBus):
-        bus.bind(buffer)
+        bus.keep_in(coordination)
     shared.subscriptions = bus
 
 

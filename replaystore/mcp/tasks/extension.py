@@ -58,7 +58,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ... import ReplayBuffer
-from ...backends.coordination import coordination_of
+from ...backends.coordination import Coordination, coordination_of
 from ...errors import StorageError
 from ...taskstore import (
     EventRetention,
@@ -157,6 +157,12 @@ class ReplayTasks(TaskRunner, Extension):
         runner died, and :meth:`running` can check that every task tool
         exists. Its name is the tasks' namespace unless one was given.
         """
+        self.serve(server)
+        if self._store is None:
+            self.keep_in(coordination_of(buffer.backend), buffer.backend)
+
+    def serve(self, server: Any) -> None:
+        """The tasks are ``server``'s (see :meth:`bind`): run again through it, named after it."""
         if isinstance(server, MCPServer):
             if self._rerun is None:
                 self.rerun_with(sdk_rerun(self, server))
@@ -165,10 +171,16 @@ class ReplayTasks(TaskRunner, Extension):
         if self._namespace is None:
             name = getattr(server, "name", None)
             self._namespace = name if isinstance(name, str) else ""
+
+    def keep_in(self, coordination: Coordination, backend: object) -> None:
+        """Keep tasks in the task store of ``coordination`` (``backend``'s), unless given one.
+
+        A status change counts once as many of the store's replicas as
+        ``backend`` waits for acknowledged it (``wait_replicas``).
+        """
         if self._store is None:
-            backend = buffer.backend
-            self._store = coordination_of(backend).task_store(
-                namespace=self._namespace,
+            self._store = coordination.task_store(
+                namespace=self.namespace,
                 wait_replicas=getattr(backend, "wait_replicas", 0),
                 wait_timeout=getattr(backend, "wait_timeout", 1.0),
             )
