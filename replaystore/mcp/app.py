@@ -31,7 +31,6 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.request_state import (
     AESGCMRequestStateCodec,
     RequestStateBoundary,
@@ -39,9 +38,7 @@ from mcp.server.request_state import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
-from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
-from mcp_types import HEADER_MISMATCH, SubscriptionsListenRequestParams
+from mcp_types import SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 
 from ..backends.coordination import Coordination, coordination_of
@@ -54,7 +51,13 @@ from ._sdk.servers import (
     subscriptions_of,
 )
 from .metrics import Held, ResumptionObserver, serve_metrics, watch
-from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
+from .process import (
+    COLLECTOR_THRESHOLD,
+    LOG_RECORD_LIMIT,
+    Process,
+    capping_records,
+    tune_collector_once,
+)
 from .request_state import Secret, SingleUseBoundary, StoreKeyRing
 from .sessions.health import HEALTH_PATH, add_health_route
 from .sessions.manager import ReplaySessionManager, as_event_store
@@ -84,7 +87,6 @@ __all__ = [
     "serving",
     "session_managers",
     "streamable_http_app",
-    "task_name_header",
     "wire",
 ]
 
@@ -92,46 +94,6 @@ logger = logging.getLogger("replaystore.mcp")
 
 #: The app a server builds (a Starlette app).
 _App = TypeVar("_App", covariant=True)
-
-
-@dataclass(frozen=True)
-class Process:
-    """What an app does to the process it runs in (the wiring's keyword arguments of that name).
-
-    ``drain_seconds``: on the server's stop (``SIGTERM``, Ctrl-C), how long
-    running requests and tasks may finish while no new work is taken
-    (:mod:`~replaystore.mcp.stopping`). ``collector_threshold``: the
-    garbage collector tuned once the app started
-    (:func:`~replaystore.mcp.tune_collector`; None leaves it alone).
-    ``log_record_limit``: the longest log record written while the app runs,
-    in characters (:mod:`~replaystore.mcp.process`; None leaves the log alone).
-    ``check_store``: check what the store must give a replica once, in the
-    background, at start (:meth:`ReplaySessionManager.check_store`).
-    """
-
-    drain_seconds: float = DEFAULT_DRAIN_SECONDS
-    collector_threshold: int | None = COLLECTOR_THRESHOLD
-    log_record_limit: int | None = LOG_RECORD_LIMIT
-    check_store: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.drain_seconds <= 3600:
-            raise ValueError(f"drain_seconds must be 0 to 3600, not {self.drain_seconds}")
-        if self.collector_threshold is not None and self.collector_threshold < 1:
-            raise ValueError("collector_threshold must be at least 1 or None")
-        if self.log_record_limit is not None and self.log_record_limit < 1:
-            raise ValueError("log_record_limit must be at least 1 or None")
-
-
-#: The collector is tuned once per process, by the first app that starts.
-_collector_tuned = False
-
-
-def _tune_collector_once(threshold: int | None) -> None:
-    global _collector_tuned
-    if threshold is not None and not _collector_tuned:
-        _collector_tuned = True
-        tune_collector(threshold)
 
 
 @dataclass(eq=False)  # one per app, kept in a weak set by the metrics
@@ -318,8 +280,9 @@ def wire(
     server's stop (the drain); the garbage collector is tuned once all of it
     started (``process``: :class:`Process`). With tasks, a ``tasks/*``
     request whose ``Mcp-Name`` disagrees with its body is refused
-    (:func:`task_name_header`). ``metrics_path``: where the app answers
-    Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
+    (:meth:`~replaystore.mcp.tasks.ReplayTasks.name_header`).
+    ``metrics_path``: where the app answers Prometheus scrapes
+    (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
     # Resolved once: each part below is handed what it keeps in the store.
@@ -334,7 +297,7 @@ def wire(
         tasks.store_timeout = settings.store_timeout
         tasks.drain_seconds = process.drain_seconds
         framework.serve_tasks(tasks)
-        lowlevel.middleware.append(task_name_header)
+        lowlevel.middleware.append(tasks.name_header)
     _share_request_state(
         shared,
         framework,
@@ -393,7 +356,7 @@ def wire(
                 draining_on_stop(shared.managers, tasks, process.drain_seconds)
             )
             # What start-up built stays: see replaystore.mcp.process.
-            _tune_collector_once(process.collector_threshold)
+            tune_collector_once(process.collector_threshold)
             yield state
 
     app.router.lifespan_context = lifespan
@@ -490,29 +453,6 @@ def _share_request_state(
         )
     elif policy is not current:
         _install(lowlevel, index, RequestStateBoundary(policy, default_audience=lowlevel.name))
-
-
-#: The methods of the tasks extension that name a task (``Mcp-Name: <taskId>``).
-_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
-
-
-async def task_name_header(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-    """Refuse a ``tasks/*`` request whose ``Mcp-Name`` header names another task than its body.
-
-    The tasks extension has clients mirror ``params.taskId`` into
-    ``Mcp-Name`` so that a balancer may route on it; a server that reads the
-    body must refuse a request whose header and body disagree (-32020,
-    HTTP 400), as the SDK does for ``tools/call``. A request without the
-    header is served (clients of earlier drafts do not send it).
-    """
-    # The HTTP request the message came in (None on other transports).
-    headers = getattr(ctx.request, "headers", None) if ctx.method in _TASK_METHODS else None
-    header = headers.get(MCP_NAME_HEADER) if headers is not None else None
-    if header is not None:
-        task_id = (ctx.params or {}).get("taskId")
-        if isinstance(task_id, str) and decode_header_value(header) != task_id:
-            raise MCPError(HEADER_MISMATCH, f"{MCP_NAME_HEADER} header does not match taskId")
-    return await call_next(ctx)
 
 
 def _boundary(lowlevel: Any) -> tuple[int, Any]:

@@ -49,7 +49,9 @@ from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import (
+    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -90,6 +92,9 @@ MAX_RESPONSES = 64
 MAX_KEY = 64
 
 _NOT_FOUND = "Failed to retrieve task: Task not found"
+
+#: The methods of the extension that name a task (``Mcp-Name: <taskId>``).
+_NAMED = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 class ReplayTasks(TaskRunner, Extension):
@@ -281,6 +286,25 @@ class ReplayTasks(TaskRunner, Extension):
         return await stream_events(self, ctx, params, owner)
 
     # -- tasks/* -------------------------------------------------------------------
+
+    async def name_header(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        """Middleware: refuse a ``tasks/*`` request whose ``Mcp-Name`` names another task.
+
+        The extension has clients mirror ``params.taskId`` into ``Mcp-Name``
+        so that a balancer may route on it; a server that reads the body must
+        refuse a request whose header and body disagree (-32020, HTTP 400),
+        as the SDK does for ``tools/call``. A request without the header is
+        served (clients of earlier drafts do not send it). The app wiring
+        adds it to the server's middleware.
+        """
+        # The HTTP request the message came in (None on other transports).
+        headers = getattr(ctx.request, "headers", None) if ctx.method in _NAMED else None
+        header = headers.get(MCP_NAME_HEADER) if headers is not None else None
+        if header is not None:
+            task_id = (ctx.params or {}).get("taskId")
+            if isinstance(task_id, str) and decode_header_value(header) != task_id:
+                raise MCPError(HEADER_MISMATCH, f"{MCP_NAME_HEADER} header does not match taskId")
+        return await call_next(ctx)
 
     def _check(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> str | None:
         if not self.declared(ctx):
