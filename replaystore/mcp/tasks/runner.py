@@ -46,7 +46,7 @@ from .drain import SHUTDOWN_ERROR, drain_runs, draining, hand_over
 from .leases import Nudged, Run, renew, scan
 from .support import Mode, TaskSupport
 
-__all__ = ["UNSERVED_LEASES", "Rerun", "TaskRunner", "result_of"]
+__all__ = ["UNSERVED_LEASES", "Rerun", "TaskRunner"]
 
 logger = logging.getLogger("replaystore.mcp.tasks")
 
@@ -348,7 +348,7 @@ class TaskRunner:
         try:
             with run.scope:
                 try:
-                    status, payload = "completed", result_of(await body(run))
+                    status, payload = "completed", _result_of(await body(run))
                 except MCPError as exc:
                     status = FAILED
                     payload = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -435,7 +435,8 @@ class TaskRunner:
             run.scope.cancel()
 
 
-def result_of(value: HandlerResult) -> dict[str, Any]:
+def _result_of(value: HandlerResult) -> dict[str, Any]:
+    """A tool's result as the task stores it (JSON)."""
     if value is None:
         return {}
     if isinstance(value, BaseModel):
