@@ -27,7 +27,7 @@ from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
 from replaystore.backends.session_registry import FINISHED_TTL
 from replaystore.mcp.preflight import check_store
-from replaystore.mcp.replicas.replica import _END_MEMORY
+from replaystore.mcp.replicas.replica import END_MEMORY
 from replaystore.mcp.subscriptions import StoreSubscriptionBus
 
 #: A JSON-RPC progress notification of about this many bytes: the common MCP event.
@@ -76,7 +76,7 @@ async def measure(url: str) -> dict[str, Any]:
         await _sessions(scale, buf)
         await _mcp_keys(scale, buf)
         # The health check's deep probe.
-        assert await check_store(buf) == []
+        assert await check_store(buf, coordination_of(buf.backend)) == []
         _, ttls = await _weigh(r, f"{PREFIX}{{probe.*")
         await scale.weigh("health check (deep)", f"{PREFIX}{{probe.*", f"{max(ttls):g} s", "check")
         await _tasks_and_listen(scale, buf)
@@ -136,9 +136,9 @@ async def _mcp_keys(scale: _Scale, buf: ReplayBuffer) -> None:
         "answered-request marker", lease, f"{FINISHED_TTL:g} s after the answer",
         "request answered in the last hour",
     )  # fmt: skip
-    await registry.claim_end("one", "43", _END_MEMORY)
+    await registry.claim_end("one", "43", END_MEMORY)
     await scale.weigh(
-        "end claim (a lost request ended)", f"{PREFIX}{{one}}:mcp:end:43", f"{_END_MEMORY:g} s",
+        "end claim (a lost request ended)", f"{PREFIX}{{one}}:mcp:end:43", f"{END_MEMORY:g} s",
         "request lost",
     )  # fmt: skip
 

@@ -3,7 +3,8 @@
 A frozen dataclass's ``__init__`` sets each field through
 ``object.__setattr__`` (its own ``__setattr__`` refuses), takes keywords and
 defaults, and runs ``__post_init__``: for a cursor that checks its own fields
-again, about 2 µs, more than the rest of its parse. Where the values are
+again, costing more than the rest of its parse (figures in
+``docs/benchmarks.md``, "The core's hot paths"). Where the values are
 known good (a cursor just matched by its pattern, facts just decoded, a
 verdict the rules just reached), :func:`builder` gives a function that takes
 every field positionally and writes each slot through its descriptor, which

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from ._rules import EVIDENCE_CURSOR
 from .backends import Backend, backend_from_url
 from .cursor import Cursor
 from .errors import InvalidInputError
@@ -28,6 +27,7 @@ from .retention import (
     is_valid_sequence,
     is_valid_session,
 )
+from .rules import EVIDENCE_CURSOR
 from .verdicts import Evidence, Resumption, Verdict, reason_text
 
 __all__ = ["ReplayBuffer"]

@@ -2,27 +2,23 @@
 
 Resumption failures are *verdicts*, not exceptions: :meth:`ReplayBuffer.resolve_and_replay`
 returns them. Exceptions are for calls a caller got wrong (bad names, oversized
-payloads, a session that does not exist when appending) and for callers who
-prefer raising (:class:`ResumptionDesyncError`, which carries the verdict).
+payloads, a session that does not exist when appending) and for a store that
+failed. For callers who prefer raising, :class:`~replaystore.ResumptionDesyncError`
+carries a verdict; it lives beside the verdicts (``replaystore/verdicts.py``),
+since it is built from one.
 
 Every exception replaystore raises on purpose derives from
 :class:`ReplayStoreError`, so one ``except`` clause catches them all. This
-module imports nothing else of the package at run time (the verdict types
-are named in annotations only), so every other module can import it.
+module imports nothing else of the package, not even for annotations, so
+every other module can import it.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .verdicts import Resumption, Verdict
 
 __all__ = [
     "IdempotencyKeyReusedError",
     "InvalidInputError",
     "ReplayStoreError",
-    "ResumptionDesyncError",
     "SequenceTagCollisionError",
     "StorageError",
     "StoreRegressedError",
@@ -124,21 +120,3 @@ class StorageError(ReplayStoreError):
 
 class UnsupportedURLError(ReplayStoreError, ValueError):
     """No backend is registered for the URL's scheme, or the URL is malformed."""
-
-
-class ResumptionDesyncError(ReplayStoreError, RuntimeError):
-    """A ``Last-Event-ID`` could not be proven continuous with the retained log.
-
-    Carries the :class:`~replaystore.Resumption` so the verdict and its
-    evidence travel with it (:meth:`Resumption.raise_for_verdict
-    <replaystore.Resumption.raise_for_verdict>` raises it).
-    """
-
-    def __init__(self, resumption: Resumption) -> None:
-        evidence = resumption.evidence
-        super().__init__(f"{resumption.verdict.value}: {evidence.reason}")
-        self.resumption = resumption
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.resumption.verdict

@@ -6,7 +6,7 @@ and metrics. Each verdict is reached for a short list of reasons; the reason
 codes and their human text live here, next to the verdicts, so every backend
 reports the same words. The rules that pick a verdict, and their order, are
 written down in ``docs/verdicts.md`` and implemented once, in
-``replaystore/_rules.py``, for every backend.
+``replaystore/rules.py``, for every backend.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from .cursor import Cursor
-from .errors import ResumptionDesyncError
+from .errors import ReplayStoreError
 
 __all__ = [
     "REASONS",
@@ -141,7 +141,7 @@ class Event(NamedTuple):
     """One stored event. ``payload`` is ``None`` for a priming event.
 
     A named tuple rather than a dataclass: a replay builds one per event, and
-    a tuple is built several times faster than a frozen dataclass.
+    a tuple is much cheaper to build than a frozen dataclass (``docs/benchmarks.md``).
     """
 
     event_id: str
@@ -229,3 +229,22 @@ class Resumption:
         if not self.ok:
             raise ResumptionDesyncError(self)
         return self
+
+
+class ResumptionDesyncError(ReplayStoreError, RuntimeError):
+    """A ``Last-Event-ID`` could not be proven continuous with the retained log.
+
+    Carries the :class:`Resumption` so the verdict and its evidence travel
+    with it (:meth:`Resumption.raise_for_verdict` raises it). Defined beside
+    the verdicts rather than in ``errors.py``: it is built from one, and
+    ``errors.py`` stays a module that imports nothing of the package.
+    """
+
+    def __init__(self, resumption: Resumption) -> None:
+        evidence = resumption.evidence
+        super().__init__(f"{resumption.verdict.value}: {evidence.reason}")
+        self.resumption = resumption
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.resumption.verdict

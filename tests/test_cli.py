@@ -23,8 +23,8 @@ import pytest
 
 import replaystore
 from replaystore import ReplayBuffer, Verdict
-from replaystore.cli import _parser, main
-from replaystore.demo import run_demo
+from replaystore.commands.cli import _parser, main
+from replaystore.commands.demo import run_demo
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.plugins.servers import RealServers
 
@@ -416,7 +416,7 @@ def test_example_server_without_the_mcp_extra_is_one_line() -> None:
     """The MCP SDK is optional: without it the command says what to install."""
     code = (
         "import sys; sys.modules['mcp'] = None\n"
-        "from replaystore.cli import main\n"
+        "from replaystore.commands.cli import main\n"
         "sys.exit(main(['example-server', '--url', 'memory://']))\n"
     )
     out = subprocess.run(
@@ -615,7 +615,7 @@ def test_example_server_says_when_metrics_are_off(tmp_path: Path) -> None:
     port = find_free_port()
     code = (
         "import sys; sys.modules['prometheus_client'] = None\n"
-        "from replaystore.cli import main\n"
+        "from replaystore.commands.cli import main\n"
         f"sys.exit(main(['example-server', '--port', '{port}', '--url', 'memory://']))\n"
     )
     log = tmp_path / "server.log"

@@ -37,8 +37,13 @@ def test_the_task_stream_storm_judges_both_readers(
         assert row["resumes"] >= 2 and row["redis_cpu_ms_per_resume"] is not None
     assert live["stored"] == 2 * (6 + 2)
     assert live["received"] + live["lost"] == live["stored"]
-    assert rows["raw LRANGE"]["redis_cpu_ms_per_resume"] is not None
-    assert "| replaystore | 2/2 |" in capsys.readouterr().out
+    paced = rows["raw LRANGE, at the resumes' pace"]
+    assert paced["calls"] == rows["replaystore, finished tasks"]["resumes"]
+    for name in ("raw LRANGE, back to back", "raw LRANGE, at the resumes' pace"):
+        assert rows[name]["redis_cpu_ms_per_resume"] is not None
+    printed = capsys.readouterr().out
+    assert "| replaystore | 2/2 |" in printed
+    assert "Redis CPU per finished-task resume / raw LRANGE at its pace: " in printed
 
 
 def test_the_judge_counts_losses_duplicates_disorder_and_wrong_events() -> None:

@@ -29,6 +29,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -44,6 +45,7 @@ __all__ = [
     "Wake",
     "decode",
     "encode",
+    "hint",
 ]
 
 logger = logging.getLogger("replaystore.mcp")
@@ -186,7 +188,18 @@ class Bus(ABC):
     def _deliver(self, message: Message, sender: str) -> None:
         if sender == self.replica:
             return  # our own publication, already handled locally
-        try:
-            self._handler(message)
-        except Exception:
-            logger.exception("handling a replica notification failed")
+        hint(self._handler, message, about="handling a replica notification")
+
+
+def hint(callback: Callable[..., None], *args: Any, about: str) -> None:
+    """Call ``callback(*args)``, a hint to the layer above (a notification's handler, a task's
+    nudge or wake-up), from a loop or a store operation that must go on whatever it does.
+
+    Whoever hears a hint reads the store anyway (on a timer, at the next beat), so a callback
+    that raises costs latency, never data. Its error is a bug of the callback's, not of the
+    store: its traceback is logged, once, under ``about``.
+    """
+    try:
+        callback(*args)
+    except Exception:  # the one catch-all of the backends' callbacks: see the docstring
+        logger.exception("%s failed", about)

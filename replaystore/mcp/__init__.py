@@ -38,8 +38,9 @@ from .http_head import http_protocol
 from .metrics import STORAGE_ERROR, CountingObserver, PrometheusObserver, ResumptionObserver
 from .process import tune_collector
 from .request_state import StoreKeyRing
+from .sessions.event_store import ReplayEventStore
 from .sessions.manager import ReplaySessionManager
-from .sessions.view import ReplayEventStore
+from .settings import Settings
 from .subscriptions import StoreSubscriptionBus
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "ReplaySessionManager",
     "ResumptionObserver",
     "SDKCompatibilityError",
+    "Settings",
     "StoreKeyRing",
     "StoreSubscriptionBus",
     "fastmcp_http_app",

@@ -59,9 +59,9 @@ from .process import (
     tune_collector_once,
 )
 from .request_state import Secret, SingleUseBoundary, StoreKeyRing
+from .sessions.event_store import ReplayEventStore, as_event_store
 from .sessions.health import HEALTH_PATH, add_health_route
-from .sessions.manager import ReplaySessionManager, as_event_store
-from .sessions.view import ReplayEventStore
+from .sessions.manager import ReplaySessionManager
 from .settings import (
     DEFAULT_CHECK_INTERVAL,
     DEFAULT_DRAIN_SECONDS,
@@ -156,8 +156,8 @@ class Framework(Protocol[_App]):
         """Refuse options of the server's own app that resumability cannot take."""
         ...
 
-    def build(self, store: ReplayEventStore, kwargs: dict[str, Any]) -> _App:
-        """The server's own app (``kwargs``: its options), with ``store`` as its event store."""
+    def build(self, kwargs: dict[str, Any]) -> _App:
+        """The server's own app (``kwargs``: its options)."""
         ...
 
     def serve_tasks(self, tasks: ReplayTasks) -> None:
@@ -202,10 +202,8 @@ class SDKServer:
     def check(self, kwargs: dict[str, Any]) -> None:
         """Every option of ``streamable_http_app`` but ``event_store`` is the SDK's to take."""
 
-    def build(self, store: ReplayEventStore, kwargs: dict[str, Any]) -> Starlette:
-        return cast(_ServesStreamableHTTP, self.server).streamable_http_app(
-            event_store=store, **kwargs
-        )
+    def build(self, kwargs: dict[str, Any]) -> Starlette:
+        return cast(_ServesStreamableHTTP, self.server).streamable_http_app(**kwargs)
 
     def serve_tasks(self, tasks: ReplayTasks) -> None:
         """The application gave ``tasks`` to the server itself (``extensions=[tasks]``)."""
@@ -556,7 +554,7 @@ def http_app(
         framework,
         store,
         settings,
-        lambda: framework.build(store, kwargs),
+        lambda: framework.build(kwargs),
         tasks=tasks,
         subscriptions=subscriptions,
         request_state=request_state,

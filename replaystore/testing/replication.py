@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from .proxy import TcpProxy
-from .servers import ServerHandle, _command, start_standalone
+from .servers import ServerHandle, redis_command, start_standalone
 
 __all__ = ["ReplicatedPair", "start_replicated_pair"]
 
@@ -64,7 +64,7 @@ class ReplicatedPair:
         The old primary keeps running (a client still connected to it would
         be split-brained); callers point their clients at ``replica``.
         """
-        _command(self.replica.ports[0], "REPLICAOF", "NO", "ONE")
+        redis_command(self.replica.ports[0], "REPLICAOF", "NO", "ONE")
         self.link.set_upstreams([])
         self.link.sever_all()
         self.link.resume()
@@ -89,10 +89,10 @@ def start_replicated_pair(binary: str, *, direct: bool = False) -> ReplicatedPai
     try:
         replica = start_standalone(binary)
         # A full sync otherwise waits 5 s for more replicas to share the transfer.
-        _command(primary.ports[0], "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+        redis_command(primary.ports[0], "CONFIG", "SET", "repl-diskless-sync-delay", "0")
         link = TcpProxy([("127.0.0.1", primary.ports[0])]).start()
         host, port = ("127.0.0.1", primary.ports[0]) if direct else link.address
-        _command(replica.ports[0], "REPLICAOF", host, str(port))
+        redis_command(replica.ports[0], "REPLICAOF", host, str(port))
         pair = ReplicatedPair(primary, replica, link)
         pair.wait_in_sync()
     except BaseException:
@@ -106,7 +106,7 @@ def start_replicated_pair(binary: str, *, direct: bool = False) -> ReplicatedPai
 
 
 def _info(port: int, section: str) -> dict[str, str]:
-    reply = _command(port, "INFO", section)
+    reply = redis_command(port, "INFO", section)
     if not isinstance(reply, bytes):
         raise ConnectionError(f"unexpected INFO reply: {reply!r}")
     out: dict[str, str] = {}

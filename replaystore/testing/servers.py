@@ -51,6 +51,7 @@ __all__ = [
     "ServerStartupError",
     "ServerUnavailable",
     "find_free_port",
+    "redis_command",
     "redis_server_binary",
     "start_cluster",
     "start_standalone",
@@ -206,8 +207,12 @@ def _read_reply(stream: IO[bytes]) -> _Reply:
     raise ConnectionError(f"unexpected RESP reply: {line!r}")
 
 
-def _command(port: int, *args: str, timeout: float = 2.0) -> _Reply:
-    """Send one command to ``127.0.0.1:port`` on a fresh connection."""
+def redis_command(port: int, *args: str, timeout: float = 2.0) -> _Reply:
+    """Send one command to ``127.0.0.1:port`` on a fresh connection, and read its reply.
+
+    Needs no client library: the servers' helpers (readiness, replication,
+    Sentinel) speak to a server before any driver is imported.
+    """
     with socket.create_connection((HOST, port), timeout=timeout) as sock:
         sock.sendall(_encode_command(args))
         with sock.makefile("rb") as stream:
@@ -215,7 +220,7 @@ def _command(port: int, *args: str, timeout: float = 2.0) -> _Reply:
 
 
 def _cluster_info(port: int) -> dict[str, str]:
-    reply = _command(port, "CLUSTER", "INFO")
+    reply = redis_command(port, "CLUSTER", "INFO")
     if not isinstance(reply, bytes):
         raise ConnectionError(f"unexpected CLUSTER INFO reply: {reply!r}")
     info: dict[str, str] = {}
@@ -374,7 +379,7 @@ def _wait_for_ping(
 
     def probe(port: int) -> bool:
         try:
-            return _command(port, "PING", timeout=1.0) == b"PONG"
+            return redis_command(port, "PING", timeout=1.0) == b"PONG"
         except _RespError as exc:
             if loading_is_up and str(exc).startswith("LOADING"):
                 return True
@@ -505,7 +510,7 @@ class ServerHandle:
             raise RuntimeError("restart() called on a stopped server")
         node = self._nodes[0]
         if keep_data and save:
-            _command(node.port, "SAVE", timeout=START_TIMEOUT)
+            redis_command(node.port, "SAVE", timeout=START_TIMEOUT)
         if node.proc is not None:
             _kill_proc(node.proc)
             _forget_proc(node.proc)
@@ -889,7 +894,7 @@ def start_sentinel(binary: str, master_port: int, service: str = "mymaster") -> 
         return [binary, str(conf), "--sentinel"]
 
     def probe(port: int) -> bool:
-        reply = _command(port, "SENTINEL", "get-master-addr-by-name", service, timeout=1.0)
+        reply = redis_command(port, "SENTINEL", "get-master-addr-by-name", service, timeout=1.0)
         return reply == expected
 
     try:

@@ -88,7 +88,7 @@ class Model:
         return out
 
     def predict(self, cursor: str, named: str | None) -> tuple[Verdict, str | None, list[Issued]]:
-        """(verdict, resumed sequence, replay) per the rules in replaystore/_rules.py."""
+        """(verdict, resumed sequence, replay) per the rules in replaystore/rules.py."""
         if not self.live:
             return Verdict.UNKNOWN_SESSION, None, []
         parsed = Cursor.try_parse(cursor)

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from replaystore import ReplayBuffer
+from replaystore.backends.coordination import coordination_of
 from replaystore.mcp.preflight import Problem, check_store
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
@@ -159,4 +160,4 @@ async def test_health_and_initialize_name_a_forbidden_command(
 
 async def _problems(url: str) -> list[Problem]:
     async with ReplayBuffer.from_url(url) as buffer:
-        return list(await check_store(buffer, seconds=5.0))
+        return list(await check_store(buffer, coordination_of(buffer.backend), seconds=5.0))

@@ -18,12 +18,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
 from replaystore import ResumptionDesyncError, Verdict
-from replaystore.mcp.client.resuming import (
-    DesyncWatch,
-    ResumingSession,
-    desync_error,
-    raise_for_desync,
-)
+from replaystore.mcp.client.resuming import DesyncWatch, ResumingSession, desync_error
 from replaystore.testing.servers import ServerHandle
 from replaystore.verdicts import Evidence, Tombstone
 from tests.mcp._support import (
@@ -139,16 +134,16 @@ async def _evicted_cursor(session: RawSession) -> str:
     return first
 
 
-async def test_httpx_hook_raises_the_servers_verdict(small_server: ServerProcess) -> None:
-    async with httpx.AsyncClient(
-        timeout=10, event_hooks={"response": [raise_for_desync]}
-    ) as client:
+async def test_httpx_hook_records_the_servers_verdict(small_server: ServerProcess) -> None:
+    watch = DesyncWatch()
+    async with httpx.AsyncClient(timeout=10, event_hooks={"response": [watch.hook]}) as client:
         session = await RawSession(client, small_server.url).initialize()
         cursor = await _evicted_cursor(session)
-        with pytest.raises(ResumptionDesyncError) as raised:
-            async with session.get(cursor):
-                pass
-    error = raised.value
+        async with session.get(cursor) as response:
+            assert response.status_code == 404
+    error = watch.pop()
+    assert isinstance(error, ResumptionDesyncError)
+    assert watch.ended(session.session_id) is error and watch.pop() is None
     assert error.verdict is Verdict.BELOW_FLOOR
     evidence = error.resumption.evidence
     assert evidence.session == session.session_id

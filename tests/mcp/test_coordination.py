@@ -13,9 +13,10 @@ import anyio
 import pytest
 import redis.asyncio
 from fakeredis import FakeAsyncRedis
+from mcp.server.lowlevel.server import Server
 
 from replaystore import ReplayBuffer
-from replaystore.backends.coordination import EventLog
+from replaystore.backends.coordination import EventLog, coordination_of
 from replaystore.backends.memory import InProcess, MemoryBackend
 from replaystore.backends.memory.bus import MemoryBus
 from replaystore.backends.memory.registry import MemoryRegistry
@@ -312,13 +313,21 @@ class _Heard:
     def wake_all(self) -> None:
         self._add("*", "")  # every live connection re-reads the store
 
+    async def end_request(self, session: str, stream: str, message: str) -> None:
+        self._add("ended", stream)
+
+
+def _replica(buffer: ReplayBuffer, sessions: _Heard) -> Replica:
+    """A replica of the store ``buffer`` writes to, as the session manager builds one."""
+    return Replica(coordination_of(buffer.backend), sessions)
+
 
 async def test_replicas_on_one_memory_store_hear_each_other() -> None:
     """Two managers on memory://NAME: wake-ups, ends and forwarded messages reach the other one."""
     first = ReplayBuffer.from_url("memory://coordination")
     second = ReplayBuffer.from_url("memory://coordination")
     heard = _Heard()
-    one, two = Replica(first, _Heard()), Replica(second, heard)
+    one, two = _replica(first, _Heard()), _replica(second, heard)
     async with one.run(), two.run():
         assert isinstance(one.bus, MemoryBus)
         await one.registry.put_session("S", {"version": "v"}, None)
@@ -333,7 +342,7 @@ async def test_a_session_end_is_told_to_the_replicas_its_record_names() -> None:
     names nobody (written before records named them) is told to every replica."""
     buffers = [ReplayBuffer.from_url("memory://holders") for _ in range(3)]
     heard = [_Heard() for _ in buffers]
-    one, two, three = (Replica(b, h) for b, h in zip(buffers, heard, strict=True))
+    one, two, three = (_replica(b, h) for b, h in zip(buffers, heard, strict=True))
     async with one.run(), two.run(), three.run():
         await one.registry.put_session("S", {"version": "v", holder_field(one.id): "1"}, None)
         assert await three.registry.hold("S", three.id) is not None  # three adopts it
@@ -403,14 +412,14 @@ async def test_a_backend_provides_a_coordination_of_its_own() -> None:
     first = ReplayBuffer(ThirdParty(retention))
     second = ReplayBuffer(ThirdParty(retention))
     heard = _Heard()
-    one, two = Replica(first, _Heard()), Replica(second, heard)
+    one, two = _replica(first, _Heard()), _replica(second, heard)
     async with one.run(), two.run():
         await one.registry.put_session("S", {"version": "v"}, None)
         assert await two.registry.get_session("S") == {"version": "v"}  # one registry
         await one.announce_end("S")
     assert heard.heard == [("end", "S")]
     assert own.built == ["registry", "bus", "registry", "bus"]
-    assert await check_store(first) == []
+    assert await check_store(first, coordination_of(first.backend)) == []
     assert own.built[-1] == "probe"
 
 
@@ -422,7 +431,7 @@ def test_a_backend_without_coordination_is_refused_by_name() -> None:
 
     buffer = ReplayBuffer(Plain(ReplayBuffer.from_url("memory://").retention))
     with pytest.raises(TypeError, match=r"Plain backend does not declare replica coordination"):
-        Replica(buffer, _Heard())
+        ReplaySessionManager(Server("plain"), buffer)
 
 
 def test_bus_messages_round_trip_and_junk_is_dropped() -> None:
@@ -460,7 +469,7 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
                 three.set()
 
         heard = _Heard(hear)
-        one, two = Replica(first, _Heard()), Replica(second, heard)
+        one, two = _replica(first, _Heard()), _replica(second, heard)
         async with one.run(), two.run():
             for session in ("S{1}", "T"):  # a brace in the id must not split the slot
                 await one.registry.put_session(session, {"version": "v"}, 60)
@@ -493,7 +502,7 @@ async def test_the_store_check_leaves_only_keys_with_a_short_expiry(
     url = real_servers["redis"].url
     prefix = f"check{uuid.uuid4().hex[:6]}:"
     async with ReplayBuffer.from_url(url, prefix=prefix) as buffer:
-        assert await check_store(buffer) == []
+        assert await check_store(buffer, coordination_of(buffer.backend)) == []
     client = redis.asyncio.Redis.from_url(url)
     try:
         left = {key: await client.pttl(key) async for key in client.scan_iter(f"{prefix}*")}
@@ -522,7 +531,7 @@ async def test_notifications_resume_after_the_connection_is_cut(
                     again.set()
 
             heard = _Heard(hear)
-            one, two = Replica(first, _Heard()), Replica(second, heard)
+            one, two = _replica(first, _Heard()), _replica(second, heard)
             async with one.run(), two.run():
                 two.followers["T"] = heard
                 await two.bus.watch("T")

@@ -21,8 +21,9 @@ from replaystore import ReplayBuffer
 from replaystore.cursor import Cursor
 from replaystore.mcp import streamable_http_app
 from replaystore.mcp.example import build_server
+from replaystore.mcp.sessions.event_store import SessionView
 from replaystore.mcp.sessions.manager import ReplaySessionManager
-from replaystore.mcp.sessions.view import SessionView
+from replaystore.mcp.sessions.transport import ReplayTransport
 from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import RawSession, progress_of, result_text
@@ -37,8 +38,12 @@ class Served:
     manager: ReplaySessionManager
 
     def views(self) -> list[SessionView]:
-        found = [t._event_store for t in self.manager._server_instances.values()]
-        return [view for view in found if isinstance(view, SessionView)]
+        found = [
+            t.view
+            for t in self.manager._server_instances.values()
+            if isinstance(t, ReplayTransport)
+        ]
+        return found
 
 
 async def _serve(json_response: bool) -> AsyncIterator[Served]:

@@ -7,6 +7,7 @@ import json
 import anyio
 import anyio.lowlevel
 import pytest
+from mcp.server.streamable_http import EventStore
 from mcp_types import (
     JSONRPCMessage,
     JSONRPCNotification,
@@ -16,6 +17,7 @@ from mcp_types import (
 from replaystore import ReplayBuffer, ResumptionDesyncError, Verdict
 from replaystore.cursor import Cursor
 from replaystore.mcp import CountingObserver, PrometheusObserver, ReplayEventStore
+from replaystore.mcp.sessions.event_store import SessionView
 from replaystore.mcp.sessions.messages import (
     GET_STREAM,
     decode_message,
@@ -23,7 +25,6 @@ from replaystore.mcp.sessions.messages import (
     sequence_name,
 )
 from replaystore.mcp.sessions.tail import Tail
-from replaystore.mcp.sessions.view import SessionView
 
 pytestmark = pytest.mark.anyio
 
@@ -97,10 +98,14 @@ async def test_two_sessions_with_the_same_stream_names_are_separate() -> None:
     assert await store.buffer.session_info("A") is not None
 
 
-async def test_unbound_store_refuses_to_mix_sessions() -> None:
+def test_the_shared_store_is_no_event_store_only_its_session_views_are() -> None:
+    """The SDK hands one event store to every session and names their streams alike: the
+    object an application creates does not claim to be one (it could only mix sessions);
+    each session's view is the SDK ``EventStore`` of that session."""
     store, _ = make_store()
-    with pytest.raises(RuntimeError, match="not bound to a session"):
-        await store.store_event("1", note(1))
+    assert not isinstance(store, EventStore)
+    assert not hasattr(store, "store_event")
+    assert isinstance(store.for_session("A"), EventStore)
 
 
 async def follow(view: SessionView, tail: Tail, count: int) -> list[str]:

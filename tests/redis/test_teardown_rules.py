@@ -1,8 +1,8 @@
-"""The failures ``facts.lua`` tears down itself are exactly those ``_rules.judge`` decides.
+"""The failures ``facts.lua`` tears down itself are exactly those ``rules.judge`` decides.
 
 ``facts.lua`` decides the common failed reconnects (malformed, foreign, ahead,
 evicted, mismatch) in Lua so that reading the facts and tearing the session
-down is one call. The rules stay in ``replaystore/_rules.py``: for many
+down is one call. The rules stay in ``replaystore/rules.py``: for many
 generated sessions and cursors, the script's decision is compared with the
 judge's on the same facts, on fakeredis and on a real Redis. The script may
 leave a case to the client (then the client judges and tears down with
@@ -20,10 +20,10 @@ import fakeredis
 import pytest
 
 from replaystore import Cursor, ReplayBuffer, Verdict
-from replaystore._rules import judge
 from replaystore.backends.redis.replies import decode_facts
 from replaystore.backends.redis.scripts import SLOT
 from replaystore.cursor import CursorError, sequence_tag
+from replaystore.rules import judge
 from replaystore.testing.servers import ServerHandle
 from replaystore.verdicts import REASONS
 

@@ -4,7 +4,8 @@ A read of a live task's events runs no script (``INFO commandstats`` on a
 Redis of this module alone); one that has a rule to apply (a lease about to
 lapse) still does. A reader racing a runner whose retention drops an event
 with every append never gets a page with a gap, a duplicate or a wrong
-``seq``.
+``seq``. Streams opened one after the other share one subscription for
+their wake-ups, which ends a while after the last of them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
+from replaystore.backends.redis.coordination import wakeups
 from replaystore.taskstore import EventRetention, TaskStore, new_task_id
 from replaystore.taskstore.events import event_blob
 from replaystore.taskstore.sep2694 import STATUS_TYPE, EventsGone, Start, judge_cursor
@@ -139,3 +141,44 @@ async def test_a_read_racing_appends_and_drops_is_exact(
             group.start_soon(reader)
     assert delivered == sorted(set(delivered)) and delivered[-1] == appends
     assert pages > 20 and gone < pages
+
+
+async def test_readers_one_after_the_other_subscribe_once(
+    stores: tuple[TaskStore, TaskStore, Any],
+) -> None:
+    """A resume is a new stream: it finds the last one's subscription still up, and is woken."""
+    a, b, client = stores
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=60, ttl_ms=60_000)
+    await client.config_resetstat()
+    for n in range(3):
+        woken = anyio.Event()
+        async with b.event_wakeups(task_id, woken.set):
+            await a.emit(task_id, "r1", _step(n))
+            with anyio.fail_after(3):
+                await woken.wait()
+    calls = await command_calls(client)
+    assert calls.get("psubscribe", 0) == 1
+    assert calls.get("hello", 0) == 0  # no connection opened for any of them after the first
+
+
+async def test_the_subscription_ends_a_while_after_its_last_reader(
+    stores: tuple[TaskStore, TaskStore, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wakeups, "LINGER", 0.2)
+    a, b, client = stores
+    task_id = new_task_id()
+    await a.create(task_id, runner="r1", lease=60, ttl_ms=60_000)
+    before = await client.pubsub_numpat()
+    async with b.event_wakeups(task_id, lambda: None):
+        assert await client.pubsub_numpat() == before + 1
+    for _ in range(100):  # up to 5 s
+        if await client.pubsub_numpat() <= before:
+            break
+        await anyio.sleep(0.05)
+    assert await client.pubsub_numpat() <= before
+    woken = anyio.Event()  # a reader after the end subscribes again
+    async with b.event_wakeups(task_id, woken.set):
+        await a.emit(task_id, "r1", _step(0))
+        with anyio.fail_after(3):
+            await woken.wait()

@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replaystore._rules import Chain
 from replaystore.backends.redis.replies import decode_elements
 from replaystore.cursor import Cursor, sequence_tag
+from replaystore.rules import Chain
 
 
 def _reference(element: bytes) -> tuple[int | None, bytes | None, str | None]:

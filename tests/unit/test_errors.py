@@ -87,12 +87,13 @@ def test_errors_defines_every_exception_it_exports() -> None:
         _ = replaystore.errors.NoSuchError  # type: ignore[attr-defined]
 
 
-def test_resumption_desync_error_is_reachable_from_the_verdicts_too() -> None:
-    from replaystore.errors import ResumptionDesyncError as from_errors
-    from replaystore.verdicts import ResumptionDesyncError as from_verdicts
-
-    assert from_errors is from_verdicts is ResumptionDesyncError
+def test_resumption_desync_error_lives_beside_the_verdict_it_carries() -> None:
+    """One home, so one import path: ``errors`` does not name it, even for annotations."""
+    assert ResumptionDesyncError is replaystore.verdicts.ResumptionDesyncError
+    assert ResumptionDesyncError.__module__ == "replaystore.verdicts"
     assert "ResumptionDesyncError" in replaystore.verdicts.__all__
+    assert not hasattr(replaystore.errors, "ResumptionDesyncError")
+    assert "verdicts" not in Path(replaystore.errors.__file__).read_text().split('"""', 2)[2]
 
 
 def test_new_errors_say_what_was_refused():

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from replaystore._frozen import builder
-from replaystore._rules import Chain, Judgement, SequenceState, Stored
 from replaystore.cursor import Cursor, sequence_tag
+from replaystore.rules import Chain, Judgement, SequenceState, Stored
 from replaystore.verdicts import Evidence, Resumption, Verdict
 
 
@@ -94,8 +94,8 @@ def test_the_classes_built_per_resume() -> None:
 
 def test_evidence_for_fills_every_field_by_name() -> None:
     """``evidence_for`` gives Evidence's fields by position: each lands in the field it names."""
-    from replaystore._rules import evidence_for, judge
     from replaystore.backends.redis.replies import Facts
+    from replaystore.rules import evidence_for, judge
 
     tag = sequence_tag("seq")
     state = SequenceState("seq", tag, 9, 4, 2, 5)

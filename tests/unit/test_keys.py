@@ -20,8 +20,8 @@ from replaystore.backends.redis.coordination.bus import RedisBus
 from replaystore.backends.redis.coordination.registry import RedisRegistry
 from replaystore.backends.redis.coordination.tasks import RedisTaskStore
 from replaystore.backends.redis.teardown import Teardown
+from replaystore.commands.demo import _delete_keys
 from replaystore.cursor import sequence_tag
-from replaystore.demo import _delete_keys
 from replaystore.mcp.request_state import StoreKeyRing
 from replaystore.testing.servers import ServerHandle
 

@@ -17,8 +17,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
-import replaystore._rules as rules
 import replaystore.mcp as mcp
+import replaystore.rules as rules
 from replaystore import Verdict
 from replaystore.backends.redis.scripts import FACT_SLOTS, SCRIPTS
 from replaystore.verdicts import REASONS

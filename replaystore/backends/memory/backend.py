@@ -10,7 +10,7 @@ The layout mirrors the Redis backend on purpose (``docs/data-layout.md``): one
 list of events per sequence, addressed by ordinal; a list of *runs* (stretches
 of consecutive positions of one sequence) that maps a position to its sequence
 and orders eviction; the same retention arithmetic. The verdict itself comes
-from ``replaystore/_rules.py``, as on Redis, so both give the same answer, the
+from ``replaystore/rules.py``, as on Redis, so both give the same answer, the
 same evidence and the same event ids.
 """
 
@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..._rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ...cursor import Cursor, event_id, new_epoch, sequence_tag
 from ...errors import (
     IdempotencyKeyReusedError,
@@ -35,6 +34,7 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import EVICTED_SEQUENCES, IDEMPOTENCY_KEYS, Retention, run_split_ms
+from ...rules import Record, SequenceState, Stored, evidence_for, judge, unknown_session
 from ...verdicts import Resumption, Tombstone, Verdict, reason_text
 from .. import register_backend
 from ..base import Backend
@@ -59,7 +59,7 @@ class _Seq:
     priming: bool = False  # the newest event is a priming event
     events: list[Record | None] = field(default_factory=list)
     #: The newest evicted event (ordinal ``first - 1``): what proves a cursor
-    #: at it continuous although its event is gone (``_rules.last_evicted``).
+    #: at it continuous although its event is gone (``rules.last_evicted``).
     evicted: Record | None = None
 
     def state(self) -> SequenceState:
@@ -92,7 +92,7 @@ class _Session:
     keys: dict[str, list[str]] = field(default_factory=dict)  # idempotency: this generation
     old_keys: dict[str, list[str]] = field(default_factory=dict)  # and the previous one
 
-    # -- Facts (replaystore._rules) ----------------------------------------
+    # -- Facts (replaystore.rules) ----------------------------------------
 
     @property
     def sequence_count(self) -> int:

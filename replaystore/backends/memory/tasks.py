@@ -7,7 +7,6 @@ on Redis: a size limit or an unencodable value fails the same way on both.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import weakref
@@ -39,6 +38,7 @@ from ...taskstore.records import (
     unpack,
 )
 from ...taskstore.store import TaskStore
+from ..notifications import hint
 
 __all__ = ["MemoryTaskStore"]
 
@@ -121,16 +121,10 @@ _STORES: weakref.WeakKeyDictionary[object, dict[str, _Shared]] = weakref.WeakKey
 _STORES_LOCK = threading.Lock()
 
 
-logger = logging.getLogger(__name__)
-
-
 def _announce(nudges: Sequence[Callable[[str], None]], task_id: str) -> None:
     """Call each runner callback (outside the lock: a callback may use the store)."""
-    for nudge in nudges:
-        try:
-            nudge(task_id)
-        except Exception:  # a hint: the runner's next beat reads the change anyway
-            logger.exception("nudging the runner of task %s failed", task_id)
+    for nudge in nudges:  # a hint: the runner's next beat reads the change anyway
+        hint(nudge, task_id, about=f"nudging the runner of task {task_id}")
 
 
 def _now_ms() -> int:
@@ -233,10 +227,8 @@ class MemoryTaskStore(TaskStore):
         task.next_seq += 1
         self._trim(task, now)
         for wake in self._shared.watchers.get(task.task_id, ()):
-            try:
-                wake()
-            except Exception:  # a hint: the reader reads the store on a timer anyway
-                logger.exception("waking a reader of task %s failed", task.task_id)
+            # A hint: the reader reads the store on a timer anyway.
+            hint(wake, about=f"waking a reader of task {task.task_id}")
         return seq
 
     @staticmethod

@@ -12,7 +12,7 @@ How a call reaches Redis:
   ``MULTI``: see ``fastpath.py`` for why none is needed) and judges them in Python;
   only a read in doubt goes further;
 * otherwise ``facts.lua`` gathers the facts in one script, the verdict is
-  decided in Python (``replaystore/_rules.py``, the same rules as in memory);
+  decided in Python (``replaystore/rules.py``, the same rules as in memory);
   a failure the facts leave no doubt about (malformed, foreign, ahead,
   evicted, mismatch) is torn down by that same script, on the state it read,
   and any other failed resume by ``close.lua`` as a compare-and-delete on the

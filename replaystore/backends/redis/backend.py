@@ -2,7 +2,7 @@
 
 Each is one atomic step in Redis (one Lua operation of :mod:`.scripts`, or
 the one pipelined read of :mod:`.fastpath`); the verdict of a resume is
-decided here by ``replaystore/_rules.py``, the same rules as in memory. A
+decided here by ``replaystore/rules.py``, the same rules as in memory. A
 failed resume the fast read decides is torn down right after that read: by
 an optimistic transaction of native commands where the wire sends by hand
 (:func:`.teardown.tear_down`; failures that come together share one,
@@ -30,10 +30,9 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..._rules import evidence_for, judge, unknown_session
 from ...cursor import Cursor, event_id, new_epoch, sequence_tag
 from ...errors import (
     IdempotencyKeyReusedError,
@@ -45,12 +44,14 @@ from ...errors import (
 )
 from ...info import SessionInfo
 from ...retention import Retention, run_split_ms
+from ...rules import evidence_for, judge, unknown_session
 from ...verdicts import Resumption, Verdict
 from .. import register_backend
 from ..base import Backend
-from .client import build_client, storage_error
+from .client import build_client
 from .coordination import OnRedis
 from .durability import append_and_wait, appended, check_options, options_from
+from .errors import FOREIGN, mapped, storage_error
 from .fastpath import Failed, FastPath
 from .fences import Fences, behind, end_every, regressed, regressed_answer
 from .keys import DEFAULT_PREFIX, meta, run_index, session_keys
@@ -172,13 +173,13 @@ class RedisBackend(Backend):
     # -- calls ---------------------------------------------------------------
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]], *, retry: bool) -> T:
-        """The one place where redis-py's exceptions become :class:`StorageError`.
+        """One call to Redis; its foreign errors become :class:`StorageError` (:mod:`.errors`).
 
         ``retry`` (for calls that are safe to repeat) sends the call once more
         after a connection error: a pooled connection that died with a
         restarted server fails the first call that uses it.
         """
-        try:
+        with mapped(what, self.client):
             try:
                 return await call()
             except _RETRYABLE:
@@ -186,10 +187,6 @@ class RedisBackend(Backend):
                 if not retry:
                     raise
                 return await call()
-        except (RedisError, RedisClusterException) as exc:
-            # RedisClusterException (no reachable node, slot not covered) is
-            # not a RedisError.
-            raise storage_error(what, exc, self.client) from exc
 
     async def _run(
         self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
@@ -232,7 +229,7 @@ class RedisBackend(Backend):
             # Reached, then refused: a database past the server's `databases`
             # setting is a configuration to fix, not a server to wait for.
             raise storage_error("connecting", exc) from exc
-        except (RedisError, RedisClusterException) as exc:
+        except FOREIGN as exc:
             raise StorageError(f"cannot reach redis: {exc}") from exc
 
     async def _drop(self, keys: list[str], args: list[Any]) -> Any:
@@ -524,7 +521,7 @@ class RedisBackend(Backend):
             return await behind(
                 self._fences, self.client, lambda s: meta(self.key_base(s)), self._end_regressed
             )
-        except (RedisError, RedisClusterException) as exc:
+        except FOREIGN as exc:
             self._disconnected = True  # still unreachable: check again next time
             raise storage_error("checking for lost appends", exc, self.client) from exc
 

@@ -38,7 +38,6 @@ import functools
 import inspect
 import math
 import re
-import weakref
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any, cast
@@ -48,23 +47,18 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import (
-    BusyLoadingError,
     ClusterDownError,
     ClusterError,
     MaxConnectionsError,
-    NoPermissionError,
-    OutOfMemoryError,
-    ReadOnlyError,
     RedisClusterException,
-    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
 from redis.maint_notifications import MaintNotificationsConfig
 
-from ...errors import StorageError, UnsupportedURLError
+from ...errors import UnsupportedURLError
 
-__all__ = ["build_client", "refusal", "storage_error"]
+__all__ = ["build_client"]
 
 DEFAULT_SOCKET_CONNECT_TIMEOUT = 1.0
 DEFAULT_SOCKET_TIMEOUT = 5.0
@@ -433,123 +427,3 @@ def _sentinel_client(
 class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """The master's pool, blocking like the standalone one: past ``max_connections`` a call
     waits for a free connection (``pool_timeout``) instead of opening ever more of them."""
-
-
-# -- what Redis said -----------------------------------------------------------
-
-#: Error codes Redis answers when it refuses a command, by the kind of
-#: :class:`StorageError` they become, with what the code means. redis-py
-#: strips the code of the replies it has a class for (those classes are
-#: checked first); a reply read from the socket by hand keeps it.
-_REFUSALS: dict[str, tuple[str, str]] = {
-    "OOM": ("oom", "redis is out of memory (maxmemory reached{policy}): writes refused"),
-    "READONLY": ("readonly", "redis is a read-only replica: writes refused"),
-    "NOPERM": ("noperm", "redis forbids it (ACL)"),
-    "MISCONF": ("misconf", "redis refuses writes: it cannot persist (MISCONF)"),
-    "LOADING": ("loading", "redis is loading its data set"),
-    "BUSY": ("busy", "redis is busy running a script"),
-    "MASTERDOWN": ("readonly", "redis is a replica without its primary"),
-}
-_CLASSES: tuple[tuple[type[BaseException], str], ...] = (
-    (OutOfMemoryError, "OOM"),
-    (ReadOnlyError, "READONLY"),
-    (NoPermissionError, "NOPERM"),
-    (BusyLoadingError, "LOADING"),
-)
-#: An error inside a script: Redis 7 names it ``ERR ... script: ...`` with the
-#: code of the command that failed kept in the text.
-_CODE = re.compile(r"(?:^|: )(OOM|READONLY|NOPERM|MISCONF|LOADING|BUSY|MASTERDOWN)\b")
-#: An ACL refusal of a command run from a script (Redis 7.0 words it so).
-_SCRIPT_ACL = re.compile(r"user executing the script can't run this command", re.IGNORECASE)
-
-
-#: The ``maxmemory-policy`` each client's Redis reported when last asked (at start-up and
-#: by each store check): what an out-of-memory refusal names.
-_POLICIES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
-def note_policy(client: Any, policy: str) -> None:
-    """Remember the ``maxmemory-policy`` that ``client``'s Redis reported."""
-    with contextlib.suppress(TypeError):  # a client that cannot be weakly referenced
-        _POLICIES[client] = policy
-
-
-def _out_of_memory(policy: str | None) -> str:
-    """Why Redis refused a write for memory, in the words of its policy."""
-    if policy is None:
-        return "; its maxmemory-policy, not read yet, freed too little"
-    if policy == "noeviction":
-        return " with noeviction"
-    return f"; its maxmemory-policy {policy} freed too little"
-
-
-def refusal(exc: BaseException, *, policy: str | None = None) -> tuple[str, str, bool] | None:
-    """``(kind, what it means, permanent)`` when ``exc`` is Redis refusing a command, else None.
-
-    A refusal (out of memory, read-only, ACL, ...) is an answer from a
-    reachable server; only an ACL refusal is permanent. ``policy``: the
-    server's ``maxmemory-policy`` if known, named by an out-of-memory refusal.
-    """
-    code = next((c for cls, c in _CLASSES if isinstance(exc, cls)), None)
-    if code is None and isinstance(exc, ResponseError):
-        text = str(exc)
-        found = _CODE.search(text)
-        if found is not None:
-            code = found.group(1)
-        elif _SCRIPT_ACL.search(text):
-            code = "NOPERM"
-    if code is None:
-        return None
-    kind, meaning = _REFUSALS[code]
-    meaning = meaning.replace("{policy}", _out_of_memory(policy) if code == "OOM" else "")
-    if code == "NOPERM" and _SCRIPT_ACL.search(str(exc)):
-        command = _function_command(str(exc))
-        named = f"the {command!r} command" if command else "a command"
-        meaning += f": {named}, run by a replaystore function, is not permitted to this user"
-    return kind, meaning, kind == "noperm"
-
-
-def storage_error(what: str, exc: BaseException, client: Any = None) -> StorageError:
-    """The :class:`StorageError` for a redis-py (or cluster) exception raised by ``what``.
-
-    Says what Redis said when it refused (out of memory, with the eviction
-    policy ``client``'s Redis last reported; read-only; the command or key
-    its ACL forbids), "unreachable" for a connection that failed or an
-    answer that did not come, and passes an existing :class:`StorageError`
-    through.
-    """
-    if isinstance(exc, StorageError):
-        return exc
-    policy = None
-    if client is not None:
-        with contextlib.suppress(TypeError):
-            policy = _POLICIES.get(client)
-    refused = refusal(exc, policy=policy)
-    if refused is not None:
-        kind, meaning, permanent = refused
-        text = f"{what} refused: {meaning}: {_strip(str(exc))}"
-        return StorageError(text, kind=kind, permanent=permanent)
-    if isinstance(exc, ResponseError):
-        # Redis answered: it refused this command; the server is reachable.
-        return StorageError(f"{what} refused by redis: {exc}", kind="error")
-    return StorageError(f"{what} failed on redis: {exc}")
-
-
-def _strip(text: str) -> str:
-    """Redis' reply text without the script's hash, which says nothing to an operator."""
-    return re.sub(r"\s*script: [0-9a-f]{40},?", "", text).strip()
-
-
-def _function_command(text: str) -> str | None:
-    """The command on the line of replaystore's function library that Redis' error points at."""
-    found = re.search(r"@user_function:(\d+)", text)
-    if found is None:
-        return None
-    from .scripts import LIBRARY
-
-    lines = LIBRARY.splitlines()
-    number = int(found.group(1))
-    if not 0 < number <= len(lines):
-        return None
-    call = re.search(r"redis\.p?call\('([A-Za-z]+)'", lines[number - 1])
-    return call.group(1) if call else None

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..._frozen import builder
-from ..._rules import Judgement, Record, evidence_for, judge
 from ...cursor import Cursor, sequence_tag
 from ...retention import Retention
+from ...rules import Judgement, Record, evidence_for, judge
 from ...verdicts import Resumption, Verdict
 from .keys import meta, sequence
 from .replies import Facts, StoredState, decode_record, decode_state

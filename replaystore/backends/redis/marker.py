@@ -41,6 +41,7 @@ from typing import Any
 
 import anyio
 
+from ...errors import StorageError
 from . import keys
 
 __all__ = ["FRESH", "StoreMarker"]
@@ -198,5 +199,5 @@ class StoreMarker:
         for react in self._reactions:
             try:
                 await react()
-            except Exception as exc:  # the era stands; each record is refused when read
+            except StorageError as exc:  # the era stands; each record is refused when read
                 logger.warning("replaystore: reacting to the store going back failed: %s", exc)

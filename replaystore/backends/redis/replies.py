@@ -17,9 +17,9 @@ from itertools import repeat
 from typing import Any
 
 from ..._frozen import builder
-from ..._rules import Record, SequenceState, Stored
 from ...cursor import sequence_tag
 from ...info import SessionInfo
+from ...rules import Record, SequenceState, Stored
 from ...verdicts import Tombstone, Verdict, reason_text
 from .scripts import FACT_SLOTS, SLOT
 
@@ -122,7 +122,7 @@ _HEAD, _SEPARATOR, _BODY = (operator.itemgetter(i) for i in range(3))
 
 @dataclass(slots=True)
 class Facts:
-    """Facts read from Redis (``replaystore._rules.Facts``)."""
+    """Facts read from Redis (``replaystore.rules.Facts``)."""
 
     epoch: str
     top: int

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...cursor import Cursor
+from ...errors import StorageError
 from .keys import meta as meta_key
 from .keys import swept, teardown_keys
 from .keys import tombstone as tombstone_key
@@ -251,29 +252,29 @@ class Teardowns:
         return future
 
     async def _run(self) -> None:
+        batch: list[tuple[Teardown, asyncio.Future[bool]]] = []
         try:
             while self._queue:
                 batch, self._queue = self._queue[: self.size], self._queue[self.size :]
-                try:
-                    torn = await tear_down(self._wire, [request for request, _ in batch])
-                except BaseException as exc:  # each caller maps or retries an error
-                    for _, future in batch:
-                        if future.done():
-                            continue
-                        if isinstance(exc, Exception):
-                            future.set_exception(exc)
-                        else:
-                            future.cancel()
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for (_, future), done in zip(batch, torn, strict=True):
-                    if not future.done():  # a caller that gave up cancelled its own
-                        future.set_result(done)
+                # The outcome as a value, an error included: each caller maps or retries it.
+                [torn] = await asyncio.gather(
+                    tear_down(self._wire, [request for request, _ in batch]),
+                    return_exceptions=True,
+                )
+                for at, (_, future) in enumerate(batch):
+                    if future.done():  # a caller that gave up cancelled its own
+                        continue
+                    if isinstance(torn, Exception):
+                        future.set_exception(torn)
+                    elif isinstance(torn, BaseException):
+                        future.cancel()
+                    else:
+                        future.set_result(torn[at])
         finally:
             self._task = None
-            for _, future in self._queue:  # only if this task itself was cancelled
-                future.cancel()
+            for _, future in (*batch, *self._queue):  # only if this task itself was cancelled
+                if not future.done():
+                    future.cancel()
             self._queue = []
 
     async def aclose(self) -> None:
@@ -337,13 +338,20 @@ class Leftovers:
             self._timer = None
         task = asyncio.get_running_loop().create_task(self._flush_logged())
         self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        task.add_done_callback(self._finished)
 
     async def _flush_logged(self) -> None:
         try:
             await self.flush()
-        except Exception as exc:  # the lists expire with their session anyway
+        except StorageError as exc:  # the lists expire with their session anyway
             logger.warning("leftover lists of torn-down sessions not deleted: %s", exc)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        """Forget a batch sent; any error but the store's is a bug, logged with its traceback
+        (nobody awaits the task for it: :meth:`aclose` only waits for it to end)."""
+        self._running.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("deleting leftover lists of torn-down sessions failed", exc_info=error)
 
     async def flush(self) -> None:
         """Send what is pending: a ``drop.lua`` call per ``size`` keys (per slot on a cluster)."""

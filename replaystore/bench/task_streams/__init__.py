@@ -19,8 +19,10 @@ that each one's CPU is its own:
 
 Then ``raw LRANGE``: the Redis CPU of one ``LRANGE`` of as many entries as a
 resume read, on a list of the same size, as a floor for the store's share of
-a resume. Redis CPU is the server's own (``INFO cpu``), so it means
-something only on a Redis nobody else uses meanwhile (``--spawn-redis``).
+a resume: back to back, and at the pace of the finished tasks' resumes (the
+floor a resume at that pace compares with; the report prints the ratio).
+Redis CPU is the server's own (``INFO cpu``), so it means something only on
+a Redis nobody else uses meanwhile (``--spawn-redis``).
 """
 
 from __future__ import annotations
@@ -222,26 +224,56 @@ async def _phase(
     }
 
 
-async def _raw_lrange(o: TaskStreamOptions, probe: RedisProbe, prefix: str) -> dict[str, Any]:
-    """Redis CPU of one LRANGE as large as a resume's read, on a list as long as a task's."""
+async def _raw_lrange(
+    o: TaskStreamOptions, probe: RedisProbe, prefix: str, finished: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Redis CPU of one LRANGE as large as a resume's read, on a list as long as a task's.
+
+    Twice: back to back from one client (Redis never waits for work, so each
+    call costs it least), and at the finished tasks' pace: as many calls as
+    their resumes, from as many clients at once as there were readers, over
+    as long as the resumes took. Redis spends CPU on each wake-up from waiting
+    for work and on its timers meanwhile, so a call that comes alone costs it
+    more than one in a busy loop: the second figure is the floor for a resume
+    at that pace, one round trip on a connection kept open.
+    """
     from redis.asyncio import Redis
 
     redis = Redis.from_url(o.url.split("?", 1)[0])
     key = f"{prefix}raw-lrange"
     entry = b"x" * 80
-    calls = 2000
-    try:
-        await redis.rpush(key, *([entry] * (o.steps + 2)))
-        before = await probe.sample()
-        for i in range(calls):
+    rng = random.Random(f"{o.seed}:raw")
+    rows = []
+
+    async def calls(n: int, gap: float) -> None:
+        """``n`` LRANGEs, each ``gap`` seconds after the last on average (0: back to back)."""
+        for i in range(n):
             start = i % (o.steps + 2)
             await redis.lrange(key, start, start + o.per_connection - 1)
-        cost = (await probe.sample()).minus(before)
+            if gap:
+                await anyio.sleep(rng.uniform(0, 2 * gap))
+
+    resumes, clients = finished["resumes"], max(1, finished["tasks"])
+    gap = clients * finished["seconds"] / resumes if resumes else 0.0
+    try:
+        await redis.rpush(key, *([entry] * (o.steps + 2)))
+        plans = (("raw LRANGE, back to back", 2000, 1, 0.0),
+                 ("raw LRANGE, at the resumes' pace", resumes, clients, gap))  # fmt: skip
+        for name, total, width, wait in plans:
+            before = await probe.sample()
+            began = time.monotonic()
+            async with anyio.create_task_group() as group:
+                for c in range(width):
+                    group.start_soon(calls, total // width + (c < total % width), wait)
+            cost = (await probe.sample()).minus(before)
+            rows.append({"name": name, "calls": total, "clients": width,
+                         "seconds": round(time.monotonic() - began, 2),
+                         "redis_cpu_ms_per_resume": round(1000 * cost["cpu_s"] / total, 4)
+                         if total else None})  # fmt: skip
     finally:
         await redis.delete(key)
         await redis.aclose()
-    return {"name": "raw LRANGE", "calls": calls,
-            "redis_cpu_ms_per_resume": round(1000 * cost["cpu_s"] / calls, 4)}  # fmt: skip
+    return rows
 
 
 def run_task_streams(o: TaskStreamOptions, logs: Path | None = None) -> dict[str, Any]:
@@ -282,11 +314,13 @@ async def _run(
         store = coordination_of(buffer.backend).task_store(namespace=NAMESPACE)
         rows = [await _phase(name, o, urls, servers, probe, store)
                 for name in (RESUMING, LIVE, FINISHED)]  # fmt: skip
-        rows.append(await _raw_lrange(o, probe, prefix))
+        rows.extend(await _raw_lrange(o, probe, prefix, rows[-1]))
     finally:
         await buffer.aclose()
         await probe.aclose()
-    return {"readers": rows}
+    resume, paced = rows[2]["redis_cpu_ms_per_resume"], rows[-1]["redis_cpu_ms_per_resume"]
+    ratio = round(resume / paced, 2) if resume is not None and paced else None
+    return {"readers": rows, "finished_over_paced_lrange": ratio}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -301,6 +335,9 @@ def markdown(report: dict[str, Any]) -> str:
             "stored", "received", "lost", "duplicates", "out_of_order", "resumes",
             "resumes_per_s", "replica_cpu_ms_per_resume", "redis_cpu_ms_per_resume"))]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
+    ratio = report.get("finished_over_paced_lrange")
+    if ratio is not None:
+        lines.append(f"\nRedis CPU per finished-task resume / raw LRANGE at its pace: {ratio}x")
     return "\n".join(lines)
 
 

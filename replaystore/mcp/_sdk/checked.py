@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any
 
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import streamable_http_manager
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
-from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
@@ -48,6 +49,7 @@ __all__ = [
     "lowlevel_server",
     "requirements",
     "source_digest",
+    "take_request_stream",
 ]
 
 #: The SDK and FastMCP ranges this package is tested against (also pinned in
@@ -75,7 +77,6 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "Connection.for_loop": lambda: Connection.for_loop,
     "serve_connection": lambda: serve_connection,
     "streamable_http_manager": lambda: streamable_http_manager,
-    "FastMCPStreamableHTTPSessionManager()": lambda: _fastmcp_manager(),
     "FastMCPRequestContext": lambda: _fastmcp_request_context(),
     "FastMCPContext": lambda: _fastmcp_context(),
     "RequestStateBoundary()": lambda: _boundary(),
@@ -107,19 +108,13 @@ def _fastmcp_request_context() -> Any:
     return FastMCPRequestContext
 
 
-def _fastmcp_manager() -> Any:
-    from fastmcp.server.http import FastMCPStreamableHTTPSessionManager
-
-    return FastMCPStreamableHTTPSessionManager(app=object())
-
-
 _REQUIREMENTS: tuple[Requirement, ...] = (
     # The session manager: admission, discard, adoption of a session known to the store.
     Requirement(
         "StreamableHTTPSessionManager",
         "_admit_session",
         "method",
-        "gives each new session its view before anything is stored",
+        "builds each session's transport with its own view, before anything is stored",
         source="be70a49c7998add8",
     ),
     Requirement(
@@ -219,9 +214,9 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
     ),
     Requirement(
         "StreamableHTTPServerTransport()",
-        "_event_store",
+        "_request_streams",
         "attribute",
-        "replaced by the session's view",
+        "a request answered with the store's refusal in its open stream leaves the routing",
     ),
     Requirement(
         "StreamableHTTPServerTransport()",
@@ -239,13 +234,13 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "StreamableHTTPServerTransport.__init__",
         "idle_timeout",
         "parameter",
-        "adopted sessions are built like admitted ones",
+        "each session's transport is built here with the manager's settings",
     ),
     Requirement(
         "StreamableHTTPServerTransport.__init__",
         "retry_interval",
         "parameter",
-        "adopted sessions are built like admitted ones",
+        "each session's transport is built here with the manager's settings",
     ),
     # The session loop: a connection rebuilt in its initialized state.
     Requirement(
@@ -296,12 +291,6 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "_request_state_security",
         "attribute",
         "tells a policy the application gave from FastMCP's per-process default",
-    ),
-    Requirement(
-        "FastMCPStreamableHTTPSessionManager()",
-        "_shared_event_store",
-        "attribute",
-        "the store FastMCP wraps per transport; found again when its manager is adopted",
     ),
     Requirement(
         "FastMCPRequestContext",
@@ -418,6 +407,17 @@ def lowlevel_server(app: Any) -> Any:
     requirement = next(r for r in _REQUIREMENTS if r.owner == "MCPServer()")
     check([requirement], owners={"MCPServer()": lambda: app})
     return app._lowlevel_server
+
+
+def take_request_stream(
+    transport: StreamableHTTPServerTransport, stream: str
+) -> tuple[MemoryObjectSendStream[EventMessage], MemoryObjectReceiveStream[EventMessage]] | None:
+    """Take the channel of request ``stream`` out of the transport's routing (None if absent).
+
+    What the transport routes to the request afterwards is dropped, and its
+    teardown no longer closes the channel: the caller ends it.
+    """
+    return transport._request_streams.pop(stream, None)
 
 
 check()

@@ -15,8 +15,10 @@ override here is read again against the new code instead of drifting from it.
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
+from uuid import uuid4
 
 import anyio
 import anyio.abc
@@ -31,6 +33,8 @@ from starlette.types import Receive, Scope, Send
 from ..replicas.forwarding import server_request_id
 
 __all__ = ["ManagerOverrides", "ReplicaDispatcher", "TransportOverrides"]
+
+logger = logging.getLogger("replaystore.mcp")
 
 
 class TransportOverrides(StreamableHTTPServerTransport):
@@ -116,15 +120,24 @@ class ManagerOverrides(StreamableHTTPSessionManager):
             await super()._handle_stateful_request(scope, receive, send)
 
     def _admit_session(
-        self, requestor: AuthorizationContext | None
+        self, requestor: AuthorizationContext | None, session_id: str | None = None
     ) -> StreamableHTTPServerTransport | None:
-        """Extends ``StreamableHTTPSessionManager._admit_session``.
+        """Replaces ``StreamableHTTPSessionManager._admit_session``.
 
-        The new session's transport gets its view before anything is stored.
+        The SDK's steps (the session limit, the session table, the credential
+        that created the session), with this package's transport
+        (:meth:`new_transport`), which the SDK's builds inline. ``session_id``:
+        a session created elsewhere, adopted here (a new id when omitted).
         """
-        transport = super()._admit_session(requestor)
-        if transport is not None:
-            self.admitted(transport, requestor)
+        if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
+            return None
+        if session_id is None:
+            session_id = uuid4().hex
+            logger.info("Created new transport with session ID: %s", session_id)
+        transport = self.new_transport(session_id, requestor)
+        if requestor is not None:
+            self._session_owners[session_id] = requestor
+        self._server_instances[session_id] = transport
         return transport
 
     async def _serve_opening_request(
@@ -172,9 +185,9 @@ class ManagerOverrides(StreamableHTTPSessionManager):
     async def answer_unserved(self, scope: Scope, receive: Receive, send: Send) -> bool:
         raise NotImplementedError
 
-    def admitted(
-        self, transport: StreamableHTTPServerTransport, requestor: AuthorizationContext | None
-    ) -> None:
+    def new_transport(
+        self, session_id: str, requestor: AuthorizationContext | None
+    ) -> StreamableHTTPServerTransport:
         raise NotImplementedError
 
     async def run_session(

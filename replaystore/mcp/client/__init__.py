@@ -1,9 +1,10 @@
 """Client side: resuming sessions, events delivered once, and tools called as durable tasks.
 
-- :class:`ResumingSession` (and :func:`raise_for_desync`,
-  :class:`DesyncWatch`, :func:`desync_error` underneath): a failed
-  resumption's verdict as a :class:`~replaystore.ResumptionDesyncError`,
-  then a new session;
+- :class:`DesyncWatch`: the one way a client learns why the server ended
+  its session, a hook on its HTTP client that turns each 404 into a
+  :class:`~replaystore.ResumptionDesyncError` carrying the verdict;
+  :class:`ResumingSession`, the SDK's client session with that watch built
+  in, raises it and opens a new session;
 - :class:`OncePerStream`: an ``httpx2`` transport that hands each event of a
   stream to the application once;
 - :class:`TaskClient` (2026-07-28): a tool called as a durable task, polled,
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from .extension import ClientTasks, CreatedTask
 from .once import OncePerStream
-from .resuming import DesyncWatch, ResumingSession, desync_error, raise_for_desync
+from .resuming import DesyncWatch, ResumingSession
 from .task_events import EventsGoneError, TaskEvent, TaskEventStream, TaskStreamError
 from .tasks import (
     OnCreatedError,
@@ -48,6 +49,4 @@ __all__ = [
     "TaskRequestError",
     "TaskStreamError",
     "TaskUnavailableError",
-    "desync_error",
-    "raise_for_desync",
 ]

@@ -17,9 +17,10 @@ found" or "Session terminated"; it never shows the verdict. This module
 gives a client the verdict and a way back:
 
 - :func:`desync_error` turns such a body into :class:`~replaystore.ResumptionDesyncError`;
-- :func:`raise_for_desync` is an ``httpx``/``httpx2`` response event hook that raises it;
-- :class:`DesyncWatch` records what its hook saw, for clients that handle the
-  404 themselves (the SDK's does), and builds hooked ``httpx2`` clients for
+- :class:`DesyncWatch` is the one way a client gets it: a response event hook
+  that records, per session, the first 404 and its verdict, on any
+  ``httpx``/``httpx2`` client (one driven by hand, or the SDK's and FastMCP's,
+  which handle the 404 themselves), and builds hooked ``httpx2`` clients for
   the SDK and for FastMCP (``httpx_client_factory``);
 - :class:`ResumingSession` runs an SDK ``ClientSession`` and opens a new one
   on any 404 for it: a call the server refused with 404 (it never ran) is
@@ -56,7 +57,6 @@ __all__ = [
     "OnNewSession",
     "ResumingSession",
     "desync_error",
-    "raise_for_desync",
     "session_gone",
 ]
 
@@ -138,17 +138,6 @@ async def _read_desync(response: _Response) -> ResumptionDesyncError | None:
         return None
     # aread() caches the body, so the client can still read it after the hook.
     return desync_error(await response.aread())
-
-
-async def raise_for_desync(response: _Response) -> None:
-    """Response event hook: raise :class:`ResumptionDesyncError` for a 404 that carries a verdict.
-
-    ``httpx.AsyncClient(event_hooks={"response": [raise_for_desync]})``; the
-    exception leaves ``client.get``/``client.stream`` with the verdict and evidence.
-    """
-    error = await _read_desync(response)
-    if error is not None:
-        raise error
 
 
 def session_gone(session: str) -> ResumptionDesyncError:

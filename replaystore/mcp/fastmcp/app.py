@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
     from mcp.server.subscriptions import SubscriptionBus
 
-    from ..sessions.view import ReplayEventStore
     from ..tasks.extension import ReplayTasks
 
 __all__ = ["FastMCPServer", "fastmcp_http_app"]
@@ -55,8 +54,8 @@ class FastMCPServer:
         if kwargs.get("transport", "http") not in ("http", "streamable-http"):
             raise ValueError("resumability needs the streamable HTTP transport")
 
-    def build(self, store: ReplayEventStore, kwargs: dict[str, Any]) -> Any:
-        app = self.server.http_app(event_store=store, **kwargs)
+    def build(self, kwargs: dict[str, Any]) -> Any:
+        app = self.server.http_app(**kwargs)
         if not kwargs.get("stateless_http"):
             _expect_manager(app)
         return app

@@ -1,11 +1,12 @@
 """One server process's membership in a set of replicas sharing a store.
 
 A :class:`Replica` has an id, the session registry and the notification bus
-its store's backend declares (:mod:`replaystore.backends.coordination`), the
+of its store's coordination (:mod:`replaystore.backends.coordination`), the
 leases of the requests it runs (renewed by one background task), and the live
 connections of the sessions it currently serves, to which it hands wake-ups;
 session ends, takeovers and forwarded messages from the other replicas go to
-the session manager (:class:`Sessions`, given at construction). Nothing here
+the session manager (:class:`Sessions`, given at construction), and so do the
+error responses of requests stopped by a store outage. Nothing here
 needs configuration: processes (or apps) on one buffer URL are replicas of
 each other.
 
@@ -33,15 +34,14 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from ...backends.coordination import coordination_of
+from ...backends.coordination import Coordination
 from ...backends.notifications import Bus, End, Forward, Gap, Message, Takeover, Wake
 from ...backends.session_registry import FINISHED, Registry
-from ...buffer import ReplayBuffer
 from ...errors import StorageError
 from ..metrics import count_drain
 from ..settings import Settings
 
-__all__ = ["Followers", "Replica", "Sessions"]
+__all__ = ["END_MEMORY", "Followers", "Replica", "Sessions"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -49,7 +49,7 @@ logger = logging.getLogger("replaystore.mcp")
 _OUTAGE_PATIENCE = 600.0
 
 #: Seconds an end claim is remembered (long after any client gave up on the stream).
-_END_MEMORY = 3600.0
+END_MEMORY = 3600.0
 
 
 class Sessions(Protocol):
@@ -63,6 +63,13 @@ class Sessions(Protocol):
 
     def taken_over(self, session: str, stream: str) -> None:
         """A newer connection took ``stream`` over: close the one carrying it here."""
+
+    async def end_request(self, session: str, stream: str, message: str) -> None:
+        """Store ``message`` as the error response of a request that stopped unanswered.
+
+        Raises :class:`StorageError` while the store is out of reach (the
+        replica tries again).
+        """
 
 
 class Followers(Protocol):
@@ -79,13 +86,22 @@ class Replica:
     """This process's end of the replica set of one store."""
 
     def __init__(
-        self, buffer: ReplayBuffer, sessions: Sessions, settings: Settings | None = None
+        self,
+        coordination: Coordination,
+        sessions: Sessions,
+        settings: Settings | None = None,
+        *,
+        session_ttl: float | None = None,
     ) -> None:
-        """Raises ``TypeError`` when the buffer's backend declares no replica coordination."""
-        coordination = coordination_of(buffer.backend)
+        """A replica of the store ``coordination`` belongs to.
+
+        ``session_ttl``: how long the store keeps an unused session (its
+        retention's), refreshed while its requests run.
+        """
         self.settings = settings if settings is not None else Settings()
         self.id = uuid.uuid4().hex[:12]
-        self.buffer = buffer
+        self.coordination = coordination
+        self.session_ttl = session_ttl
         self.sessions = sessions
         self.reads = anyio.CapacityLimiter(self.settings.live_reads)
         self.registry: Registry = coordination.registry()
@@ -149,7 +165,7 @@ class Replica:
         if not await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl):
             return False
         self._leases[(session, stream)] = None
-        ttl = self.buffer.retention.session_ttl
+        ttl = self.session_ttl
         now = time.monotonic()
         if ttl and now - self._touched.get(session, 0.0) > ttl / 4:
             self._touched[session] = now
@@ -202,27 +218,24 @@ class Replica:
         """Renew the leases now (the store answers again after an outage), not at the next tick."""
         self._renew_now.set()
 
-    def end_after_outage(self, session: str, trouble: str | None = None) -> None:
+    def end_after_outage(self, session: str, message: str) -> None:
         """The session is dropped here because the store failed: end its requests, once it is back.
 
-        Each unanswered request of the session gets an error response saying
-        the store was out of reach, or ``trouble`` (what the store said), not
-        that a replica stopped; stored by
-        this replica as soon as the store answers again, under the same end
-        claim other replicas use for lost requests, so exactly one is stored.
+        Each unanswered request of the session gets ``message`` as its error
+        response (what the store did, not that a replica stopped); stored
+        through the session manager (:meth:`Sessions.end_request`) as soon as
+        the store answers again, under the same end claim other replicas use
+        for lost requests, so exactly one is stored.
         """
         for key in [key for key in self._leases if key[0] == session]:
             del self._leases[key]
-            self.spawn(self._end_after_outage, *key, trouble)
+            self.spawn(self._end_after_outage, *key, message)
 
-    async def _end_after_outage(self, session: str, stream: str, trouble: str | None) -> None:
-        from ..sessions.lost import STORE_UNREACHABLE, end_unanswered, stopped_by_store
-
-        message = STORE_UNREACHABLE if trouble is None else stopped_by_store(trouble)
+    async def _end_after_outage(self, session: str, stream: str, message: str) -> None:
         deadline = time.monotonic() + _OUTAGE_PATIENCE
         while True:
             try:
-                await end_unanswered(self, session, stream, message)
+                await self.sessions.end_request(session, stream, message)
                 return
             except StorageError:
                 if time.monotonic() > deadline:
@@ -277,7 +290,7 @@ class Replica:
         return await self.registry.owner(session, stream) == FINISHED
 
     async def claim_end(self, session: str, stream: str) -> bool:
-        return await self.registry.claim_end(session, stream, _END_MEMORY)
+        return await self.registry.claim_end(session, stream, END_MEMORY)
 
     # ---------------------------------------------------------------- notifications
 

@@ -11,30 +11,34 @@ store after the replay: whatever was appended between the read and the
 subscription is read then, whatever comes later wakes it, so the seam stays
 exact. The newest connection of a stream takes it over: the one carrying it
 before, here or on another replica, is closed. :class:`LiveStreams` holds the tails of one
-session on this replica; its session's :class:`~replaystore.mcp.sessions.view.SessionView`
-owns it.
+session on this replica; its session's
+:class:`~replaystore.mcp.sessions.event_store.SessionView` owns it, and is
+known here only as what live streams need of it (:class:`SessionEvents`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from ...cursor import Cursor
 from ...errors import StorageError, UnknownSessionError
-from ...verdicts import Evidence, Resumption, Verdict, reason_text
+from ...verdicts import Evidence, Resumption, Verdict
+from .error_responses import unknown
 from .messages import GET_STREAM, is_response_payload
 from .tail import Tail
 
 if TYPE_CHECKING:
+    from ...buffer import ReplayBuffer
     from ...verdicts import Event
-    from .view import SessionView
+    from ..replicas.replica import Replica
+    from ..settings import Settings
 
-__all__ = ["Attachment", "LiveStreams"]
+__all__ = ["Attachment", "LiveStreams", "SessionEvents"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -68,10 +72,39 @@ class Attachment:
         return self.resumption.ok
 
 
+class SessionEvents(Protocol):
+    """What live streams need of their session's event store (its ``SessionView``)."""
+
+    #: Ended (a failed verdict, DELETE) or no longer served here; set when a read finds it gone.
+    closed: bool
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def buffer(self) -> ReplayBuffer: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def replica(self) -> Replica | None: ...
+
+    @property
+    def answered(self) -> Container[str]:
+        """Request streams answered here (a resume of one ends with its replay)."""
+
+    async def append(self, sequence: str, payload: bytes | None) -> str:
+        """Store one event (``None``: a priming event)."""
+
+    async def resolve(self, last_event_id: str, sequence: str | None) -> Resumption:
+        """Resolve and replay in one atomic store call."""
+
+
 class LiveStreams:
     """The live connections of one session on this replica, one :class:`Tail` per stream."""
 
-    def __init__(self, view: SessionView) -> None:
+    def __init__(self, view: SessionEvents) -> None:
         self.view = view
         self.buffer = view.buffer
         self.session_id = view.session_id
@@ -133,11 +166,11 @@ class LiveStreams:
         if mark is not None:
             return await self._resume(mark, sequence=GET_STREAM, prime=prime)
         if self._dead:
-            return Attachment(_vanished(self.session_id))
+            return Attachment(unknown(self.session_id, served=True))
         try:
             anchor = await self._append(GET_STREAM, None)
         except UnknownSessionError:
-            return Attachment(_vanished(self.session_id))
+            return Attachment(unknown(self.session_id, served=True))
         tail = await self._take_over(GET_STREAM, anchor)
         return Attachment(
             Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
@@ -277,7 +310,7 @@ class LiveStreams:
                 priming = await self._append(stream, None)
             except UnknownSessionError:
                 await self.detach(tail)
-                return Attachment(_vanished(self.session_id))
+                return Attachment(unknown(self.session_id, served=True))
             except BaseException:
                 await self.detach(tail)
                 raise
@@ -371,8 +404,3 @@ def _add_replay(
         if stream != GET_STREAM and is_response_payload(event.payload):
             return last, True
     return last, False
-
-
-def _vanished(session: str) -> Resumption:
-    """The verdict for a session whose store entry disappeared under a live SDK session."""
-    return Resumption(Verdict.UNKNOWN_SESSION, Evidence(session, reason_text("vanished")))

@@ -5,7 +5,7 @@ memory, so a second replica answers 404 for a session it did not create.
 :class:`ReplaySessionManager` keeps the SDK's manager and changes four
 things:
 
-- each session gets its own view (:class:`~replaystore.mcp.sessions.view.SessionView`)
+- each session gets its own view (:class:`~replaystore.mcp.sessions.event_store.SessionView`)
   and the :class:`~replaystore.mcp.sessions.transport.ReplayTransport`, before
   anything is stored;
 - when ``initialize`` is answered, the session's record (negotiated version,
@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from http import HTTPStatus
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -54,6 +54,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ...backends.coordination import Coordination, coordination_of
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
 from ...verdicts import Verdict
@@ -61,46 +62,37 @@ from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's pri
 from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
 from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
-from ..refusals import answer_in_stream, store_trouble, unavailable_error
+from ..refusals import answer_in_stream, bounded, store_trouble, unavailable_error
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
-from .again import bounded as _bounded
-from .answers import json_error, not_found, unavailable, unknown, why_gone
+from .error_responses import json_error, not_found, unavailable, unknown, why_gone
+from .event_store import APPENDS, ReplayEventStore, SessionView, as_event_store
+from .leases import STORE_UNREACHABLE, end_unanswered, stopped_by_store
 from .live import Attachment
 from .messages import GET_STREAM
 from .sse import answer_whole
 from .transport import ReplayTransport, header_text
-from .view import APPENDS, ReplayEventStore, SessionView
 
-__all__ = ["ReplaySessionManager", "as_event_store"]
+__all__ = ["ReplaySessionManager"]
 
 logger = logging.getLogger("replaystore.mcp")
 
-_T = TypeVar("_T")
-_COMBINED: dict[tuple[type, type], type] = {}
+_COMBINED: dict[type, type[ReplaySessionManager]] = {}
 
 
-def _combine(ours: type[_T], theirs: type) -> type[_T]:
-    """``ours`` layered over an SDK/FastMCP subclass we did not write (cached per pair)."""
-    if issubclass(theirs, ours):
+def _combine(theirs: type) -> type[ReplaySessionManager]:
+    """The manager layered over an SDK/FastMCP manager class we did not write (cached)."""
+    if issubclass(theirs, ReplaySessionManager):
         return theirs
-    key = (ours, theirs)
-    if key not in _COMBINED:
-        _COMBINED[key] = type(f"{ours.__name__}Over{theirs.__name__}", (ours, theirs), {})
-    return cast(type[_T], _COMBINED[key])
+    if theirs not in _COMBINED:
+        name = f"ReplaySessionManagerOver{theirs.__name__}"
+        _COMBINED[theirs] = type(name, (ReplaySessionManager, theirs), {})
+    return _COMBINED[theirs]
 
 
-def as_event_store(
-    store: ReplayEventStore | ReplayBuffer, observer: ResumptionObserver | None = None
-) -> ReplayEventStore:
-    """Accept a buffer or an already-built store (then ``observer`` must not be given twice)."""
-    if isinstance(store, ReplayEventStore):
-        if observer is not None and store.observer is not observer:
-            raise ValueError("pass the observer to ReplayEventStore(...), not twice")
-        return store
-    if isinstance(store, ReplayBuffer):
-        return ReplayEventStore(store, observer=observer)
-    raise TypeError(f"expected a ReplayBuffer or ReplayEventStore, not {type(store).__name__}")
+def _view_of(transport: StreamableHTTPServerTransport) -> SessionView | None:
+    """A session's view, for the transports this manager built (all but the SDK's stateless)."""
+    return transport.view if isinstance(transport, ReplayTransport) else None
 
 
 def _fingerprint(requestor: Any) -> str:
@@ -166,12 +158,17 @@ class ReplaySessionManager(ManagerOverrides):
             lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
         )
         # An MCPServer wraps the low-level Server the SDK's manager drives.
-        super().__init__(lowlevel_server(app), event_store=store, **kwargs)
-        self._setup(store, settings)
+        # Each session's transport gets its own event store (new_transport):
+        # the SDK's manager is given none.
+        super().__init__(lowlevel_server(app), **kwargs)
+        self._setup(store, settings, coordination_of(store.buffer.backend))
 
-    def _setup(self, store: ReplayEventStore, settings: Settings) -> None:
+    def _setup(
+        self, store: ReplayEventStore, settings: Settings, coordination: Coordination
+    ) -> None:
         self._replay_store = store
-        self._replica = Replica(store.buffer, self, settings)
+        session_ttl = store.buffer.retention.session_ttl
+        self._replica = Replica(coordination, self, settings, session_ttl=session_ttl)
         self._adopting = {}
         self._guard = TransportSecurityMiddleware(self.security_settings)
         self._replicating = False
@@ -181,26 +178,28 @@ class ReplaySessionManager(ManagerOverrides):
     def adopt(
         cls,
         manager: StreamableHTTPSessionManager,
-        store: ReplayEventStore | None = None,
+        store: ReplayEventStore,
         settings: Settings | None = None,
+        coordination: Coordination | None = None,
     ) -> ReplaySessionManager:
         """Make an existing manager (SDK's or a subclass, e.g. FastMCP's) serve ``store``.
 
         Changes the instance's class in place: the SDK's ``streamable_http_app``
         builds its manager inline and hands that very object to both the route
-        and the lifespan, so replacing the object is not possible without
-        rebuilding the whole app. Must run before the first request.
-        ``settings`` (:class:`~replaystore.mcp.settings.Settings`) times the
-        replica; the defaults when omitted.
+        and the lifespan, and FastMCP enters its manager's ``run()`` (which
+        enters the server's lifespan) before it can be adopted, so another
+        object could not take its place without rebuilding the whole app or
+        running the server's lifespan twice. Must run before the first
+        request. ``settings`` (:class:`~replaystore.mcp.settings.Settings`)
+        times the replica; the defaults when omitted. ``coordination``: the
+        store's (:func:`~replaystore.backends.coordination.coordination_of`
+        its backend when omitted).
         """
-        if store is None:
-            found = getattr(manager, "_shared_event_store", None) or manager.event_store
-            if not isinstance(found, ReplayEventStore):
-                raise TypeError("the manager was not built with a ReplayEventStore")
-            store = found
-        manager.__class__ = _combine(cls, type(manager))
+        if coordination is None:
+            coordination = coordination_of(store.buffer.backend)
+        manager.__class__ = _combine(type(manager))
         adopted = cast(ReplaySessionManager, manager)
-        adopted._setup(store, settings if settings is not None else Settings())
+        cls._setup(adopted, store, settings if settings is not None else Settings(), coordination)
         return adopted
 
     @property
@@ -240,8 +239,8 @@ class ReplaySessionManager(ManagerOverrides):
             # Stop serving here, promptly: the sessions live on in the store.
             for session_id, transport in list(self._server_instances.items()):
                 self._server_instances.pop(session_id, None)
-                view = transport._event_store
-                if isinstance(view, SessionView):
+                view = _view_of(transport)
+                if view is not None:
                     view.close_local()
 
     # ---------------------------------------------------------------- draining, health
@@ -269,8 +268,8 @@ class ReplaySessionManager(ManagerOverrides):
             count_drain("started")
         self._replica.draining = True
         for transport in list(self._server_instances.values()):
-            view = transport._event_store
-            if isinstance(view, SessionView):
+            view = _view_of(transport)
+            if view is not None:
                 view.live.close_stream(GET_STREAM)
 
     async def health(self) -> tuple[bool, str]:
@@ -286,7 +285,7 @@ class ReplaySessionManager(ManagerOverrides):
         if replica.draining:
             return False, "draining: this replica is shutting down"
         try:
-            with _bounded(replica.settings.store_timeout):
+            with bounded(replica.settings.store_timeout):
                 # Deep (a session opened and appended to, as requests do) while
                 # appends fail, and whenever writes must reach replicas
                 # (wait_replicas): a store that answers but cannot store or
@@ -296,7 +295,9 @@ class ReplaySessionManager(ManagerOverrides):
                 deep = replica.refused is not None or APPENDS.failing or durable
                 started = time.perf_counter()
                 try:
-                    await probe(buffer, replica.registry, replica.id, deep=deep)
+                    await probe(
+                        buffer, replica.coordination, replica.registry, replica.id, deep=deep
+                    )
                 finally:
                     time_store("health", time.perf_counter() - started)
         except StorageError as exc:
@@ -322,7 +323,7 @@ class ReplaySessionManager(ManagerOverrides):
         also makes the health check fail until it is fixed.
         """
         self.store_checked = True
-        problems = await check_store(self._replay_store.buffer)
+        problems = await check_store(self._replay_store.buffer, self._replica.coordination)
         for problem in problems:
             if problem.fatal:
                 logger.error("replaystore: %s", problem.text)
@@ -435,7 +436,7 @@ class ReplaySessionManager(ManagerOverrides):
             ):
                 return None  # the usual path answers it
         else:
-            with _bounded(replica.settings.store_timeout):
+            with bounded(replica.settings.store_timeout):
                 record = await replica.registry.get_session(session_id)
             if record is None or record.get("owner", "") != _fingerprint(requestor):
                 return None  # the usual path answers it (and logs why)
@@ -443,7 +444,7 @@ class ReplaySessionManager(ManagerOverrides):
             view.adopted(record)
         cursor = header_text(cursor)
         try:
-            with _bounded(replica.settings.store_timeout):
+            with bounded(replica.settings.store_timeout):
                 attachment = await view.live.read(cursor)
         except StorageError as exc:
             if exc.permanent:
@@ -483,7 +484,7 @@ class ReplaySessionManager(ManagerOverrides):
                 registry, replica = self._replica.registry, self._replica.id
                 record, live = known, known is not None
                 if record is None:
-                    with _bounded(self._replica.settings.store_timeout):
+                    with bounded(self._replica.settings.store_timeout):
                         # Read as this replica is named in it, so that the
                         # session's end is told here (a replica that then
                         # refuses the session ignores that end).
@@ -505,14 +506,12 @@ class ReplaySessionManager(ManagerOverrides):
                     )
                     return None
                 if known is not None:
-                    with _bounded(self._replica.settings.store_timeout):
+                    with bounded(self._replica.settings.store_timeout):
                         # Named in the record as above; no record left: it just ended.
                         if await registry.hold(session_id, replica) is None:
                             return None
-                if (
-                    self.max_sessions is not None
-                    and len(self._server_instances) >= self.max_sessions
-                ):
+                transport = self._admit_session(requestor, session_id)
+                if transport is None:
                     return json_error(
                         None,
                         HTTPStatus.SERVICE_UNAVAILABLE,
@@ -520,19 +519,7 @@ class ReplaySessionManager(ManagerOverrides):
                         "Too many open sessions",
                         None,
                     )
-                transport = StreamableHTTPServerTransport(
-                    mcp_session_id=session_id,
-                    is_json_response_enabled=self.json_response,
-                    event_store=self._replay_store,
-                    security_settings=self.security_settings,
-                    retry_interval=self.retry_interval,
-                    idle_timeout=self.session_idle_timeout,
-                )
-                if requestor is not None:
-                    self._session_owners[session_id] = requestor
-                self._server_instances[session_id] = transport
-                view = self._bind(transport)
-                view.adopted(record)
+                cast(ReplayTransport, transport).view.adopted(record)
                 assert self._task_group is not None
                 await self._task_group.start(partial(self.run_session, transport, record))
                 logger.info("adopted session %s from the store", session_id)
@@ -541,10 +528,22 @@ class ReplaySessionManager(ManagerOverrides):
             if not lock.locked():
                 self._adopting.pop(session_id, None)
 
-    def admitted(self, transport: StreamableHTTPServerTransport, requestor: Any) -> None:
-        """A new session was admitted: its transport gets its view, before anything is stored."""
-        view = self._bind(transport)
+    def new_transport(self, session_id: str, requestor: Any) -> ReplayTransport:
+        """A session's transport (new or adopted), with its own view before anything is stored."""
+        host = _Hosted(self, session_id)
+        view = self._replay_store.for_session(session_id, self._replica, host)
         view.owner = _fingerprint(requestor)
+        transport = ReplayTransport(
+            view,
+            mcp_session_id=session_id,
+            is_json_response_enabled=self.json_response,
+            security_settings=self.security_settings,
+            retry_interval=self.retry_interval,
+            idle_timeout=self.session_idle_timeout,
+        )
+        host.transport = transport
+        self._replica.followers[session_id] = view.live
+        return transport
 
     async def run_session(
         self,
@@ -568,8 +567,8 @@ class ReplaySessionManager(ManagerOverrides):
                     connection = Connection.for_loop(dispatcher, session_id=session_id)
                     if record is not None:
                         _restore(connection, record)
-                    view = transport._event_store
-                    if isinstance(view, SessionView):
+                    view = _view_of(transport)
+                    if view is not None:
                         view.connection = connection
                     await serve_connection(
                         self.app,
@@ -584,34 +583,39 @@ class ReplaySessionManager(ManagerOverrides):
             finally:
                 await self._discard_session(session_id, transport)
 
-    def _bind(self, transport: StreamableHTTPServerTransport) -> SessionView:
-        """Give a session's transport its own view, before any event is stored.
-
-        The transport is built by the SDK (arguments vary between versions);
-        only its class is changed, to :class:`ReplayTransport` layered over
-        whatever class it had.
-        """
-        session_id = transport.mcp_session_id
-        assert session_id is not None
-        view = self._replay_store.for_session(
-            session_id, self._replica, _Hosted(self, session_id, transport)
-        )
-        transport._event_store = view
-        transport.__class__ = _combine(ReplayTransport, type(transport))
-        self._replica.followers[session_id] = view.live
-        return view
-
     def discarded(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         """Forgotten in this process only: the session lives on in the store and elsewhere."""
-        view = transport._event_store
-        if isinstance(view, SessionView):
+        view = _view_of(transport)
+        if view is not None:
             view.close_local()
             if self._replica.followers.get(session_id) is view.live:
                 del self._replica.followers[session_id]
             self._replica.release_session(session_id)
 
+    async def forget(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        """Forget a session in this process only: it lives on in the store and elsewhere."""
+        await self._discard_session(session_id, transport)
+
+    def session_failed(
+        self, session_id: str, transport: StreamableHTTPServerTransport, exc: BaseException
+    ) -> None:
+        """A session's append failed: its requests here end, and the session is forgotten here."""
+        if isinstance(exc, StorageError):
+            # Its requests stopped for the store, not for a replica: say so,
+            # in the store's words when it answered (out of memory, ...).
+            unreachable = exc.kind == "unreachable"
+            message = STORE_UNREACHABLE if unreachable else stopped_by_store(store_trouble(exc))
+            self._replica.end_after_outage(session_id, message)
+        self._replica.spawn(self.forget, session_id, transport)
+        if self._task_group is not None and not self._replica.running:
+            self._task_group.start_soon(self.forget, session_id, transport)
+
     # ---------------------------------------------------------------- other replicas
     # (the replica's Sessions protocol: what other replicas tell this process)
+
+    async def end_request(self, session: str, stream: str, message: str) -> None:
+        """Store ``message`` as the error response of a request that stopped unanswered."""
+        await end_unanswered(self._replay_store.buffer, self._replica, session, stream, message)
 
     def _transport(self, session_id: str) -> ReplayTransport | None:
         transport = self._server_instances.get(session_id)
@@ -654,32 +658,22 @@ class _Read:
 class _Hosted:
     """How one session's view reports to the manager (its :class:`SessionHost`)."""
 
-    def __init__(
-        self,
-        manager: ReplaySessionManager,
-        session_id: str,
-        transport: StreamableHTTPServerTransport,
-    ) -> None:
-        self._manager = manager
-        self._session_id = session_id
-        self._transport = transport
+    def __init__(self, manager: ReplaySessionManager, session_id: str) -> None:
+        self.manager = manager
+        self.session_id = session_id
+        #: Set once built (the transport is built with the view that reports here).
+        self.transport: ReplayTransport | None = None
 
     async def discard(self) -> None:
-        await self._manager._discard_session(self._session_id, self._transport)
+        if self.transport is not None:
+            await self.manager.forget(self.session_id, self.transport)
 
     async def refused(self, stream: str, exc: StorageError) -> bool:
-        return await answer_in_stream(self._transport, stream, exc)
+        return self.transport is not None and await answer_in_stream(self.transport, stream, exc)
 
     def failed(self, exc: BaseException) -> None:
-        manager = self._manager
-        if isinstance(exc, StorageError):
-            # Its requests stopped for the store, not for a replica: say so,
-            # in the store's words when it answered (out of memory, ...).
-            trouble = None if exc.kind == "unreachable" else store_trouble(exc)
-            manager._replica.end_after_outage(self._session_id, trouble)
-        manager._replica.spawn(self.discard)
-        if manager._task_group is not None and not manager._replica.running:
-            manager._task_group.start_soon(self.discard)
+        if self.transport is not None:
+            self.manager.session_failed(self.session_id, self.transport, exc)
 
 
 def _restore(connection: Connection, record: dict[str, str]) -> None:

@@ -3,7 +3,7 @@
 One helper answers "is this a response" for the whole package, and one
 function maps an SDK stream id (the standalone GET stream, or a request id of
 any length) to the sequence name it is stored under, the same on every
-replica.
+replica; :func:`request_id_of` reads the request id back from it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = [
     "encode_message",
     "is_response",
     "is_response_payload",
+    "request_id_of",
     "sequence_name",
 ]
 
@@ -105,3 +106,18 @@ def sequence_name(stream_id: str) -> str:
     if plain:
         return stream_id
     return "#" + hashlib.sha256(raw).hexdigest()
+
+
+def request_id_of(sequence: str) -> str | int | None:
+    """The JSON-RPC id a request stream belongs to, as far as its name tells.
+
+    Stream names are the SDK's ``str(request.id)``: digits were (almost
+    always) an integer id. A digest name (an overlong id, see
+    :func:`sequence_name`) cannot be reversed: an error answering it then
+    carries a null id, which JSON-RPC allows for errors.
+    """
+    if sequence.startswith("#"):
+        return None
+    if sequence.isdigit() or (sequence.startswith("-") and sequence[1:].isdigit()):
+        return int(sequence)
+    return sequence

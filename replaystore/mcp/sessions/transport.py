@@ -63,17 +63,15 @@ from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Resumption, Verdict
 from .._sdk.overrides import TransportOverrides
 from ..preflight import probe
-from ..refusals import store_trouble, unavailable_error
+from ..refusals import bounded, store_trouble, unavailable_error
 from ..replicas.forwarding import route
-from .again import Lease, give_back, stream_origin, take_lease
-from .again import bounded as _bounded
-from .answers import json_error, not_found, unavailable, why_gone
-from .live import Attachment, _vanished
-from .lost import end_if_lost
+from .error_responses import json_error, not_found, unavailable, unknown, why_gone
+from .event_store import SessionView
+from .leases import Lease, end_if_lost, give_back, stream_origin, take_lease
+from .live import Attachment
 from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
 from .sse import answer_whole, event_data, sse_headers
 from .tail import Tail
-from .view import SessionView
 
 __all__ = ["PRIMING_SINCE", "ReplayTransport", "header_text"]
 
@@ -86,17 +84,20 @@ PRIMING_SINCE = "2025-11-25"
 class ReplayTransport(TransportOverrides):
     """The SDK transport with fail-closed resumption, store-fed live tails and forwarding.
 
-    It has no ``__init__`` and no state of its own (the per-session state is
-    in its :class:`~replaystore.mcp.sessions.view.SessionView`), so that the session
-    manager can keep the SDK's own construction of the transport and only
-    change its class.
+    Built by the session manager with the session's
+    :class:`~replaystore.mcp.sessions.event_store.SessionView` as its event
+    store (``kwargs``: the SDK transport's own), which holds the per-session
+    state.
     """
 
+    def __init__(self, view: SessionView, **kwargs: Any) -> None:
+        super().__init__(event_store=view, **kwargs)
+        self._view = view
+
     @property
-    def view(self) -> SessionView | None:
-        """The session's view (the SDK's ``_event_store``, replaced by the session manager)."""
-        view = self._event_store
-        return view if isinstance(view, SessionView) else None
+    def view(self) -> SessionView:
+        """The session's view: its event store, its live streams."""
+        return self._view
 
     # ------------------------------------------------------------ requests
     # (called by the overrides of the SDK's private methods, in overrides.py)
@@ -105,7 +106,7 @@ class ReplayTransport(TransportOverrides):
         """Plain GETs attach through the store; everything else is the SDK's path."""
         view = self.view
         _, has_sse = check_accept_headers(request)
-        if view is None or not has_sse or request.headers.get(LAST_EVENT_ID_HEADER):
+        if not has_sse or request.headers.get(LAST_EVENT_ID_HEADER):
             # Validation errors, and GET + Last-Event-ID (-> answer_resume below).
             return False
         if not await self._validate_request_headers(request, send):
@@ -121,8 +122,6 @@ class ReplayTransport(TransportOverrides):
     async def answer_resume(self, last_event_id: str, request: Request, send: Send) -> bool:
         """Resolve first, answer after: 404 + verdict on failure, never an empty 200."""
         view = self.view
-        if view is None:  # pragma: no cover - only with a foreign event store
-            return False
         prime = _primes(request)
         cursor = header_text(last_event_id)
         await self._attach(
@@ -133,8 +132,8 @@ class ReplayTransport(TransportOverrides):
     async def answer_post(self, request: Request, send: Send) -> bool:
         """Forward what belongs to another replica; lease the requests that run here."""
         view = self.view
-        replica = view.replica if view is not None else None
-        if view is None or replica is None:
+        replica = view.replica
+        if replica is None:
             return False
         try:
             body = await request.body()  # cached: the SDK reads it again from this request
@@ -163,20 +162,26 @@ class ReplayTransport(TransportOverrides):
             return True
         taken: str | None = None
         try:
-            with _bounded(replica.settings.store_timeout):
+            with bounded(replica.settings.store_timeout):
                 if initialize:
                     # Open the session in the store before the SDK starts its
                     # 200 response: an outage is a 503 now, not a cut stream.
                     # (Opened already: an initialize sent on a session; the
                     # store must take a write all the same.)
-                    if view._opened:
+                    if view.opened:
                         await view.buffer.open_session(view.session_id)
                     await view.open()
                     if replica.refused is not None:
                         # The ACL forbade a command a session needs: ask
                         # again, with a whole throwaway session, before
                         # answering 200 for a session that cannot be served.
-                        await probe(view.buffer, replica.registry, replica.id, deep=True)
+                        await probe(
+                            view.buffer,
+                            replica.coordination,
+                            replica.registry,
+                            replica.id,
+                            deep=True,
+                        )
                         replica.refused = None
                 destination = await self._destination(view, message)
                 again = None
@@ -223,13 +228,13 @@ class ReplayTransport(TransportOverrides):
     async def answer_delete(self, request: Request, send: Send) -> bool:
         """End the session in the store before the SDK answers DELETE; 503 if the store refuses."""
         view = self.view
-        replica = view.replica if view is not None else None
-        if view is None or replica is None or not self.mcp_session_id:
+        replica = view.replica
+        if replica is None or not self.mcp_session_id:
             return False
         if not await self._validate_request_headers(request, send):
             return True
         try:
-            with _bounded(replica.settings.store_timeout):
+            with bounded(replica.settings.store_timeout):
                 await view.buffer.close_session(view.session_id)
         except StorageError as exc:
             logger.warning(
@@ -241,22 +246,17 @@ class ReplayTransport(TransportOverrides):
 
     async def deleted(self) -> None:
         """DELETE ends the session in the store and on every replica, not only here."""
-        view = self.view
-        if view is not None and self.is_terminated:
-            await view.end_everywhere()
+        if self.is_terminated:
+            await self.view.end_everywhere()
 
     def close_sse_stream(self, request_id: Any) -> None:
         """Also end the connection when the stream is carried by one of ours (a resumed one)."""
         super().close_sse_stream(request_id)
-        view = self.view
-        if view is not None:
-            view.live.close_stream(sequence_name(str(request_id)))
+        self.view.live.close_stream(sequence_name(str(request_id)))
 
     async def terminate(self) -> None:
         await super().terminate()
-        view = self.view
-        if view is not None:
-            view.close_local()
+        self.view.close_local()
 
     def close_sdk_stream(self, sequence: str) -> None:
         """Takeover: close the SDK-owned connection of ``sequence`` (the original POST), if any."""
@@ -371,9 +371,8 @@ class ReplayTransport(TransportOverrides):
         """The store no longer has this session: forget it here, answer 404 (initialize again)."""
         view = self.view
         logger.info("session %s is no longer in the store; answered 404", self.mcp_session_id)
-        if view is not None:
-            view.close_local()
-            await view.discard()
+        view.close_local()
+        await view.discard()
         session_id = self.mcp_session_id or ""
         gone = await self._why_gone(session_id)
         await not_found(session_id, gone)(request.scope, request.receive, send)
@@ -381,9 +380,9 @@ class ReplayTransport(TransportOverrides):
     async def _why_gone(self, session_id: str) -> Resumption:
         """Why a session served here is gone from the store, as far as the store still says."""
         view = self.view
-        replica = view.replica if view is not None else None
-        if view is None or replica is None:
-            return _vanished(session_id)
+        replica = view.replica
+        if replica is None:
+            return unknown(session_id, served=True)
         return await why_gone(view.buffer, session_id, replica.settings.store_timeout, served=True)
 
     async def _destination(self, view: SessionView, message: dict[str, Any] | None) -> str | None:
@@ -407,29 +406,27 @@ class ReplayTransport(TransportOverrides):
         prime: bool,
     ) -> None:
         view = self.view
-        replica = view.replica if view is not None else None
+        replica = view.replica
         # A resume waits for the store no longer than a POST does: a store
         # that hangs is a 503 after store_timeout (not the Redis client's
         # socket timeout, once per command), which a balancer can pass on.
         timeout = replica.settings.store_timeout if replica is not None else math.inf
         try:
-            with _bounded(timeout):
+            with bounded(timeout):
                 attachment: Attachment = await attach()
         except StorageError as exc:
             await self._unavailable(request, send, resumption=True, error=exc)
             return
         except UnknownSessionError:
             assert self.mcp_session_id is not None
-            attachment = Attachment(_vanished(self.mcp_session_id))
+            attachment = Attachment(unknown(self.mcp_session_id, served=True))
         if not attachment.ok:
             await self.fail_closed(attachment.resumption, request, send)
             return
-        view = self.view
-        replica = view.replica if view is not None else None
         if attachment.stream == GET_STREAM and replica is not None and replica.draining:
             # Request streams end with their response and are served while
             # draining; the GET stream would hold the shutdown to its end.
-            if attachment.tail is not None and view is not None:
+            if attachment.tail is not None:
                 await view.live.detach(attachment.tail)
             await self._unavailable(request, send, draining=True)
             return
@@ -446,7 +443,7 @@ class ReplayTransport(TransportOverrides):
         error: StorageError | None = None,
     ) -> None:
         data: dict[str, Any]
-        if error is not None and error.permanent and self.view is not None:
+        if error is not None and error.permanent:
             replica = self.view.replica
             if replica is not None:
                 replica.refused = error
@@ -469,9 +466,8 @@ class ReplayTransport(TransportOverrides):
         if resumption.verdict is Verdict.UNKNOWN_SESSION and resumption.evidence.tombstone is None:
             # Gone under this live session: why, if the store still says.
             resumption = await self._why_gone(resumption.evidence.session)
-        if view is not None:
-            await view.end_everywhere(failed=True)
-            await view.discard()
+        await view.end_everywhere(failed=True)
+        await view.discard()
         if not self.is_terminated:
             with anyio.CancelScope(shield=True):
                 await self.terminate()
@@ -516,7 +512,6 @@ class ReplayTransport(TransportOverrides):
         streaming response (pings, a closed connection noticed).
         """
         view = self.view
-        assert view is not None
         tail = attachment.tail
         stream = attachment.stream
         if tail is None:

@@ -71,7 +71,7 @@ from ...taskstore import (
     valid_task_id,
 )
 from ...taskstore.sep2694 import STREAM_CAPABILITY, STREAM_METHOD
-from ..sessions.again import bounded
+from ..refusals import bounded
 from ..unavailable import store_unavailable
 from .leases import Run
 from .params import StreamParams, TaskIdParams, UpdateParams

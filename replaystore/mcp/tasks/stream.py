@@ -42,7 +42,7 @@ from ...taskstore.sep2694 import (
     events_gone_data,
     judge_cursor,
 )
-from ..sessions.again import bounded
+from ..refusals import bounded
 from ..unavailable import store_unavailable, stream_closed
 from .params import StreamParams
 from .runner import TaskRunner

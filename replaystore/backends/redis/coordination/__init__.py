@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..client import storage_error
+from ..errors import mapped
 from ..keys import matching, request_state, request_state_used
 from ..marker import StoreMarker
 from ..wire import Wire
@@ -104,34 +104,28 @@ class OnRedis:
     async def request_state_key(self, candidate: str) -> tuple[str, bool]:
         """No TTL: a ``volatile-*`` eviction policy never takes it (``allkeys-*`` may)."""
         key = request_state(self.prefix)
-        try:
+        with mapped("reading the shared requestState key", self.client):
             if await self.client.set(key, candidate, nx=True):
                 return candidate, True
             stored = await self.client.get(key)
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("reading the shared requestState key", exc, self.client) from exc
         if stored is None:  # lost between the two commands: take it as lost now
             return await self.request_state_key(candidate)
         return (stored.decode() if isinstance(stored, bytes) else str(stored)), False
 
     async def first_use(self, digest: str, ttl: float) -> str | None:
         key = request_state_used(self.prefix, digest)
-        try:
+        with mapped("recording a used requestState", self.client):
             if await self.client.set(key, "", nx=True, px=_ms(ttl)):
                 return None
             kept = await self.client.get(key)
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("recording a used requestState", exc, self.client) from exc
         if kept is None:  # expired between the two commands: it was recorded all the same
             return ""
         return kept.decode() if isinstance(kept, bytes) else str(kept)
 
     async def keep_answer(self, digest: str, answer: str, ttl: float) -> None:
         key = request_state_used(self.prefix, digest)
-        try:
+        with mapped("keeping a round's answer", self.client):
             await self.client.set(key, answer, xx=True, px=_ms(ttl))
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("keeping a round's answer", exc, self.client) from exc
 
     async def probe(self, replica: str, *, subscribe: bool = False) -> None:
         from . import checks
@@ -150,15 +144,13 @@ class OnRedis:
         """Every key of the session (its events, record, leases, end claims, tombstone), and
         the seconds it has left (None: no expiry), for an operator's eyes."""
         pattern = matching(self.key_base(session))
-        try:
+        with mapped("reading the session's expiries"):
             found = sorted([key async for key in self.client.scan_iter(match=pattern, count=1000)])
             left = {}
             for key in found:  # one by one: a cluster refuses multi-key commands across slots
                 ms = await self.client.pttl(key)
                 name = key.decode() if isinstance(key, bytes) else str(key)
                 left[name] = None if ms == -1 else (ms / 1000 if ms >= 0 else 0.0)
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("reading the session's expiries", exc) from exc
         return left
 
     async def purge(self, session: str) -> None:

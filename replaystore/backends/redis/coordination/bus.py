@@ -18,7 +18,7 @@ import anyio
 import anyio.abc
 
 from ...notifications import Bus, Gap, Handler, Message, Wake, decode, encode
-from ..client import storage_error
+from ..errors import STORE_ERRORS, mapped, storage_error
 from ..keys import all_channel, replica_channel, session_channel
 from ..wire import Wire
 from .outage import StoreWatch
@@ -53,10 +53,8 @@ class RedisBus(Bus):
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         self._pubsub = self._client.pubsub()
         try:
-            try:
+            with mapped("subscribing to the replicas' channels"):
                 await self._pubsub.subscribe(self._all, self._mine)
-            except Exception as exc:
-                raise _said("subscribing to the replicas' channels", exc) from exc
             await self._watch.arm()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._publisher)
@@ -66,14 +64,14 @@ class RedisBus(Bus):
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 try:
                     await self._pubsub.aclose()
-                except Exception:
+                except STORE_ERRORS:
                     logger.debug("closing the notification connection failed", exc_info=True)
 
     async def _listen(self) -> None:
         while True:
             try:
                 raw = await self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
-            except Exception as exc:
+            except STORE_ERRORS as exc:
                 self._watch.failed("replica notifications interrupted; reconnecting", exc)
                 # A subscription sent meanwhile gets no confirmation (Redis may
                 # have refused it: busy, loading): whoever waits for one reads
@@ -117,7 +115,7 @@ class RedisBus(Bus):
                 else:  # a cluster's pipeline wants a key to route each command by
                     for command in commands:
                         await self._wire.command(command)
-            except Exception as exc:
+            except STORE_ERRORS as exc:
                 # A lost wake-up costs latency only: tails re-check the store periodically.
                 logger.debug("wake-up(s) not published: %s", exc)
 
@@ -128,8 +126,8 @@ class RedisBus(Bus):
         confirmed = self._confirmed[channel] = anyio.Event()
         try:
             await self._pubsub.subscribe(channel)
-        except Exception as exc:
-            logger.debug("%s", _said(f"subscribing to session {session}", exc))
+        except STORE_ERRORS as exc:
+            logger.debug("%s", storage_error(f"subscribing to session {session}", exc))
             return
         # Subscribe first, then read the store: wait (briefly) for the
         # subscription to be active so no wake-up falls in between.
@@ -141,7 +139,7 @@ class RedisBus(Bus):
             return
         try:
             await self._pubsub.unsubscribe(self._channel(session))
-        except Exception as exc:
+        except STORE_ERRORS as exc:
             logger.debug("unsubscribing from session %s failed: %s", session, exc)
 
     def wake(self, session: str, stream: str) -> None:
@@ -158,10 +156,6 @@ class RedisBus(Bus):
         text = encode(message, self.replica)
         try:
             await self._wire.command(("PUBLISH", channel, text))
-        except Exception as exc:
-            logger.warning("could not notify the other replicas: %s", _said("publishing", exc))
-
-
-def _said(what: str, exc: BaseException) -> Exception:
-    """What Redis said about a notification, as every Redis-backed part of the package says it."""
-    return storage_error(what, exc)
+        except STORE_ERRORS as exc:
+            said = storage_error("publishing", exc)
+            logger.warning("could not notify the other replicas: %s", said)

@@ -10,34 +10,35 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..client import note_policy, storage_error
+from ..errors import STORE_ERRORS, mapped, note_policy
 from ..keys import probe_channel
 
 __all__ = ["eviction_warning", "publish", "subscribe"]
 
 logger = logging.getLogger("replaystore.mcp")
 
+#: Why a setting may not be read: the store refused (an ACL forbids CONFIG
+#: or INFO) or failed, or its reply lacks the field (a server that hides it).
+_UNREADABLE: tuple[type[BaseException], ...] = (*STORE_ERRORS, KeyError, ValueError)
+
 
 async def publish(client: Any, prefix: str, replica: str) -> None:
     """One ``PUBLISH`` on the replica's probe channel; the refusal as a ``StorageError``."""
-    try:
+    with mapped("publishing a notification"):
         await client.publish(probe_channel(prefix, replica), "")
-    except Exception as exc:  # redis.RedisError and cluster errors alike
-        raise storage_error("publishing a notification", exc) from exc
 
 
 async def subscribe(client: Any, prefix: str, replica: str) -> None:
     """A subscription to the replica's probe channel, confirmed or refused, then dropped."""
     pubsub = client.pubsub()
     try:
-        await pubsub.subscribe(probe_channel(prefix, replica))
-        await pubsub.get_message(timeout=0.1)  # the subscription's confirmation or refusal
-    except Exception as exc:
-        raise storage_error("subscribing to notifications", exc) from exc
+        with mapped("subscribing to notifications"):
+            await pubsub.subscribe(probe_channel(prefix, replica))
+            await pubsub.get_message(timeout=0.1)  # the subscription's confirmation or refusal
     finally:
         try:
             await pubsub.aclose()
-        except Exception:
+        except STORE_ERRORS:
             logger.debug("closing the probe's subscription failed", exc_info=True)
 
 
@@ -74,7 +75,7 @@ async def _memory_settings(client: Any) -> tuple[str, int] | None:
         policy, maxmemory = str(found["maxmemory-policy"]), int(found["maxmemory"])
         note_policy(client, policy)
         return policy, maxmemory
-    except Exception:
+    except _UNREADABLE:
         logger.debug("CONFIG GET maxmemory* failed", exc_info=True)
     try:
         info = await client.info("memory")
@@ -83,6 +84,6 @@ async def _memory_settings(client: Any) -> tuple[str, int] | None:
         policy, maxmemory = str(info["maxmemory_policy"]), int(info["maxmemory"])
         note_policy(client, policy)
         return policy, maxmemory
-    except Exception:
+    except _UNREADABLE:
         logger.debug("INFO memory failed", exc_info=True)
     return None

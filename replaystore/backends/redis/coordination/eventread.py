@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from ....taskstore.events import EventPage, decode_event
 from ....taskstore.records import TERMINAL
-from ..client import storage_error
+from ..errors import mapped
 from ..scripts import CLOCK_MARGIN_MS
 
 __all__ = ["SCRIPT", "EventReads"]
@@ -120,7 +120,7 @@ class EventReads:
 
     async def _pipeline(self, hash_key: str, list_key: str, sent: int, limit: int) -> list[Any]:
         """The commands of one read, in one round trip (the task's keys share a slot)."""
-        try:
+        with mapped("task events", self._client):
             pipe = self._client.pipeline(transaction=False)
             pipe.execute_command("HMGET", hash_key, *_FIELDS)
             pipe.execute_command("LLEN", list_key)
@@ -130,6 +130,4 @@ class EventReads:
             pipe.execute_command("HGET", hash_key, "evn")
             pipe.execute_command("LLEN", list_key)
             replies: list[Any] = await pipe.execute()
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("task events", exc, self._client) from exc
         return replies

@@ -19,8 +19,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ....errors import StorageError
-from ..client import storage_error
+from ..errors import STORE_ERRORS, mapped
 from ..keys import listen
 from .outage import StoreWatch
 
@@ -55,12 +54,8 @@ class RedisEventLog:
         self.gaps = 0
 
     async def publish(self, text: str) -> None:
-        try:
+        with mapped("publishing a listen event", self._client):
             await self._client.eval(_PUBLISH, 2, self._stream, self._counter, text, self._keep)
-        except StorageError:
-            raise
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("publishing a listen event", exc, self._client) from exc
 
     @asynccontextmanager
     async def reading(self, deliver: Callable[[str], None]) -> AsyncIterator[None]:
@@ -77,7 +72,7 @@ class RedisEventLog:
         try:
             newest = await self._client.xrevrange(self._stream, count=1)
             count = await self._client.get(self._counter)
-        except Exception as exc:
+        except STORE_ERRORS as exc:
             logger.warning("listen events: cannot read the stream's end: %s", exc)
             return "$", -1
         last = _text(newest[0][0]) if newest else "0-0"
@@ -89,7 +84,7 @@ class RedisEventLog:
         while True:
             try:
                 reply = await self._client.xread({self._stream: last}, count=500, block=block_ms)
-            except Exception as exc:  # connection lost: retry from the same position
+            except STORE_ERRORS as exc:  # connection lost: retry from the same position
                 self._watch.failed("listen events: read failed, retrying", exc)
                 await anyio.sleep(0.5)
                 continue
@@ -113,10 +108,9 @@ class RedisEventLog:
 
 def _longest_wait(client: Any) -> float:
     """How long a blocking read may wait on ``client``: its reply timeout, less a second."""
-    try:
-        timeout = client.get_connection_kwargs().get("socket_timeout")
-    except Exception:  # a client without redis-py's connection settings
-        timeout = None
+    settings = getattr(client, "get_connection_kwargs", None)
+    # None: a client without redis-py's connection settings.
+    timeout = settings().get("socket_timeout") if settings is not None else None
     if timeout is None:
         return 60.0
     return max(0.1, min(60.0, float(timeout) - 1.0))

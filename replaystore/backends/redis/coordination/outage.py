@@ -25,6 +25,7 @@ import weakref
 from typing import Any
 
 from ...outages import OutageLog
+from ..errors import STORE_ERRORS
 from ..keys import store_marker
 
 __all__ = ["StoreWatch", "watch_of"]
@@ -62,7 +63,7 @@ class StoreWatch:
         """Read the marker (set it if the store has none): what a later check compares with."""
         try:
             self._token = await self._read_or_set()
-        except Exception as exc:  # the loops that need the store say it again
+        except STORE_ERRORS as exc:  # the loops that need the store say it again
             logger.debug("the store marker could not be read: %s", exc)
 
     def failed(self, what: str, exc: BaseException) -> None:
@@ -77,7 +78,7 @@ class StoreWatch:
         try:
             try:
                 token = await self._read_or_set()
-            except Exception:  # not back after all: the next failure says so
+            except STORE_ERRORS:  # not back after all: the next failure says so
                 return
             known, self._token = self._token, token
             if known is None:  # never read before: nothing to compare with

@@ -15,7 +15,7 @@ from typing import Any
 from ....errors import StorageError
 from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 from .. import keys
-from ..client import storage_error
+from ..errors import mapped, storage_error
 from ..marker import StoreMarker
 from ..wire import Wire, pack_one
 
@@ -87,12 +87,8 @@ class RedisRegistry(Registry):
         return keys.registry_end(self._base(session), stream)
 
     async def _call(self, what: str, *command: Any) -> Any:
-        try:
+        with mapped(f"session registry {what}", self._wire.client):
             return await self._wire.command(command)
-        except StorageError:
-            raise
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error(f"session registry {what}", exc, self._wire.client) from exc
 
     async def _with_marker(self, what: str, command: tuple[Any, ...]) -> Any:
         """``command``'s reply, the store's marker read in the same packet and taken in
@@ -100,7 +96,7 @@ class RedisRegistry(Registry):
         marker = self._marker
         if marker is None or not marker.due():
             return await self._call(what, *command)
-        try:
+        with mapped(f"session registry {what}"):
             if self._wire.by_hand:  # shared with the other calls ready, as a single command is
                 packet = pack_one(command) + pack_one(marker.read)
                 reply, seen = await self._wire.shared(packet, 2)
@@ -110,10 +106,6 @@ class RedisRegistry(Registry):
                 if isinstance(answer, Exception):
                     raise answer
             await marker.seen(seen)
-        except StorageError:
-            raise
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error(f"session registry {what}", exc) from exc
         return reply
 
     async def _trusted(self, session: str, raw: Any) -> dict[str, str] | None:
@@ -133,30 +125,20 @@ class RedisRegistry(Registry):
     async def look_back(self) -> None:
         if self._marker is None:
             return
-        try:
+        with mapped("reading the store's marker"):
             await self._marker.look()
-        except StorageError:
-            raise
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("reading the store's marker", exc) from exc
 
     async def put_session(self, session: str, fields: dict[str, str], ttl: float | None) -> None:
         key = self._record(session)
         if self._marker is not None:
-            try:  # read once per process: the era the record is written in
+            with mapped("reading the store's marker"):  # once per process: the record's era
                 fields = {**fields, ERA: await self._marker.known()}
-            except StorageError:
-                raise
-            except Exception as exc:  # redis.RedisError and cluster errors alike
-                raise storage_error("reading the store's marker", exc) from exc
         pairs = [part for item in fields.items() for part in item]
         commands: list[tuple[Any, ...]] = [("DEL", key), ("HSET", key, *pairs)]
         if ttl is not None:
             commands.append(("PEXPIRE", key, int(ttl * 1000)))
-        try:  # one packet: the record is replaced whole
+        with mapped("session registry write", self._wire.client):  # one packet: replaced whole
             replies = await self._wire.pipeline(commands)
-        except Exception as exc:
-            raise storage_error("session registry write", exc, self._wire.client) from exc
         for reply in replies:
             if isinstance(reply, Exception):
                 raise storage_error("session registry write", reply, self._wire.client)
@@ -183,8 +165,9 @@ class RedisRegistry(Registry):
         raw = await self._call("drop", "EVAL", _END, 1, self._record(session))
         if raw and self._marker is not None:
             try:  # a lasting fact: a store restored to before it lost it
-                await self._marker.counted()
-            except Exception as exc:  # the session ended; only the count is missing
+                with mapped("counting an ended session"):
+                    await self._marker.counted()
+            except StorageError as exc:  # the session ended; only the count is missing
                 logger.warning("the end of session %s was not counted: %s", session, exc)
         return (holders(_pairs(raw)) or None) if raw else None
 

@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any
 
 import anyio
+from redis.exceptions import ResponseError
 
 from ....errors import StorageError
 from ....taskstore.events import EventPage, EventRetention, decode_event
@@ -55,7 +56,8 @@ from ....taskstore.records import (
     unpack,
 )
 from ....taskstore.store import TaskStore
-from ..client import storage_error
+from ...notifications import hint
+from ..errors import STORE_ERRORS, mapped, storage_error
 from ..keys import task_event_channels, task_index, task_keys, task_nudges
 from ..marker import StoreMarker
 from .eventread import SCRIPT, EventReads
@@ -64,6 +66,10 @@ from .wakeups import EventWakeups
 __all__ = ["RedisTaskStore"]
 
 logger = logging.getLogger(__name__)
+
+#: What one task's reply in a batch may fail with: the store's error for that
+#: command, or a record that does not decode (msgpack's errors are ValueErrors).
+_DAMAGED: tuple[type[BaseException], ...] = (*STORE_ERRORS, ValueError, IndexError)
 
 
 def _source(name: str) -> str:
@@ -129,7 +135,7 @@ async def _listen(
                 await _subscribe(pubsub, channel)
                 subscribed = True
             raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-        except Exception as exc:
+        except STORE_ERRORS as exc:
             logger.debug("runner nudges interrupted (%s); reconnecting", exc)
             subscribed = False
             await anyio.sleep(0.5)
@@ -138,10 +144,8 @@ async def _listen(
             continue
         data = raw.get("data")
         task_id = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-        try:
-            nudge(task_id)
-        except Exception:  # a hint: the next beat reads the change anyway
-            logger.exception("nudging the runner of task %s failed", task_id)
+        # A hint: the next beat reads the change anyway.
+        hint(nudge, task_id, about=f"nudging the runner of task {task_id}")
 
 
 def _text(value: bytes | str) -> str:
@@ -227,18 +231,13 @@ class RedisTaskStore(TaskStore):
     async def _run(self, name: str, task_id: str, *args: Any) -> Any:
         """One script, by digest; sent whole only when the server does not have it yet."""
         keys = self.keys(task_id)
-        try:
+        with mapped(f"task {name}", self._client):
             try:
                 return await self._client.evalsha(_SHAS[name], len(keys), *keys, *args)
-            except Exception as exc:
-                text = str(exc)
-                if "NOSCRIPT" not in text and "No matching script" not in text:
+            except ResponseError as exc:
+                if not _noscript(exc):
                     raise
                 return await self._client.eval(_SCRIPTS[name], len(keys), *keys, *args)
-        except StorageError:
-            raise
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error(f"task {name}", exc, self._client) from exc
 
     def _nudge_prefix(self) -> str:
         """The pub/sub channels of the runners, ``<prefix><runner>`` (see :meth:`nudges`)."""
@@ -260,7 +259,7 @@ class RedisTaskStore(TaskStore):
                 try:
                     await _subscribe(pubsub, channel)
                     subscribed = True
-                except Exception as exc:  # the listener keeps trying; beats still come
+                except STORE_ERRORS as exc:  # the listener keeps trying; beats still come
                     logger.warning("subscribing to runner nudges failed (%s); retrying", exc)
             async with anyio.create_task_group() as group:
                 group.start_soon(partial(_listen, subscribed=subscribed), pubsub, channel, nudge)
@@ -272,7 +271,7 @@ class RedisTaskStore(TaskStore):
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 try:
                     await pubsub.aclose()
-                except Exception:
+                except STORE_ERRORS:
                     logger.debug("closing the nudge connection failed", exc_info=True)
 
     def _index(self) -> str:
@@ -281,7 +280,7 @@ class RedisTaskStore(TaskStore):
 
     async def _pipeline(self, steps: Sequence[_Step], *, whole: bool = False) -> list[Any]:
         """``steps`` in one round trip; the replies in order (a failed command's: its error)."""
-        try:
+        with mapped("task store pipeline", self._client):
             pipe = self._client.pipeline(transaction=False)
             for step in steps:
                 if step.script is None:
@@ -296,8 +295,6 @@ class RedisTaskStore(TaskStore):
                     )
                     pipe.execute_command(*script, len(step.keys), *step.keys, *step.args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("task store pipeline", exc, self._client) from exc
         return replies
 
     async def _send(self, steps: Sequence[_Step]) -> list[Any]:
@@ -414,14 +411,10 @@ class RedisTaskStore(TaskStore):
         if marker is None or not marker.due():
             return await self._send(steps)
         seen, *replies = await self._send([_Step(None, args=marker.read), *steps])
-        try:
+        with mapped("reading the store's marker", self._client):
             if isinstance(seen, Exception):
                 raise seen
             await marker.seen(seen)
-        except StorageError:
-            raise
-        except Exception as exc:  # redis.RedisError and cluster errors alike
-            raise storage_error("reading the store's marker", exc, self._client) from exc
         return replies
 
     def _untrusted(self, created_ms: int, status: str) -> bool:
@@ -495,8 +488,9 @@ class RedisTaskStore(TaskStore):
         if self._marker is None:
             return
         try:
-            await self._marker.counted()
-        except Exception as exc:  # the task ended; only the count is missing
+            with mapped("counting an ended task", self._client):
+                await self._marker.counted()
+        except StorageError as exc:  # the task ended; only the count is missing
             logger.warning("the end of task %s was not counted: %s", task_id, exc)
 
     async def finish(
@@ -582,7 +576,7 @@ class RedisTaskStore(TaskStore):
                     continue
                 answers = {key: unpack(blob) for key, blob in _pairs(reply[1]).items()}
                 beats.append(Beat(_text(reply[0]), answers))
-            except Exception as exc:  # one damaged record must not stop the others
+            except _DAMAGED as exc:  # one damaged record must not stop the others
                 logger.warning("task %s: lease renewal failed: %s", task_id, exc)
                 beats.append(None)
         return beats

@@ -1,5 +1,5 @@
 -- facts: what the rules need to judge a cursor, read in one atomic step (the
--- decision is made by the client, in replaystore/_rules.py).
+-- decision is made by the client, in replaystore/rules.py).
 -- ARGV: has_cursor, position, hint_tag ('' for none), hint_ordinal, named_tag
 --       ('' for none), replay, max_events, max_age_ms, session_ttl_ms, sweep_threshold,
 --       cursor_epoch, cursor_stamp ('' for none), named_name, teardown
@@ -10,7 +10,7 @@
 -- of that condition's code and verdict, and the reply's status is 'torn' with
 -- the code in SLOT.torn. The script names conditions on the facts, never a
 -- verdict: TORN maps each condition to its code (generated from the client's
--- table), and its rules (replaystore/_rules.py) must reach that code from the
+-- table), and its rules (replaystore/rules.py) must reach that code from the
 -- facts returned, or the call fails (a test compares the two over generated
 -- cases).
 -- Anything else is left to the client, which tears down with close.lua.
@@ -58,7 +58,7 @@ local function torn(condition, now)
 end
 
 -- The conditions read from the meta hash alone, in the order of the rules
--- (replaystore/_rules.py, judge), before anything else is read or evicted:
+-- (replaystore/rules.py, judge), before anything else is read or evicted:
 -- eviction changes none of them, and the session goes anyway.
 local function decided_early()
   if not has_cursor then return 'no_cursor' end

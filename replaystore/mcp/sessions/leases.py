@@ -1,38 +1,79 @@
-"""A request sent again: recognized by its id, never run twice.
+"""A POSTed request's lease: it runs once, wherever it lands, and always gets an answer.
 
-A balancer that retries a POST after the first replica took it (the replica
-died before answering, the connection broke, a timeout) sends a request that
-may already run, or have run; two copies may even arrive at two replicas at
-once. JSON-RPC request ids are never reused within a session, so the
-session and the id name the request: its lease (a set-if-absent in the
-store, so exactly one replica takes it) and its stream tell whether it was
-received before. The copy is then attached to the request's stream from its
-start (see :meth:`ReplayTransport._answer_again
-<replaystore.mcp.sessions.transport.ReplayTransport>`), like a client resuming it.
+A request takes a lease on its stream (a set-if-absent in the store, so
+exactly one replica takes it) before it runs; the lease is renewed while it
+runs (see :mod:`replaystore.mcp.replicas.replica`) and released when its
+response is stored. The lease decides the two cases the SDK alone gets wrong:
+
+- **A request sent again.** A balancer that retries a POST after the first
+  replica took it (the replica died before answering, the connection broke,
+  a timeout) sends a request that may already run, or have run; two copies
+  may even arrive at two replicas at once. JSON-RPC request ids are never
+  reused within a session, so the session and the id name the request: its
+  lease and its stream tell whether it was received before
+  (:func:`take_lease`). The copy is then attached to the request's stream
+  from its start (:func:`stream_origin`, then :meth:`ReplayTransport._answer_again
+  <replaystore.mcp.sessions.transport.ReplayTransport>`), like a client resuming it.
+- **A request whose replica stopped.** If the replica running it is killed or
+  cut off, nobody will ever store its response, and a client following its
+  stream (on any replica) would wait forever. A connection that read nothing
+  for a check interval calls :func:`end_if_lost`: once the lease has lapsed
+  and the store holds no response, exactly one replica (the winner of the end
+  claim) stores a JSON-RPC error response, which every connection on the
+  stream then delivers like any other event.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import suppress
-from contextvars import ContextVar
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import anyio
+from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError
 
 from ...backends.session_registry import FINISHED
 from ...errors import StorageError, UnknownSessionError
 from ...info import SessionInfo
-from .lost import LOST_REQUEST, end_unanswered
-from .messages import GET_STREAM
+from ..refusals import bounded
+from .messages import GET_STREAM, encode_message, request_id_of
 
 if TYPE_CHECKING:
-    from .view import SessionView
+    from ...buffer import ReplayBuffer
+    from ..replicas.replica import Replica
+    from .event_store import SessionView
+    from .tail import Tail
 
-__all__ = ["Lease", "bounded", "give_back", "note_refusal", "stream_origin", "take_lease"]
+__all__ = [
+    "LOST_REQUEST",
+    "STORE_UNREACHABLE",
+    "Lease",
+    "end_if_lost",
+    "end_unanswered",
+    "give_back",
+    "stopped_by_store",
+    "stream_origin",
+    "take_lease",
+]
+
+logger = logging.getLogger("replaystore.mcp")
+
+#: The error a client gets for a request whose server replica stopped mid-call.
+LOST_REQUEST = "request lost: its server replica stopped"
+
+#: The error a client gets for a request that stopped because the store was out of reach.
+STORE_UNREACHABLE = (
+    "request failed: the server's replay store could not be reached while it ran; "
+    "it was stopped and may be sent again"
+)
+
+
+def stopped_by_store(trouble: str) -> str:
+    """The error of a request stopped because the store failed it, in the store's words."""
+    return f"request failed: {trouble}; it was stopped and may be sent again"
 
 
 class Lease(enum.Enum):
@@ -41,66 +82,6 @@ class Lease(enum.Enum):
     TAKEN = "taken"  #: the request runs here
     RECEIVED = "received"  #: the request was received before: it must not run again
     GONE = "gone"  #: the store no longer has the session
-
-
-#: The store's latest refusal inside the innermost :func:`bounded` block (a
-#: holder the block's own tasks share: a context is copied, the holder is not).
-_REFUSED: ContextVar[list[StorageError] | None] = ContextVar("_REFUSED", default=None)
-
-
-def bounded(seconds: float) -> _Bounded:
-    """Give up on the store after ``seconds``: a :class:`StorageError`, answered 503.
-
-    When a call in the block was refused and was being tried again (an
-    append waits out a short outage), the client is told what the store
-    said (see :func:`note_refusal`), not that it did not answer.
-    """
-    return _Bounded(seconds)
-
-
-class _Bounded:
-    """:func:`bounded`'s block: an anyio cancel scope with a deadline, written out.
-
-    Every request and every resume passes one or more of these, so it is a
-    class rather than generators around ``anyio.fail_after``: half the cost
-    (about 6 µs instead of 12), with the same semantics (a shielded scope
-    inside still holds the deadline off until it ends).
-    """
-
-    __slots__ = ("_refused", "_scope", "_seconds", "_token")
-
-    def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
-
-    def __enter__(self) -> None:
-        self._refused: list[StorageError] = []
-        self._token = _REFUSED.set(self._refused)
-        self._scope = anyio.CancelScope(deadline=anyio.current_time() + self._seconds)
-        self._scope.__enter__()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        try:
-            swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
-        finally:
-            _REFUSED.reset(self._token)
-        if not self._scope.cancelled_caught:
-            return swallowed
-        if self._refused:  # the deadline came while a refused call was being tried again
-            last = self._refused[-1]
-            raise StorageError(str(last), kind=last.kind, permanent=last.permanent) from exc
-        raise StorageError(f"the replay store did not answer within {self._seconds:g} s") from exc
-
-
-def note_refusal(exc: StorageError) -> None:
-    """A store call failed and is tried again: what the store said, if the bound runs out."""
-    holder = _REFUSED.get()
-    if holder is not None and exc.kind != "unreachable":
-        holder[:] = [exc]
 
 
 async def take_lease(view: SessionView, stream: str) -> Lease:
@@ -220,10 +201,82 @@ async def stream_origin(view: SessionView, stream: str) -> str | None:
             if holder == FINISHED:
                 return None
             if holder is None:
-                await end_unanswered(replica, session, stream, LOST_REQUEST)
+                await end_unanswered(view.buffer, replica, session, stream, LOST_REQUEST)
             else:  # it runs: wait for its first event
                 deadline = time.monotonic() + patience
         if time.monotonic() > deadline:
             raise StorageError("the error response of a lost request was not stored")
         await anyio.sleep(pause)
         pause = min(pause * 2, settings.check_interval)
+
+
+async def end_if_lost(view: SessionView, tail: Tail) -> None:
+    """End a request's stream with an error if the replica running it stopped.
+
+    Called by a connection following the stream when nothing arrived for a
+    check interval. The lease lapsed and the store holds no response
+    after the tail's position: exactly one replica (the winner of the end
+    claim) stores the error response, which every connection on the
+    stream then delivers like any other event.
+    """
+    replica = view.replica
+    if replica is None or view.closed:
+        return
+    session, sequence = view.session_id, tail.sequence
+    try:
+        if not await replica.lease_lapsed(session, sequence):
+            return
+        # The response may have been stored just before the lease was released.
+        pending = await view.buffer.resolve_and_replay(session, tail.last_id, sequence)
+        if not pending.ok or pending.events:
+            tail.wake()
+            return
+        if not await replica.claim_end(session, sequence):
+            return
+        logger.warning(
+            "request %r of session %s lost: the replica running it stopped "
+            "(its lease lapsed); ending its stream with an error",
+            sequence[:64],
+            session,
+        )
+        error = JSONRPCError(
+            jsonrpc="2.0",
+            id=request_id_of(sequence),
+            error=ErrorData(code=INTERNAL_ERROR, message=LOST_REQUEST),
+        )
+        await view.buffer.append(session, sequence, encode_message(error))
+    except (StorageError, UnknownSessionError) as exc:
+        logger.debug("lease check of %r in session %s: %s", sequence[:64], session, exc)
+        return
+    replica.wake(session, sequence)
+
+
+async def end_unanswered(
+    buffer: ReplayBuffer, replica: Replica, session: str, stream: str, message: str
+) -> None:
+    """Store ``message`` as the error response of a request that stopped unanswered.
+
+    Under the end claim every replica uses for lost requests, so at most one
+    error is stored; the request's lease is then dropped. Raises
+    :class:`StorageError` while the store is out of reach (the caller tries
+    again); a session that ended meanwhile needs nothing.
+    """
+    try:
+        if not await replica.claim_end(session, stream):
+            return
+        logger.warning(
+            "request %r of session %s ended with an error: %s",
+            stream[:64],
+            session,
+            message,
+        )
+        error = JSONRPCError(
+            jsonrpc="2.0",
+            id=request_id_of(stream),
+            error=ErrorData(code=INTERNAL_ERROR, message=message),
+        )
+        await buffer.append(session, stream, encode_message(error))
+        await replica.registry.abandon(session, stream, replica.id)
+    except UnknownSessionError:
+        return
+    replica.wake(session, stream)

@@ -3,9 +3,10 @@
 Why two classes: the SDK hands *one* event store object to every session and
 names streams ``_GET_stream``, ``"1"``, ``"2"`` … in every session alike, so a
 store that only sees ``store_event(stream_id, message)`` cannot tell sessions
-apart. :class:`ReplayEventStore` is the shared object the application creates;
+apart. :class:`ReplayEventStore` is the shared object the application creates
+(a buffer and an observer; no ``EventStore`` itself, for that reason);
 :class:`SessionView` is a view of it bound to one real ``Mcp-Session-Id``,
-handed to that session's transport when the session is admitted or adopted
+the ``EventStore`` of that session's transport when the session is admitted or adopted
 (see :mod:`replaystore.mcp.sessions.manager`). In the buffer, the session id is the
 real ``Mcp-Session-Id`` and each SDK stream is a sequence of that session
 (see :func:`~replaystore.mcp.sessions.messages.sequence_name`), so event ids are
@@ -15,7 +16,7 @@ verdict for them.
 This module is the view's SDK side: appending (``store_event``), resolving
 and observing verdicts, and the session's end. Live connections attach
 through the view's :class:`~replaystore.mcp.sessions.live.LiveStreams`; a request
-whose replica stopped is ended by :mod:`replaystore.mcp.sessions.lost`.
+whose replica stopped is ended by :mod:`replaystore.mcp.sessions.leases`.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ from ...buffer import ReplayBuffer
 from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Resumption, ResumptionDesyncError
 from ..metrics import STORAGE_ERROR, ResumptionObserver, time_store
-from ..refusals import store_trouble
+from ..refusals import note_refusal, store_trouble
 from ..settings import Settings
-from .again import note_refusal
 from .live import LiveStreams
 from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
 
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ...verdicts import Event
     from ..replicas.replica import Replica
 
-__all__ = ["APPENDS", "ReplayEventStore", "SessionHost", "SessionView"]
+__all__ = ["APPENDS", "ReplayEventStore", "SessionHost", "SessionView", "as_event_store"]
 
 logger = logging.getLogger("replaystore.mcp")
 #: Appends that fail during a store outage, told in a few lines for the process.
@@ -83,15 +83,15 @@ class SessionHost(Protocol):
         """
 
 
-class ReplayEventStore(EventStore):
+class ReplayEventStore:
     """The object an application creates: a ``ReplayBuffer`` plus an observer.
 
-    It is an ``EventStore`` only so that it can be passed where the SDK or
-    FastMCP expect one; it refuses to store or replay on its own, because it
-    does not know which session a call belongs to. The session manager of
-    :mod:`replaystore.mcp.sessions.manager` replaces it, per session, with
-    :meth:`for_session`. Using it with a stock manager fails loudly (HTTP 500 on
-    the first request) instead of mixing sessions.
+    Not an SDK ``EventStore`` itself: the SDK hands one event store to every
+    session and names their streams alike, so a store that does not know
+    which session a call belongs to could only mix them. The session manager
+    of :mod:`replaystore.mcp.sessions.manager` gives each session its own
+    :class:`SessionView` (:meth:`for_session`), which is the SDK
+    ``EventStore`` of that session.
     """
 
     def __init__(self, buffer: ReplayBuffer, *, observer: ResumptionObserver | None = None) -> None:
@@ -107,20 +107,18 @@ class ReplayEventStore(EventStore):
         """A view bound to one real ``Mcp-Session-Id`` (served by ``replica`` for ``host``)."""
         return SessionView(self, session_id, replica, host)
 
-    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        raise RuntimeError(_UNBOUND)
 
-    async def replay_events_after(
-        self, last_event_id: EventId, send_callback: EventCallback
-    ) -> StreamId | None:
-        raise RuntimeError(_UNBOUND)
-
-
-_UNBOUND = (
-    "ReplayEventStore is not bound to a session: serve it through "
-    "replaystore.mcp.streamable_http_app / ReplaySessionManager / fastmcp_http_app, "
-    "which give each session a SessionView keyed by its real Mcp-Session-Id"
-)
+def as_event_store(
+    store: ReplayEventStore | ReplayBuffer, observer: ResumptionObserver | None = None
+) -> ReplayEventStore:
+    """Accept a buffer or an already-built store (then ``observer`` must not be given twice)."""
+    if isinstance(store, ReplayEventStore):
+        if observer is not None and store.observer is not observer:
+            raise ValueError("pass the observer to ReplayEventStore(...), not twice")
+        return store
+    if isinstance(store, ReplayBuffer):
+        return ReplayEventStore(store, observer=observer)
+    raise TypeError(f"expected a ReplayBuffer or ReplayEventStore, not {type(store).__name__}")
 
 
 class SessionView(EventStore):
@@ -167,6 +165,11 @@ class SessionView(EventStore):
         self._incarnation = uuid.uuid4().hex[:12]
         self._appends = 0
         self.live = LiveStreams(self)
+
+    @property
+    def opened(self) -> bool:
+        """Whether the session is known to be open in the store (opened or adopted here)."""
+        return self._opened
 
     def adopted(self, record: dict[str, str]) -> None:
         """This view serves a session another replica created (it exists in the store)."""

@@ -1,10 +1,16 @@
-"""The verdict rules, decided once, for every backend.
+"""The verdict rules, decided once, for every backend: the extension point for backends.
 
 A backend gathers *facts* about one session as of one moment (the memory
 backend under its lock, the Redis backend in one pipelined read that is as
 good as a snapshot, or one Lua script) and :func:`judge` decides on them. Backends never decide a
 verdict themselves, so the order of the checks exists in two places only: here
 and in ``docs/verdicts.md``, which is the specification.
+
+This module is public: a third-party :class:`~replaystore.Backend` implements
+:class:`Facts` over its own store, calls :func:`judge` and builds the
+evidence with :func:`evidence_for` (or :func:`unknown_session` when the
+session does not exist), exactly as the built-in backends do, so it returns
+the same verdict for the same state.
 
 What a backend does after the decision (replay the events, or tear the session
 down) must apply to the state the facts were read from: the Redis backend tears
@@ -26,6 +32,7 @@ from .info import SequenceInfo
 from .verdicts import REASONS, Event, Evidence, Tombstone, Verdict, reason_text
 
 __all__ = [
+    "EVIDENCE_CURSOR",
     "Chain",
     "Facts",
     "Judgement",
@@ -34,6 +41,7 @@ __all__ = [
     "Stored",
     "evidence_for",
     "judge",
+    "unknown_session",
 ]
 
 
@@ -47,7 +55,7 @@ class Record:
     """One stored event: its position, its sequence and its ordinal within that sequence.
 
     Not frozen: a replay builds one per event, and frozen construction costs
-    three times as much; nothing mutates one after it is read.
+    several times as much (``docs/benchmarks.md``); nothing mutates one after it is read.
     """
 
     position: int
@@ -116,7 +124,7 @@ class Chain:
         """The replayed events, with their ids: a replay's other hot loop.
 
         Written as ``map`` over C functions (no Python code runs per event),
-        which halves its cost against a comprehension.
+        cheaper than a comprehension (``docs/benchmarks.md``).
         """
         if not self.positions:
             return []
@@ -126,7 +134,7 @@ class Chain:
         if self.texts is None:
             event_id = event_id_format(epoch, sequence_tag(name)).__mod__
             ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
-        else:  # every part text already: joined, a fifth cheaper than a format of numbers
+        else:  # every part text already: joining is cheaper than formatting numbers
             ids = map(
                 "".join,
                 zip(

@@ -1,6 +1,6 @@
 """How every ``replaystore`` command ends: a status and at most one line on stderr.
 
-Shared by ``replaystore`` (:mod:`replaystore.cli`) and the example MCP server
+Shared by ``replaystore`` (:mod:`replaystore.commands.cli`) and the example MCP server
 (``replaystore example-server``, also ``python -m replaystore.mcp.example``),
 so that both command lines fail the same way whichever one a user typed. It
 imports nothing but the exceptions, so either can import it at start.
@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from .errors import ReplayStoreError
+from ..errors import ReplayStoreError
 
 __all__ = ["one_line", "run_command"]
 

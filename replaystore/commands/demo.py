@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from .backends.coordination import Coordinated
-from .buffer import ReplayBuffer
-from .verdicts import Resumption
+from ..backends.coordination import Coordinated
+from ..buffer import ReplayBuffer
+from ..verdicts import Resumption
 
 __all__ = ["run_demo"]
 

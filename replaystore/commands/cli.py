@@ -11,12 +11,12 @@ from typing import Any
 
 import anyio
 
-from . import __version__
-from ._command import one_line, run_command
-from .backends.coordination import coordination_of
-from .backends.session_registry import holders
-from .buffer import ReplayBuffer
-from .cursor import Cursor
+from .. import __version__
+from ..backends.coordination import coordination_of
+from ..backends.session_registry import holders
+from ..buffer import ReplayBuffer
+from ..cursor import Cursor
+from .ending import one_line, run_command
 
 _DESCRIPTION = (
     "Replay buffers for server-sent events that resume exactly or say why they cannot. "
@@ -198,12 +198,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:  # benchmarks have their own parser: replaystore bench --help
-        from .bench import main as bench_main
+        from ..bench import main as bench_main
 
         return bench_main(argv[1:])
     if argv[:1] == ["example-server"]:  # the example server's own parser and main
         try:
-            from .mcp.example import main as example_main
+            from ..mcp.example import main as example_main
         except ModuleNotFoundError as exc:  # the MCP extra is optional
             if (exc.name or "").startswith("replaystore"):
                 raise

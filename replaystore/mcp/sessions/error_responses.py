@@ -1,4 +1,4 @@
-"""The JSON answers of the session endpoint: a JSON-RPC error with its status, a failed verdict.
+"""The error responses of the session endpoint: a JSON-RPC error with its status (404, 503).
 
 One place builds them, so that a resume answered without an SDK session
 (:meth:`~replaystore.mcp.sessions.manager.ReplaySessionManager.answer_unserved`)
@@ -21,8 +21,8 @@ from ...buffer import ReplayBuffer
 from ...errors import StorageError
 from ...verdicts import Evidence, Resumption, Verdict, reason_text
 from ..metrics import count_unavailable
+from ..refusals import bounded
 from ..unavailable import RETRY_AFTER
-from .again import bounded
 
 __all__ = ["json_error", "not_found", "unavailable", "unknown", "why_gone"]
 
