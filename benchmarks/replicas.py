@@ -28,18 +28,17 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from replaystore.bench.servers import Servers
+from replaystore.testing.mcp import RawSession
 from replaystore.testing.servers import find_free_port, redis_server_binary, start_standalone
 from replaystore.testing.sse import sse_events
 
-PV = "2025-11-25"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,96 +71,32 @@ def _commands(url: str) -> list[tuple[list[str], list[int]]]:
 # ---------------------------------------------------------------- a raw MCP client
 
 
-@dataclass
-class Session:
-    http: httpx.AsyncClient
-    session_id: str = ""
-    next_id: int = 1
-    seen: list[str] = field(default_factory=list)
-
-    def headers(self, **extra: str) -> dict[str, str]:
-        headers = {
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "mcp-protocol-version": PV,
-        }
-        if self.session_id:
-            headers["mcp-session-id"] = self.session_id
-        headers.update(extra)
-        return headers
-
-    async def initialize(self, url: str) -> Session:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": PV,
-                "capabilities": {},
-                "clientInfo": {"name": "b", "version": "0"},
-            },
-        }
-        async with self.http.stream("POST", url, json=body, headers=self.headers()) as r:
-            self.session_id = r.headers["mcp-session-id"]
-            async for event in _events(r):
-                if event[1] and json.loads(event[1]).get("id") == 0:
-                    break
-        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        await self.http.post(url, json=note, headers=self.headers())
-        return self
-
-    async def call(self, url: str, tool: str, arguments: dict[str, Any]) -> list[str]:
-        """Run a tool to its result; the event ids of its stream."""
-        request_id = self.next_id
-        self.next_id += 1
-        body = {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments, "_meta": {"progressToken": "p"}},
-        }
-        ids: list[str] = []
-        async with self.http.stream("POST", url, json=body, headers=self.headers()) as r:
-            async for event_id, data in _events(r):
-                if event_id:
-                    ids.append(event_id)
-                if data and json.loads(data).get("id") == request_id:
-                    break
-        return ids
-
-    @contextlib.asynccontextmanager
-    async def get(self, url: str, last_event_id: str | None = None) -> AsyncIterator[Any]:
-        extra = {"accept": "text/event-stream"}
-        if last_event_id:
-            extra["last-event-id"] = last_event_id
-        headers = self.headers(**extra)
-        headers.pop("content-type")
-        async with self.http.stream("GET", url, headers=headers) as r:
-            yield r
+async def _call(session: RawSession, tool: str, arguments: dict[str, Any]) -> list[str]:
+    """Run a tool to its result; the event ids of its stream."""
+    return [e.id for e in await session.run(tool, arguments, token="p") if e.id]
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
-    """``(id, data)`` of each SSE event."""
-    async for event in sse_events(response):
-        yield event.id, event.data
+def _at(session: RawSession, url: str) -> RawSession:
+    """The same session, its requests sent to ``url`` (another replica)."""
+    return replace(session, url=url)
 
 
 # ---------------------------------------------------------------- measurements
 
 
-async def _resume_once(session: Session, url: str, cursor: str) -> tuple[float, int]:
+async def _resume_once(session: RawSession, url: str, cursor: str) -> tuple[float, int]:
     started = time.perf_counter()
     count = 0
-    async with session.get(url, cursor) as r:
-        async for _, data in _events(r):
-            count += bool(data)
+    async with _at(session, url).get(cursor) as r:
+        async for event in sse_events(r):
+            count += not event.priming
     return time.perf_counter() - started, count
 
 
 async def measure_resume(a: Replica, b: Replica, rounds: int, per_round: int) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=30) as http:
-        session = await Session(http).initialize(a.url)
-        ids = await session.call(a.url, "countdown", {"n": 100, "interval_ms": 0})
+        session = await RawSession(http, a.url).initialize()
+        ids = await _call(session, "countdown", {"n": 100, "interval_ms": 0})
         cursor = ids[0]  # the stream's priming event: a resume replays all 100 + the result
         for url in (a.url, b.url):  # warm-up (B adopts the session here)
             for _ in range(5):
@@ -197,17 +132,17 @@ async def measure_tail(a: Replica, b: Replica, samples: int) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=30) as http:
         results: dict[str, list[float]] = {}
         for label, attach in (("same_replica", a), ("other_replica", b)):
-            session = await Session(http).initialize(a.url)
+            session = await RawSession(http, a.url).initialize()
             arrived: asyncio.Queue[float] = asyncio.Queue()
 
             async def listen(
-                session: Session = session,
+                session: RawSession = session,
                 attach: Replica = attach,
                 arrived: asyncio.Queue[float] = arrived,
             ) -> None:
-                async with session.get(attach.url) as r:
-                    async for _, data in _events(r):
-                        if data:
+                async with _at(session, attach.url).get() as r:
+                    async for event in sse_events(r):
+                        if not event.priming:
                             arrived.put_nowait(time.perf_counter())
 
             listener = asyncio.create_task(listen())
@@ -215,7 +150,7 @@ async def measure_tail(a: Replica, b: Replica, samples: int) -> dict[str, Any]:
             latencies: list[float] = []
             for _ in range(samples):
                 sent = time.perf_counter()
-                await session.call(a.url, "broadcast", {"n": 1})
+                await _call(session, "broadcast", {"n": 1})
                 received = await asyncio.wait_for(arrived.get(), 10)
                 latencies.append(received - sent)
             listener.cancel()
@@ -267,9 +202,9 @@ async def measure_connections(
         joined: asyncio.Queue[None] = asyncio.Queue()
 
         async def hold() -> None:
-            session = await Session(http).initialize(a.url)
-            async with session.get(b.url) as r:
-                async for _ in _events(r):  # the priming event: attached
+            session = await RawSession(http, a.url).initialize()
+            async with _at(session, b.url).get() as r:
+                async for _ in sse_events(r):  # the priming event: attached
                     joined.put_nowait(None)
                     await asyncio.sleep(3600)
 

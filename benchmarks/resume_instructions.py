@@ -53,11 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from replaystore.bench.servers import ServerProcess
+from replaystore.testing.mcp import initialize_message, post_headers, stream_headers
 from replaystore.testing.ports import find_free_port
 from replaystore.testing.servers import redis_server_binary, start_standalone
+from replaystore.testing.sse import SSE, sse_lines
 
 HOST = "127.0.0.1"
-PROTOCOL = "2025-11-25"
 CASES = ("sticky", "rr", "rr-first", "failed")
 
 
@@ -138,23 +139,12 @@ class _Http:
                 yield out
 
 
-def _sse(chunks: Iterator[bytes]) -> Iterator[tuple[str | None, str]]:
-    """``(id, data)`` of each SSE event of a byte stream."""
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """The lines of a byte stream, without their ends."""
     text = ""
     for chunk in chunks:
-        text = (text + chunk.decode()).replace("\r\n", "\n")
-        while "\n\n" in text:
-            block, text = text.split("\n\n", 1)
-            event_id: str | None = None
-            data: list[str] = []
-            for line in block.split("\n"):
-                name, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if name == "id":
-                    event_id = value
-                elif name == "data":
-                    data.append(value)
-            yield event_id, "\n".join(data)
+        *lines, text = (text + chunk.decode()).split("\n")
+        yield from (line.removesuffix("\r") for line in lines)
 
 
 @dataclass
@@ -163,17 +153,6 @@ class _Session:
     port: int
     sid: str = ""
     cursor: str = ""
-
-    def headers(self, **extra: str) -> dict[str, str]:
-        out = {
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "mcp-protocol-version": PROTOCOL,
-        }
-        if self.sid:
-            out["mcp-session-id"] = self.sid
-        out.update(extra)
-        return out
 
 
 @dataclass(frozen=True)
@@ -188,16 +167,16 @@ class Workload:
     resumes: int = 300
 
 
-def _post(s: _Session, message: dict[str, Any]) -> tuple[int, dict[str, str], list[Any]]:
+def _post(s: _Session, message: dict[str, Any]) -> tuple[int, dict[str, str], list[SSE]]:
     """One POST of the setup (not measured); a 503 (a server slowed down by valgrind on a
     loaded machine misses its store deadline) is sent again after its ``Retry-After``."""
     for _ in range(10):
         with _Http(s.port) as c:
-            status = c.request("POST", s.headers(), json.dumps(message).encode())
+            status = c.request("POST", post_headers(s.sid), json.dumps(message).encode())
             if c.headers.get("content-type", "").startswith("text/event-stream"):
-                events = list(_sse(c.chunks()))
+                events = list(sse_lines(_lines(c.chunks())))
             else:
-                events = [(None, b"".join(c.chunks()).decode())]
+                events = [SSE(None, b"".join(c.chunks()).decode())]
         if status != 503:
             return status, c.headers, events
         time.sleep(float(c.headers.get("retry-after", "1")))
@@ -205,17 +184,7 @@ def _post(s: _Session, message: dict[str, Any]) -> tuple[int, dict[str, str], li
 
 
 def _open_session(s: _Session, w: Workload, close_after: int) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "resume-instructions", "version": "0"},
-        },
-    }
-    status, headers, _ = _post(s, init)
+    status, headers, _ = _post(s, initialize_message())
     if status != 200:
         raise RuntimeError(f"initialize answered {status}")
     s.sid = headers["mcp-session-id"]
@@ -233,9 +202,10 @@ def _open_session(s: _Session, w: Workload, close_after: int) -> None:
     status, _, events = _post(s, call)
     if status != 200:
         raise RuntimeError(f"tools/call answered {status}")
-    for event_id, data in events:
-        if data and json.loads(data).get("params", {}).get("progress") == w.resume_from:
-            s.cursor = event_id or ""
+    for event in events:
+        message = event.message
+        if message and message.get("params", {}).get("progress") == w.resume_from:
+            s.cursor = event.id or ""
     if not s.cursor:
         raise RuntimeError(f"progress {w.resume_from} not seen: {events!r}")
 
@@ -254,16 +224,14 @@ def _resume(s: _Session, port: int, cursor: str, stop_at_result: bool) -> _Answe
     it once the call's result arrived (``stop_at_result``); the others end it.
     """
     with _Http(port) as c:
-        headers = s.headers(accept="text/event-stream", **{"last-event-id": cursor})
-        del headers["content-type"]
-        answer = _Answer(c.request("GET", headers))
+        answer = _Answer(c.request("GET", stream_headers(s.sid, cursor)))
         if answer.status != 200:
             b"".join(c.chunks())
             return answer
-        for _, data in _sse(c.chunks()):
-            if not data:
+        for event in sse_lines(_lines(c.chunks())):
+            message = event.message
+            if message is None:
                 continue
-            message = json.loads(data)
             if message.get("method") == "notifications/progress":
                 answer.progress += 1
             elif message.get("id") == s.index + 1 and "result" in message:

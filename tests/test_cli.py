@@ -25,6 +25,7 @@ import replaystore
 from replaystore import ReplayBuffer, Verdict
 from replaystore.commands.cli import _parser, main
 from replaystore.commands.demo import run_demo
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.plugins.servers import RealServers
 
@@ -633,16 +634,7 @@ def test_example_server_says_when_metrics_are_off(tmp_path: Path) -> None:
 
 
 def _initialize(port: int) -> str:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "cli-test", "version": "0"},
-        },
-    }
+    body = initialize_message()
     headers = {"accept": "application/json, text/event-stream"}
     reply = httpx.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers, timeout=10)
     assert reply.status_code == 200, reply.text

@@ -17,7 +17,8 @@ Sticky routing is the client choosing its replica by its own index, as a
 session-affine balancer would by session; when that replica is down it goes
 to the next live one, as a balancer's health check would.
 
-Every session is a real MCP session (protocol 2025-11-25) driven over HTTP
+Every session is a real MCP session (protocol 2025-11-25) driven over HTTP by
+hand (:class:`~replaystore.testing.mcp.RawSession`)
 with the SDK's wire format: ``initialize``, then a ``countdown`` tool call whose
 SSE stream the server closes after a few progress notifications. Then the
 storm: every client reconnects at once with ``GET`` + ``Last-Event-ID`` and
@@ -52,7 +53,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -62,9 +63,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 
 from ..cursor import Cursor
+from ..testing.mcp import RawSession, Refused
 from ..testing.proxy import TcpProxy
 from ..testing.servers import find_free_port
-from ..testing.sse import sse_events
+from ..testing.sse import SSE, sse_events
 from .report import Bar
 from .servers import HOST, Servers
 from .stores import HTTP_STORES, HttpStore, RedisProbe, Reply
@@ -80,7 +82,6 @@ __all__ = [
     "without_prefix",
 ]
 
-PROTOCOL = "2025-11-25"
 NOTIFICATIONS = 8  # progress notifications per tool call
 CLOSE_AFTER = 3  # the server closes the call's stream after this many
 _TIMEOUT = 30.0
@@ -103,16 +104,9 @@ class _Client:
         """Its tool call's JSON-RPC id: its own (``initialize`` is 0 for everyone)."""
         return self.index + 1
 
-    def headers(self, **extra: str) -> dict[str, str]:
-        h = {
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "mcp-protocol-version": PROTOCOL,
-        }
-        if self.session_id:
-            h["mcp-session-id"] = self.session_id
-        h.update(extra)
-        return h
+    def session(self, http: httpx.AsyncClient, base: str) -> RawSession:
+        """Its MCP session, its next request sent to ``base``."""
+        return RawSession(http, base, self.session_id, next_id=self.call_id)
 
 
 class _Routes:
@@ -133,19 +127,13 @@ class _Routes:
         return self._bases[k]
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
-    """``(id, data)`` of each SSE event."""
-    async for event in sse_events(response):
-        yield event.id, event.data
-
-
-def _take(client: _Client, event_id: str | None, data: str) -> None:
+def _take(client: _Client, event: SSE) -> None:
     """Record one SSE event of the tool call's stream."""
-    if event_id:
-        client.last_event_id = event_id
-    if not data:
+    if event.id:
+        client.last_event_id = event.id
+    message = event.message
+    if message is None:
         return  # a priming event
-    message = json.loads(data)
     if message.get("method") == "notifications/progress":
         params = message["params"]
         client.tokens.add(str(params.get("progressToken")))
@@ -166,58 +154,31 @@ class _Busy(Exception):
         self.retry_after = retry_after
 
 
-def _refusal(step: str, response: httpx.Response, body: bytes) -> Exception:
-    message = f"{step}: HTTP {response.status_code}: {body[:200]!r}"
-    if response.status_code != 503:
-        return RuntimeError(message)
+def _refusal(refused: Refused) -> Exception:
+    if refused.status != 503:
+        return RuntimeError(str(refused))
     try:
-        retry_after = min(5.0, float(response.headers.get("retry-after", "1")))
+        retry_after = min(5.0, float(refused.retry_after or "1"))
     except ValueError:
         retry_after = 1.0
-    return _Busy(message, retry_after)
+    return _Busy(str(refused), retry_after)
 
 
 async def _setup(http: httpx.AsyncClient, client: _Client, base: str) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "replaystore-bench", "version": "0"},
-        },
-    }
-    async with http.stream("POST", base, json=init, headers=client.headers()) as r:
-        if r.status_code != 200:
-            raise _refusal("initialize", r, await r.aread())
-        client.session_id = r.headers["mcp-session-id"]
-        await r.aread()
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    r2 = await http.post(base, json=note, headers=client.headers())
-    if r2.status_code != 202:
-        raise _refusal("initialized", r2, r2.content)
-    call = {
-        "jsonrpc": "2.0",
-        "id": client.call_id,
-        "method": "tools/call",
-        "params": {
-            "name": "countdown",
-            "arguments": {"n": NOTIFICATIONS, "interval_ms": 0, "close_after": CLOSE_AFTER},
-            "_meta": {"progressToken": f"t{client.index}"},
-        },
-    }
-    async with http.stream("POST", base, json=call, headers=client.headers()) as r:
-        if r.status_code != 200:
-            raise _refusal("tools/call", r, await r.aread())
-        async for event_id, data in _events(r):
-            _take(client, event_id, data)
+    session = client.session(http, base)
+    arguments = {"n": NOTIFICATIONS, "interval_ms": 0, "close_after": CLOSE_AFTER}
+    try:
+        await session.initialize()
+        client.session_id = session.session_id
+        events = await session.run("countdown", arguments, token=f"t{client.index}")
+    except Refused as refused:
+        raise _refusal(refused) from None
+    for event in events:
+        _take(client, event)
 
 
 async def _resume_once(http: httpx.AsyncClient, client: _Client, base: str, cursor: str) -> Reply:
-    headers = client.headers(accept="text/event-stream", **{"last-event-id": cursor})
-    headers.pop("content-type")
-    async with http.stream("GET", base, headers=headers) as r:
+    async with client.session(http, base).get(cursor) as r:
         if r.status_code == 404:
             body = (await r.aread()).decode(errors="replace")
             try:
@@ -229,8 +190,8 @@ async def _resume_once(http: httpx.AsyncClient, client: _Client, base: str, curs
             return Reply(None, True, f"http_{r.status_code}")
         before = len(client.progress)
         try:
-            async for event_id, data in _events(r):
-                _take(client, event_id, data)
+            async for event in sse_events(r):
+                _take(client, event)
                 if client.results:
                     break
         except httpx.ReadTimeout:  # a stream that stays open with nothing more in it

@@ -8,11 +8,11 @@ reconnecting or deduplicating behind its back.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["SSE", "sse_events"]
+__all__ = ["SSE", "sse_events", "sse_lines"]
 
 
 class _Lines(Protocol):
@@ -36,26 +36,51 @@ class SSE:
         return not self.data
 
 
-async def sse_events(response: _Lines) -> AsyncIterator[SSE]:
-    """The events of an SSE body (an ``httpx.Response`` opened with ``stream``)."""
-    event_id: str | None = None
-    data: list[str] = []
-    retry: int | None = None
-    seen = False
-    async for line in response.aiter_lines():
+class _Reader:
+    """Lines in, events out: the state of one SSE body between its lines."""
+
+    def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        self.event_id: str | None = None
+        self.data: list[str] = []
+        self.retry: int | None = None
+        self.seen = False
+
+    def line(self, line: str) -> SSE | None:
+        """Take one line (without its end); the event it completes, if any."""
         if line == "":
-            if seen:
-                yield SSE(event_id, "\n".join(data), retry)
-            event_id, data, retry, seen = None, [], None, False
-            continue
+            event = SSE(self.event_id, "\n".join(self.data), self.retry) if self.seen else None
+            self._start()
+            return event
         if line.startswith(":"):
-            continue
+            return None
         key, _, value = line.partition(":")
         value = value.removeprefix(" ")
-        seen = True
+        self.seen = True
         if key == "id":
-            event_id = value
+            self.event_id = value
         elif key == "data":
-            data.append(value)
+            self.data.append(value)
         elif key == "retry":
-            retry = int(value)
+            self.retry = int(value)
+        return None
+
+
+async def sse_events(response: _Lines) -> AsyncIterator[SSE]:
+    """The events of an SSE body (an ``httpx.Response`` opened with ``stream``)."""
+    reader = _Reader()
+    async for line in response.aiter_lines():
+        event = reader.line(line)
+        if event is not None:
+            yield event
+
+
+def sse_lines(lines: Iterable[str]) -> Iterator[SSE]:
+    """The events of an SSE body read line by line (each without its line end)."""
+    reader = _Reader()
+    for line in lines:
+        event = reader.line(line)
+        if event is not None:
+            yield event

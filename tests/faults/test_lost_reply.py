@@ -159,7 +159,7 @@ async def test_appends_sharing_a_packet_whose_replies_are_lost(
                 firsts[s] = await buffer.append(s, "q", b"before")
 
             async def together(payload: str, keyed: bool) -> list[Any]:
-                busy = await backend._wire._take()  # a call in flight: the appends gather
+                busy = await backend._wire._pool.take()  # a call in flight: the appends gather
                 try:
                     return await asyncio.gather(
                         *(
@@ -174,7 +174,7 @@ async def test_appends_sharing_a_packet_whose_replies_are_lost(
                         return_exceptions=True,
                     )
                 finally:
-                    await backend._wire._give(busy)
+                    await backend._wire._pool.give(busy)
 
             _arm([proxy], b"keyed-p3")
             ids = await together("keyed", keyed=True)

@@ -4,9 +4,9 @@ The servers run as subprocesses (``replaystore example-server``, as the docs
 and ``docker-compose.yml`` start it, or the FastMCP twin in
 ``tests/mcp/fastmcp_app.py``) on free loopback ports, so the
 tests see real sockets, real disconnects and real Redis round trips. The raw
-client speaks the legacy streamable HTTP protocol (2025-11-25) by hand, which
-is the only way to drop a connection at an exact point and to read the HTTP
-status and body of a failed resumption.
+client (:mod:`replaystore.testing.mcp`) speaks the legacy streamable HTTP
+protocol (2025-11-25) by hand, which is the only way to drop a connection at
+an exact point and to read the HTTP status and body of a failed resumption.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +29,16 @@ import httpx
 import httpx2
 
 from replaystore.cursor import Cursor
+from replaystore.testing import mcp
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import find_free_port
-from replaystore.testing.sse import SSE, sse_events
+from replaystore.testing.sse import SSE
+from replaystore.testing.sse import sse_events as sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
-PV = "2025-11-25"
 START_TIMEOUT = 60.0
+#: The protocol version the raw session speaks.
+PV = mcp.PROTOCOL
 
 
 @dataclass
@@ -180,95 +183,17 @@ def position(event_id: str) -> int:
 # ---------------------------------------------------------------- raw client
 
 
-@dataclass
-class RawSession:
-    """A hand-driven legacy MCP session (protocol 2025-11-25) over httpx."""
-
-    client: httpx.AsyncClient
-    url: str
-    session_id: str = ""
-    next_id: int = 1
-    seen_ids: list[str] = field(default_factory=list)
-    version: str = PV
-
-    def headers(self, **extra: str) -> dict[str, str]:
-        headers = {
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-            "mcp-protocol-version": self.version,
-        }
-        if self.session_id:
-            headers["mcp-session-id"] = self.session_id
-        headers.update(extra)
-        return headers
-
-    async def initialize(self) -> RawSession:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": self.version,
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        }
-        async with self.client.stream("POST", self.url, json=body, headers=self.headers()) as r:
-            assert r.status_code == 200, await r.aread()
-            self.session_id = r.headers["mcp-session-id"]
-            async for event in sse_events(r):
-                if event.message and event.message.get("id") == 0:
-                    break
-        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        r2 = await self.client.post(self.url, json=note, headers=self.headers())
-        assert r2.status_code == 202, r2.text
-        return self
-
-    def request(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        request_id = self.next_id
-        self.next_id += 1
-        return request_id, {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-
-    def call(
-        self, tool: str, arguments: dict[str, Any], token: str | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        params: dict[str, Any] = {"name": tool, "arguments": arguments}
-        if token is not None:
-            params["_meta"] = {"progressToken": token}
-        return self.request("tools/call", params)
-
-    @contextlib.asynccontextmanager
-    async def post(self, body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
-        async with self.client.stream("POST", self.url, json=body, headers=self.headers()) as r:
-            yield r
-
-    @contextlib.asynccontextmanager
-    async def get(self, last_event_id: str | None = None) -> AsyncIterator[httpx.Response]:
-        extra = {"accept": "text/event-stream"}
-        if last_event_id is not None:
-            extra["last-event-id"] = last_event_id
-        headers = self.headers(**extra)
-        headers.pop("content-type")
-        async with self.client.stream("GET", self.url, headers=headers) as r:
-            yield r
-
-    async def ping_status(self) -> int:
-        _, body = self.request("ping", {})
-        r = await self.client.post(self.url, json=body, headers=self.headers())
-        await r.aread()
-        return r.status_code
+class RawSession(mcp.RawSession):
+    """The shipped raw session, with a tool call read to its result's text."""
 
     async def run_tool(self, tool: str, arguments: dict[str, Any], token: str | None = None) -> str:
         """Call a tool on a fresh POST stream and read it to the result."""
-        request_id, body = self.call(tool, arguments, token)
         with anyio.fail_after(15):
-            async with self.post(body) as r:
-                assert r.status_code == 200
-                async for event in sse_events(r):
-                    text = result_text(event, request_id)
-                    if text is not None:
-                        return text
-        raise AssertionError("no result")
+            events = await self.run(tool, arguments, token)
+        message = events[-1].message if events else None
+        if message is None or "result" not in message:
+            raise AssertionError(f"no result: {events!r}")
+        return str(message["result"]["content"][0]["text"])
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -18,6 +18,7 @@ import redis
 from replaystore import ReplayBuffer
 from replaystore.backends.coordination import coordination_of
 from replaystore.mcp.preflight import Problem, check_store
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import RawSession, result_text, spawn_many, spawn_replica, wait_ready
@@ -139,16 +140,7 @@ async def test_health_and_initialize_name_a_forbidden_command(
         assert health.status_code == 503 and "'TIME' command" in health.text, health.text
         response = await http.post(
             server.url,
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            },
+            json=initialize_message(),
             headers=RawSession(http, server.url).headers(),
         )
         assert response.status_code == 503, response.text

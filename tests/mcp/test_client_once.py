@@ -20,6 +20,7 @@ import uvicorn
 from replaystore.mcp.client.once import OncePerStream
 from replaystore.mcp.client.resuming import DesyncWatch
 from replaystore.mcp.example import build_app
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import PV, progress_of, result_text
@@ -45,16 +46,7 @@ async def url() -> AsyncIterator[str]:
 
 async def _session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": PV}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PV,
-            "capabilities": {},
-            "clientInfo": {"name": "o", "version": "0"},
-        },
-    }
+    init = initialize_message()
     async with http.stream("POST", url, json=init, headers=headers) as response:
         assert response.status_code == 200
         headers["mcp-session-id"] = response.headers["mcp-session-id"]

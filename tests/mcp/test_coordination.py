@@ -33,6 +33,7 @@ from replaystore.backends.notifications import (
 from replaystore.backends.redis import RedisBackend
 from replaystore.backends.redis.coordination import OnRedis
 from replaystore.backends.redis.coordination.registry import RedisRegistry
+from replaystore.backends.redis.wire import DirectWire
 from replaystore.backends.session_registry import FINISHED, Registry, holder_field, holders
 from replaystore.mcp._sdk import checked as sdk
 from replaystore.mcp._sdk.overrides import ManagerOverrides, ReplicaDispatcher, TransportOverrides
@@ -218,7 +219,7 @@ async def _registry(name: str, request: pytest.FixtureRequest) -> AsyncIterator[
         backend = RedisBackend(retention, FakeAsyncRedis(), prefix="t:")
     coordination = backend.coordination()
     assert isinstance(coordination, OnRedis)
-    assert coordination.wire.by_hand is (name == "redis")
+    assert isinstance(coordination.wire, DirectWire) is (name == "redis")
     registry = coordination.registry()
     assert isinstance(registry, RedisRegistry)
     try:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import RawSession, ServerProcess, replica_pair
 from tests.plugins.servers import RealServers
@@ -51,16 +52,7 @@ async def test_unacknowledged_writes_are_503_at_once_and_health_says_so(
         for server in (a, b):
             for _ in range(3):
                 began = time.monotonic()
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "raw", "version": "0"},
-                    },
-                }
+                body = initialize_message()
                 response = await http.post(
                     server.url, json=body, headers=RawSession(http, server.url).headers()
                 )

@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaystore.cursor import Cursor
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import PV, ROOT, ServerProcess, wait_ready
 
@@ -96,16 +97,7 @@ class Target:
         return reply
 
     def new_session(self) -> str:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": PV,
-                "capabilities": {},
-                "clientInfo": {"name": "hostile", "version": "0"},
-            },
-        }
+        init = initialize_message()
         reply = self.request("POST", base_headers(), json.dumps(init).encode())
         assert reply.status == 200, reply.body
         session = reply.headers["mcp-session-id"]

@@ -20,6 +20,7 @@ import uvicorn
 
 from replaystore.mcp import manager_of
 from replaystore.mcp.example import build_app
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port
 from tests.mcp._support import (
@@ -35,16 +36,7 @@ from tests.mcp._support import (
 
 pytestmark = pytest.mark.anyio
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": PV,
-        "capabilities": {},
-        "clientInfo": {"name": "ops", "version": "0"},
-    },
-}
+INITIALIZE = initialize_message()
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 

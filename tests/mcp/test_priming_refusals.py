@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import httpx
@@ -31,6 +30,7 @@ import redis
 from replaystore.backends.redis import keys
 from replaystore.cursor import Cursor, sequence_tag
 from replaystore.mcp.sessions.messages import sequence_name
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import (
@@ -165,7 +165,7 @@ async def test_an_initialize_whose_priming_event_is_refused_is_503(
     with _granted_only(store, _all_not_ending_with(first)):
         with anyio.fail_after(15):
             async with http.stream(
-                "POST", a.url, json=_initialize(fresh), headers=fresh.headers()
+                "POST", a.url, json=initialize_message(fresh.version), headers=fresh.headers()
             ) as response:
                 await response.aread()
         _refused(response)
@@ -191,7 +191,7 @@ async def test_a_refused_session_record_answers_initialize_in_its_stream(
     with _granted_only(store, _all_not_ending_with(":mcp")):
         with anyio.fail_after(15):
             async with http.stream(
-                "POST", a.url, json=_initialize(fresh), headers=fresh.headers()
+                "POST", a.url, json=initialize_message(fresh.version), headers=fresh.headers()
             ) as response:
                 assert response.status_code == 200, await response.aread()
                 events = [event async for event in sse_events(response)]
@@ -203,16 +203,3 @@ async def test_a_refused_session_record_answers_initialize_in_its_stream(
     again = await RawSession(http, a.url).initialize()
     assert await again.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
     assert "Traceback" not in a.log_tail(400), a.log_tail(400)
-
-
-def _initialize(session: RawSession) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": session.version,
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }

@@ -24,6 +24,7 @@ from replaystore.mcp.example import build_server
 from replaystore.mcp.sessions.event_store import SessionView
 from replaystore.mcp.sessions.manager import ReplaySessionManager
 from replaystore.mcp.sessions.transport import ReplayTransport
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import RawSession, progress_of, result_text
@@ -97,16 +98,7 @@ async def test_json_response_mode_stores_no_priming_event(json_mode: Served) -> 
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
         session = RawSession(http, json_mode.url)
         headers = session.headers(accept="application/json")
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": session.version,
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        }
+        initialize = initialize_message(session.version)
         response = await http.post(json_mode.url, json=initialize, headers=headers)
         assert response.status_code == 200, response.text
         assert response.headers["content-type"].startswith("application/json")

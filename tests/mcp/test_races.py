@@ -25,6 +25,7 @@ import uvicorn
 
 from replaystore.mcp.example import build_app
 from replaystore.mcp.sessions.live import LiveStreams
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle, find_free_port
 from replaystore.testing.sse import SSE, sse_events
 from tests.mcp._support import (
@@ -209,16 +210,7 @@ async def test_a_body_cut_short_logs_one_line(racing: ServerProcess) -> None:
         session = await RawSession(http, racing.url).initialize()
         before = racing.log_path.read_text(errors="replace")
         _, ping = session.request("ping", {})
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": session.version,
-                "capabilities": {},
-                "clientInfo": {"name": "cut", "version": "0"},
-            },
-        }
+        initialize = initialize_message(session.version)
         plain = session.headers()
         plain.pop("mcp-session-id")
         _cut_post(racing.port, session.headers(), json.dumps(ping).encode())

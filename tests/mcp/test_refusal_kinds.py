@@ -36,6 +36,7 @@ import httpx
 import pytest
 import redis
 
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle, find_free_port
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import RawSession, ServerProcess, replica_pair, result_text
@@ -287,7 +288,7 @@ async def _every_path_refused(
             assert response.json()["id"] == request_id
 
     fresh = RawSession(http, a.url).headers()
-    refused(await http.post(a.url, json=_initialize(), headers=fresh))
+    refused(await http.post(a.url, json=initialize_message(), headers=fresh))
     _, ping = session.request("ping", {})
     refused(await http.post(a.url, json=ping, headers=session.headers()))
     _, call = session.call("countdown", {"n": 2, "interval_ms": 0})
@@ -315,19 +316,6 @@ async def _every_path_refused(
     for server in (a, b):
         health = await http.get(f"{server.base}/healthz")
         assert health.status_code == 503 and condition.named in health.text, health.text
-
-
-def _initialize() -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
 
 
 #: A ``tools/call`` that creates a task (protocol 2026-07-28, tasks extension).

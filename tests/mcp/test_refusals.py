@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from replaystore.cursor import Cursor
+from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
 from tests.mcp._support import (
@@ -83,10 +84,12 @@ async def test_a_full_redis_is_503_on_every_path_and_the_sessions_go_on(
     try:
         with anyio.fail_after(20):
             fresh = RawSession(http, a.url).headers()
-            _refused(await http.post(a.url, json=_initialize(), headers=fresh), out_of_memory)
+            _refused(
+                await http.post(a.url, json=initialize_message(), headers=fresh), out_of_memory
+            )
             # (And one sent on a session: refused alike, not a 200 cut short.)
             _refused(
-                await http.post(a.url, json=_initialize(), headers=session.headers()),
+                await http.post(a.url, json=initialize_message(), headers=session.headers()),
                 out_of_memory,
             )
             _, ping = session.request("ping", {})
@@ -191,16 +194,3 @@ def _ordinal(event_id: str) -> int:
     ordinal = Cursor.parse(event_id).ordinal
     assert ordinal is not None
     return ordinal
-
-
-def _initialize() -> dict[str, object]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }

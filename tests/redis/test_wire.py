@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -19,6 +20,9 @@ import redis.exceptions
 from replaystore import ReplayBuffer, Verdict
 from replaystore.backends.redis import redispy, wire
 from replaystore.backends.redis.redispy import Requirement
+from replaystore.backends.redis.wire import exchange
+from replaystore.backends.redis.wire import pool as wire_pool
+from replaystore.backends.redis.wire.batching import Batcher
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
@@ -48,16 +52,17 @@ def test_a_missing_name_is_found_and_warned_once(requirement: Requirement) -> No
 
 
 def test_every_listed_name_is_used_by_the_wire() -> None:
-    """The list names what the code touches, no more: each name appears in the wire's source."""
-    with open(wire.__file__) as file:
-        code = file.read()
+    """The list names what the code touches, no more: each name appears in the wire's source,
+    or in the constant of :mod:`redispy` through which the wire reaches it."""
+    code = "".join(path.read_text() for path in Path(wire.__file__).parent.glob("*.py"))
+    handed = {"_AsyncHiredisParser": "HIREDIS_PARSER"}
     for r in redispy.REQUIREMENTS:
-        assert r.name in code, r
+        assert r.name in code or handed.get(r.name, r.name) in code, r
 
 
 def _by_hand(buffer: ReplayBuffer) -> bool:
     backend: Any = buffer.backend
-    return bool(backend._wire.by_hand)
+    return isinstance(backend._wire, wire.DirectWire)
 
 
 async def test_only_plain_clients_of_redis_pys_own_connections_go_by_hand(
@@ -80,13 +85,13 @@ async def test_without_the_names_every_command_goes_through_redis_py(
     monkeypatch.setattr(wire, "BY_HAND", direct)
     by_hand: list[str] = []
     for name in ("roundtrip", "pipelined", "shared"):
-        original = getattr(wire.Wire, name)
+        original = getattr(wire.DirectWire, name)
 
         async def counted(self: Any, *args: Any, _name: str = name, _f: Any = original) -> Any:
             by_hand.append(_name)
             return await _f(self, *args)
 
-        monkeypatch.setattr(wire.Wire, name, counted)
+        monkeypatch.setattr(wire.DirectWire, name, counted)
     async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
         backend: Any = buf.backend
         assert backend._library.functions
@@ -121,7 +126,7 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
     """A burst's connections are kept for the next one (no pool checkout), and go back to
     the pool once no call has come for ``IDLE_S``."""
     idle = 0.5  # longer than the test's own steps take on a loaded machine
-    monkeypatch.setattr(wire, "IDLE_S", idle)
+    monkeypatch.setattr(wire_pool, "IDLE_S", idle)
     async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
         backend: Any = buf.backend
         cursors = await _sessions(buf, 40)
@@ -139,14 +144,14 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
         for burst in range(3):  # pipelines: each its own packet (``shared`` calls share one)
             pongs = await asyncio.gather(*(backend._wire.pipelined(ping, 1) for _ in cursors))
             assert pongs == [[b"PONG"]] * len(cursors)
-            assert backend._wire._in_flight == 0
-            assert len(backend._wire._kept) == len(pool._in_use_connections) > 1
+            assert backend._wire._pool.in_flight == 0
+            assert len(backend._wire._pool.kept) == len(pool._in_use_connections) > 1
             if burst == 0:
                 first = checkouts
                 assert first > 1  # the calls did run side by side
         assert checkouts == first  # the later bursts took the kept ones
         await asyncio.sleep(idle * 1.5)
-        assert backend._wire._kept == [] and not pool._in_use_connections
+        assert backend._wire._pool.kept == [] and not pool._in_use_connections
         assert len(pool._available_connections) > 1
 
 
@@ -155,7 +160,7 @@ async def test_a_client_passed_in_gets_its_connections_back_at_close(
 ) -> None:
     """Closing the buffer gives the kept connections back to a client it does not own,
     without waiting for ``IDLE_S``; the client goes on working."""
-    monkeypatch.setattr(wire, "IDLE_S", 60.0)  # only the close can give them back
+    monkeypatch.setattr(wire_pool, "IDLE_S", 60.0)  # only the close can give them back
     client = aioredis.Redis.from_url(redis_server.url)
     try:
         async with ReplayBuffer.from_url("redis://", client=client, prefix=prefix) as buf:
@@ -189,8 +194,8 @@ async def test_callers_waiting_for_the_pool_get_the_kept_connections(
         replies, pongs = await asyncio.gather(resumes, pings)
         assert time.monotonic() - began < 2.5
         assert all(r.ok for r in replies) and all(pongs)
-        await asyncio.sleep(wire.IDLE_S * 3)
-        assert backend._wire._kept == []
+        await asyncio.sleep(wire_pool.IDLE_S * 3)
+        assert backend._wire._pool.kept == []
 
 
 async def test_a_kept_connection_the_server_closed_is_not_used(
@@ -202,22 +207,22 @@ async def test_a_kept_connection_the_server_closed_is_not_used(
         backend: Any = buf.backend
         wire_ = backend._wire
         await buf.open_session("s")
-        busy = await wire_._take()  # a call in flight: the next call's connection is kept
-        kept = await wire_._take()
+        busy = await wire_._pool.take()  # a call in flight: the next call's connection is kept
+        kept = await wire_._pool.take()
         await kept.send_command("CLIENT", "ID")
         kept_id = await kept.read_response()
-        await wire_._give(kept)
-        assert wire_._kept == [kept]
+        await wire_._pool.give(kept)
+        assert wire_._pool.kept == [kept]
         await busy.send_command("CLIENT", "KILL", "ID", kept_id)
         assert await busy.read_response() == 1
         await asyncio.sleep(0.1)  # the server's close reaches the kept connection's reader
         ids = await buf.append_many("s", "seq", [b"a", b"b"])
         assert len(ids) == 2
-        await wire_._give(busy)
-        assert wire_._in_flight == 0
-        assert all(wire._sound(c) for c in wire_._kept)  # the pool repaired the closed one
+        await wire_._pool.give(busy)
+        assert wire_._pool.in_flight == 0
+        assert all(exchange.sound(c) for c in wire_._pool.kept)  # the pool repaired the closed one
         await wire_.give_back()
-        assert wire_._kept == [] and not _pool(buf)._in_use_connections
+        assert wire_._pool.kept == [] and not _pool(buf)._in_use_connections
 
 
 async def test_resp3_replies_and_a_push_message_between_them(
@@ -227,7 +232,7 @@ async def test_resp3_replies_and_a_push_message_between_them(
     replies (here a tracking invalidation of the connection's own write) is not a reply."""
     async with ReplayBuffer.from_url(f"{redis_server.url}?protocol=3", prefix=prefix) as buf:
         backend: Any = buf.backend
-        assert backend._wire.by_hand
+        assert isinstance(backend._wire, wire.DirectWire)
         key = f"{prefix}tracked"
         packet = b"".join(
             wire.pack_one(c)
@@ -255,15 +260,15 @@ def _spy_packets(monkeypatch: pytest.MonkeyPatch, sizes: list[int] | None = None
     """The reply count of every packet the wire sends by hand from now on (and its size, in
     ``sizes`` if given)."""
     sent: list[int] = []
-    exchange = wire._exchange
+    original = exchange.exchange
 
     async def spied(conn: Any, packet: bytes, replies: int, *args: Any, **kw: Any) -> Any:
         sent.append(replies)
         if sizes is not None:
             sizes.append(len(packet))
-        return await exchange(conn, packet, replies, *args, **kw)
+        return await original(conn, packet, replies, *args, **kw)
 
-    monkeypatch.setattr(wire, "_exchange", spied)
+    monkeypatch.setattr(exchange, "exchange", spied)
     return sent
 
 
@@ -298,7 +303,7 @@ async def test_each_read_of_a_shared_packet_gets_its_own_replies(
         client = buf.backend.client  # type: ignore[attr-defined]
         await client.set(f"{prefix}str", "v")
         await client.rpush(f"{prefix}list", "a", "b", "c")
-        busy = await w._take()  # another call in flight: ready reads gather
+        busy = await w._pool.take()  # another call in flight: ready reads gather
         try:
             reads = [
                 [("GET", f"{prefix}str")],
@@ -309,7 +314,7 @@ async def test_each_read_of_a_shared_packet_gets_its_own_replies(
                 *(w.shared(b"".join(wire.pack_one(c) for c in r), len(r)) for r in reads)
             )
         finally:
-            await w._give(busy)
+            await w._pool.give(busy)
         assert got[0] == [b"v"]
         assert isinstance(got[1][0], redis.exceptions.ResponseError) and got[1][1] == b"v"
         assert got[2] == [[b"b", b"c"], 3, b"PONG"]
@@ -325,7 +330,7 @@ async def test_reads_sharing_a_packet_whose_first_caller_is_cancelled_get_their_
         async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
             w: Any = buf.backend._wire
             cursors = await _sessions(buf, 10)
-            busy = await w._take()  # another call in flight: the reads gather
+            busy = await w._pool.take()  # another call in flight: the reads gather
             sent = _spy_packets(monkeypatch)
             try:
                 await admin.execute_command("CLIENT", "PAUSE", 400, "ALL")
@@ -338,13 +343,13 @@ async def test_reads_sharing_a_packet_whose_first_caller_is_cancelled_get_their_
                 tasks[0].cancel()  # the first one started the packet
                 replies = await asyncio.wait_for(asyncio.gather(*tasks[1:]), 5)
             finally:
-                await w._give(busy)
+                await w._pool.give(busy)
             with pytest.raises(asyncio.CancelledError):
                 await tasks[0]
             for reply in replies:
                 assert reply.ok and [e.payload for e in reply.events] == [b"b"]
             assert sent == [20]  # ten reads of two commands, once
-            assert w._in_flight == 0
+            assert w._pool.in_flight == 0
             # the cancelled packet's connection was dropped, not left to be read by another call
             again = await buf.resolve_and_replay(*cursors[0], sequence="seq")
             assert again.ok and [e.payload for e in again.events] == [b"b"]
@@ -360,7 +365,7 @@ async def test_a_read_whose_caller_gave_up_does_not_disturb_the_others(
     async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
         w: Any = buf.backend._wire
         cursors = await _sessions(buf, 5)
-        busy = await w._take()
+        busy = await w._pool.take()
         try:
             tasks = [
                 asyncio.create_task(buf.resolve_and_replay(s, c, sequence="seq"))
@@ -370,7 +375,7 @@ async def test_a_read_whose_caller_gave_up_does_not_disturb_the_others(
             tasks[3].cancel()
             done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
         finally:
-            await w._give(busy)
+            await w._pool.give(busy)
         assert isinstance(done[3], asyncio.CancelledError)
         for i, reply in enumerate(done):
             if i != 3:
@@ -417,7 +422,7 @@ async def test_a_call_cancelled_before_its_shared_packet_went_is_not_sent(
     async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
         w: Any = buf.backend._wire
         client: Any = buf.backend.client  # type: ignore[attr-defined]
-        busy = await w._take()  # another call in flight: the calls gather
+        busy = await w._pool.take()  # another call in flight: the calls gather
         try:
             tasks = [
                 asyncio.create_task(w.roundtrip(wire.pack_one(("SET", f"{prefix}{k}", k))))
@@ -427,7 +432,36 @@ async def test_a_call_cancelled_before_its_shared_packet_went_is_not_sent(
             tasks[0].cancel()
             done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
         finally:
-            await w._give(busy)
+            await w._pool.give(busy)
         assert isinstance(done[0], asyncio.CancelledError)
         assert done[1:] == [b"OK", b"OK"]
         assert await client.mget([f"{prefix}{k}" for k in "abc"]) == [None, b"b", b"c"]
+
+
+class _InFlight:
+    in_flight = 1  # another call in flight: ready calls gather
+
+
+@pytest.mark.parametrize(
+    "error", [redis.exceptions.ConnectionError("lost"), AttributeError("a bug")], ids=repr
+)
+async def test_each_call_of_a_failed_shared_packet_gets_its_error(error: Exception) -> None:
+    """Three calls share a packet whose send fails: each caller gets the error, a store's as a
+    copy of its own, anything else (a bug) as it is, never made into another error."""
+    sent: list[bytes] = []
+
+    async def send(packet: bytes, replies: int, gathered: bool) -> list[Any]:
+        sent.append(packet)
+        raise error
+
+    batcher = Batcher(_InFlight())
+    got = await asyncio.gather(
+        *(batcher.gather(None, p, 1, send) for p in (b"a", b"b", b"c")), return_exceptions=True
+    )
+    assert sent == [b"abc"]  # one packet
+    assert all(type(e) is type(error) and e.args == error.args for e in got), got
+    if isinstance(error, redis.exceptions.RedisError):
+        assert len({id(e) for e in got}) == 3 and error not in got
+    else:
+        assert all(e is error for e in got)
+    await batcher.settle()

@@ -45,12 +45,13 @@ an append that is not acknowledged in time raises :class:`StorageError`
 (fakeredis in tests, or a client the application already configured); it must
 not decode responses.
 
-The package by idea: ``backend.py`` (the five operations), ``wire.py``
-(packing, sending, dropping, reading replies, and the redis-py names that
-path relies on), ``scripts.py`` (the Lua library, ``lua/*.lua``, and how a
-server runs it), ``replies.py`` (reply decoding), ``fastpath.py`` (the resume
-fast path), ``client.py`` (clients from URLs: how to reach Redis),
-``keys.py`` (every key and channel name, of every part).
+The package by idea: ``backend.py`` (the five operations), ``wire/`` (how
+commands reach Redis: one protocol, a transport chosen per client),
+``redispy.py`` (the redis-py names the direct transport relies on),
+``scripts.py`` (the Lua library, ``lua/*.lua``, and how a server runs it),
+``replies.py`` (reply decoding), ``fastpath.py`` (the resume fast path),
+``client.py`` (clients from URLs: how to reach Redis), ``keys.py`` (every key
+and channel name, of every part).
 
 Importing the package first checks the installed redis-py (below), before
 anything of it is imported. The backend turns maintenance notifications off

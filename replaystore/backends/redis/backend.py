@@ -59,9 +59,9 @@ from .keys import base as session_base
 from .keys import sequence as sequence_key
 from .marker import StoreMarker
 from .replies import decode_facts, decode_info, decode_tombstone
-from .scripts import FUNCTIONS, SLOT, Library
+from .scripts import SLOT, Library, fcall_of
 from .teardown import Leftovers, Teardown, Teardowns, still_true, tombstone_head
-from .wire import Wire, pack_args, talks_to_one_server
+from .wire import pack_args, talks_to_one_server, wire_for
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend"]
 
@@ -125,14 +125,14 @@ class RedisBackend(Backend):
         self.wait_replicas = wait_replicas
         self.wait_timeout = wait_timeout
         self._owns_client = owns_client
-        self._wire = Wire(client)
-        # Operations run as a function library where the client talks to one
-        # real server directly; elsewhere (a cluster, fakes) as scripts.
+        self._wire = wire_for(client)
+        # Functions where the client talks to one real server directly, else scripts.
         self._library = Library(self._wire.command, functions=talks_to_one_server(client))
         self._fast = FastPath(self._wire, retention, self.key_base)
         slot = client.keyslot if isinstance(client, RedisCluster) else None
         self._leftovers = Leftovers(self._drop, slot=slot)
-        self._teardowns = Teardowns(self._wire)
+        self._transactions = self._wire.transactions  # None: failures torn down by script
+        self._teardowns = Teardowns(self._transactions) if self._transactions else None
         # What appends to a sequence send that stays the same, per (session, sequence).
         self._appends: dict[tuple[str, str], _Appends] = {}
         # append_lean.lua leaves run splits by age to the general path.
@@ -239,7 +239,8 @@ class RedisBackend(Backend):
         )
 
     async def aclose(self) -> None:
-        await self._teardowns.aclose()
+        if self._teardowns is not None:
+            await self._teardowns.aclose()
         await self._leftovers.aclose()
         await self._wire.give_back()  # a client passed in gets its connections back
         if self._owns_client:
@@ -310,8 +311,7 @@ class RedisBackend(Backend):
         spends running it; all but the payloads are the same for every
         append to a sequence, so they are packed once.
         """
-        keys, args = self._operands(form, session, sequence, tag)
-        head = ["FCALL", FUNCTIONS[form], len(keys), *keys, *args]
+        head = fcall_of(form, partial(self._operands, form, session, sequence, tag))
         return pack_args(head), len(head)
 
     def _appends_to(self, session: str, sequence: str) -> _Appends:
@@ -342,7 +342,7 @@ class RedisBackend(Backend):
         if self.wait_replicas:
             keys, args = operands()
             return await self._call("append", lambda: self._written(form, keys, args), retry=retry)
-        if not (self._library.functions and self._wire.by_hand):
+        if not self._library.functions:
             return await self._call(
                 "append", lambda: self._library.call(form, operands), retry=retry
             )
@@ -350,10 +350,9 @@ class RedisBackend(Backend):
         if head is None:
             head = cache.heads[form] = self._head(form, session, sequence, tag)
         packet = b"*%d\r\n" % (head[1] + len(tail)) + head[0] + pack_args(tail)
+        send = partial(self._wire.call, packet, partial(fcall_of, form, operands))
         return await self._call(
-            "append",
-            lambda: self._library.call(form, operands, packed=lambda: self._wire.roundtrip(packet)),
-            retry=retry,
+            "append", lambda: self._library.call(form, operands, packed=send), retry=retry
         )
 
     async def append(
@@ -629,7 +628,7 @@ class RedisBackend(Backend):
         """A failure the fast read decided, torn down without the facts script.
 
         Both teardowns check that the session is still the incarnation read
-        and the verdict's condition still holds (``close.lua``'s conditions),
+        and the verdict's condition still holds (:func:`.teardown.still_holds`),
         and leave the tombstone. Where the wire sends commands by hand (one
         server: plain or behind Sentinel) it is an optimistic transaction of
         native commands (:func:`.teardown.tear_down`), which deletes every list
@@ -646,7 +645,8 @@ class RedisBackend(Backend):
             condition = still_true(judgement.code, cursor, named_tag)
             tomb = tombstone_head(judgement.code, judgement.verdict.value)
             nonce = secrets.token_hex(8)
-            if self._wire.by_hand:
+            tx, teardowns = self._transactions, self._teardowns
+            if tx is not None and teardowns is not None:
                 request = Teardown(
                     self.key_base(session),
                     fast.facts.epoch,
@@ -655,9 +655,9 @@ class RedisBackend(Backend):
                     self.retention.tombstone_ttl_ms,
                     nonce,
                 )
-                async with self._wire.held():
+                async with tx.held():
                     torn = await self._call(
-                        "resolve", lambda: self._teardowns.submit(request), retry=True
+                        "resolve", lambda: teardowns.submit(request), retry=True
                     )
             else:
                 torn = await self._fail_script(

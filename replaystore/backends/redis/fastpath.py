@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from ..._frozen import builder
@@ -49,14 +50,14 @@ class Failed:
 
 
 #: The two commands of a resume's read (the ``LRANGE`` without its range), for
-#: redis-py; ``None`` where the wire sends the packet by hand.
-_Commands = tuple[tuple[Any, ...], tuple[Any, ...]] | None
+#: a wire that sends them through redis-py.
+_Commands = tuple[tuple[Any, ...], tuple[Any, ...]]
 
 #: A resume's pipelined read, as cached per (session, sequence, named sequence):
 #: ``(commands, head, base)``: the two commands, the packet up to the ``LRANGE``
-#: start (by hand), and the list offset seen last (it changes only when a list
-#: is compacted). A plain tuple: looked up on every resume, replaced only when
-#: the offset changes.
+#: start (for a wire that sends it by hand), and the list offset seen last (it
+#: changes only when a list is compacted). A plain tuple: looked up on every
+#: resume, replaced only when the offset changes.
 _Read = tuple[_Commands, bytes, int]
 
 #: The meta hash fields every read asks for, in the order of :class:`_Meta`'s fields.
@@ -95,8 +96,7 @@ class FastPath:
         """The fast path's read of one sequence (and the named one), built once per triple.
 
         In a reconnect storm nearly every resume is its session's first, so
-        the build is on the hot path: the fixed fields are packed once, and
-        by hand only the packet is built (the commands only for redis-py).
+        the build is on the hot path: the fixed fields are packed once.
         """
         cache_key = (session, tag, named)
         read = self._reads.get(cache_key)
@@ -105,22 +105,18 @@ class FastPath:
             hash_key, list_key = meta(base), sequence(base, tag)
             named_tag = sequence_tag(named) if named is not None else tag
             extra = (f"s:{tag}",) if named_tag == tag else (f"s:{tag}", f"s:{named_tag}")
-            commands: _Commands = None
-            head = b""
-            if self._wire.by_hand or self._wire.to_masters:
-                head = b"".join(
-                    (
-                        b"*%d\r\n$5\r\nHMGET\r\n" % (9 + len(extra)),
-                        pack_args((hash_key,)),
-                        _FIXED_FIELDS,
-                        pack_args(extra),
-                        b"*4\r\n$6\r\nLRANGE\r\n",
-                        pack_args((list_key,)),
-                    )
+            head = b"".join(
+                (
+                    b"*%d\r\n$5\r\nHMGET\r\n" % (9 + len(extra)),
+                    pack_args((hash_key,)),
+                    _FIXED_FIELDS,
+                    pack_args(extra),
+                    b"*4\r\n$6\r\nLRANGE\r\n",
+                    pack_args((list_key,)),
                 )
-            if not self._wire.by_hand:  # redis-py's commands (on a cluster: if by hand fails)
-                hmget = ("HMGET", hash_key, *_FIELDS, *extra)
-                commands = (hmget, ("LRANGE", list_key))  # the range changes per resume
+            )
+            hmget = ("HMGET", hash_key, *_FIELDS, *extra)
+            commands = (hmget, ("LRANGE", list_key))  # the range changes per resume
             if len(self._reads) > 10_000:
                 self._reads.clear()
             read = self._reads[cache_key] = (commands, head, 0)
@@ -194,20 +190,12 @@ class FastPath:
                 self._learn(session, tag, named, read, 0)
                 return None
             start = ordinal - base
-            got: list[Any] | None = None
-            if read[1]:
-                digits = b"%d" % start
-                packet = read[1] + b"$%d\r\n%s\r\n$2\r\n-1\r\n" % (len(digits), digits)
-                if self._wire.by_hand:
-                    got = await self._wire.shared(packet, 2)
-                else:  # a cluster: by hand to the slot's master, if it takes it
-                    assert read[0] is not None
-                    got = await self._wire.pipelined_at(read[0][0][1], packet, 2)
-            if got is None:
-                assert read[0] is not None
-                hmget, lrange = read[0]
-                got = await self._wire.pipeline([hmget, (*lrange, start, -1)])
-            values, elements = got
+            digits = b"%d" % start
+            packet = read[1] + b"$%d\r\n%s\r\n$2\r\n-1\r\n" % (len(digits), digits)
+            commands = read[0]
+            values, elements = await self._wire.read(
+                commands[0][1], packet, 2, partial(_ranged, commands, start)
+            )
             if isinstance(values, Exception):
                 raise values
             if isinstance(elements, Exception):
@@ -242,6 +230,12 @@ class FastPath:
             and retained
             and (meta.oldest_run is None or int(meta.oldest_run) + r.max_age_ms <= now_ms)
         )
+
+
+def _ranged(commands: _Commands, start: int) -> list[tuple[Any, ...]]:
+    """A resume's read as commands (for redis-py): the ``LRANGE`` from ``start`` on."""
+    hmget, lrange = commands
+    return [hmget, (*lrange, start, -1)]
 
 
 def _facts(

@@ -35,7 +35,22 @@ try:
 except ImportError:  # moved: its names are missing (see REQUIREMENTS)
     _hiredis_parsers = None  # type: ignore[assignment]
 
-__all__ = ["BY_HAND", "OWN_CONNECTIONS", "REQUIREMENTS", "Requirement", "missing", "settle"]
+__all__ = [
+    "BY_HAND",
+    "HIREDIS_PARSER",
+    "NOT_ENOUGH_DATA",
+    "OWN_CONNECTIONS",
+    "REQUIREMENTS",
+    "Requirement",
+    "missing",
+    "settle",
+]
+
+#: redis-py's hiredis parser class (a connection whose parser is one has its
+#: replies read by hand), and what its reader returns while a reply is
+#: incomplete; None where the module moved (REQUIREMENTS then says so).
+HIREDIS_PARSER: Any = getattr(_hiredis_parsers, "_AsyncHiredisParser", None)
+NOT_ENOUGH_DATA: Any = getattr(_hiredis_parsers, "NOT_ENOUGH_DATA", None)
 
 
 #: The connection classes that are redis-py's own: the ones these names are

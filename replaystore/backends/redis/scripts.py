@@ -168,6 +168,12 @@ Send = Callable[[tuple[Any, ...]], Awaitable[Any]]
 Operands = Callable[[], tuple[Sequence[str], Sequence[Any]]]
 
 
+def fcall_of(name: str, operands: Operands) -> tuple[Any, ...]:
+    """The ``FCALL`` of operation ``name`` on its operands."""
+    keys, args = operands()
+    return ("FCALL", FUNCTIONS[name], len(keys), *keys, *args)
+
+
 def _refused(exc: ResponseError) -> str:
     """Why a server refused an ``FCALL`` before running anything, or ``""`` if it did not."""
     text = str(exc).lower()
@@ -216,8 +222,7 @@ class Library:
             try:
                 if packed is not None:
                     return await packed()
-                keys, args = operands()
-                fcall = ("FCALL", FUNCTIONS[name], len(keys), *keys, *args)
+                fcall = fcall_of(name, operands)
                 return await send(fcall)
             except ResponseError as exc:
                 refusal = _refused(exc)
@@ -232,8 +237,7 @@ class Library:
                     self.functions = False  # no permission, no functions: scripts from now on
                 else:
                     if not fcall:
-                        keys, args = operands()
-                        fcall = ("FCALL", FUNCTIONS[name], len(keys), *keys, *args)
+                        fcall = fcall_of(name, operands)
                     try:
                         return await send(fcall)
                     except ResponseError as exc:

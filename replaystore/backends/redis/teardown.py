@@ -51,7 +51,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,17 @@ from ...errors import StorageError
 from .keys import meta as meta_key
 from .keys import swept, teardown_keys
 from .keys import tombstone as tombstone_key
-from .wire import Wire, pack_args, pack_one
+from .wire import Transactions, pack_args, pack_one
 
-__all__ = ["Leftovers", "Teardown", "Teardowns", "still_true", "tear_down", "tombstone_head"]
+__all__ = [
+    "Leftovers",
+    "Teardown",
+    "Teardowns",
+    "still_holds",
+    "still_true",
+    "tear_down",
+    "tombstone_head",
+]
 
 logger = logging.getLogger("replaystore.redis")
 
@@ -83,7 +91,7 @@ def tombstone_head(code: str, verdict: str) -> str:
 
 
 def still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, Any]:
-    """The condition under which a failed verdict still holds (here, ``fail.lua``, ``close.lua``).
+    """The condition under which a failed verdict still holds (:func:`still_holds` checks it).
 
     Appends and evictions go on while a resume is judged; the teardown applies
     only if they did not change the verdict, otherwise it is judged again.
@@ -100,8 +108,16 @@ def still_true(code: str, cursor: Cursor | None, named_tag: str) -> tuple[str, A
     return "floor_at_most", max(position, 1)
 
 
-def _holds(condition: str, value: Any, meta: dict[bytes, bytes]) -> bool:
-    """Whether ``condition`` (:func:`still_true`) holds on the meta hash's fields."""
+def still_holds(meta: Mapping[bytes, bytes], epoch: str, condition: str, value: Any) -> bool:
+    """Whether a failed verdict still holds on the session's meta hash, so it may be torn down.
+
+    The session must still be the incarnation ``epoch`` the verdict was
+    decided on (``""`` for any) and ``condition`` (:func:`still_true`) must
+    still hold for ``value``. ``_lib.lua``'s ``still_holds`` is the same rule
+    for the scripts; one table of cases holds both.
+    """
+    if epoch and meta.get(b"epoch", b"").decode() != epoch:
+        return False
     if condition == "top_below":
         return int(meta[b"top"]) < int(value)
     if condition == "no_sequence":
@@ -141,7 +157,7 @@ class Teardown:
         )
 
 
-async def tear_down(wire: Wire, requests: Sequence[Teardown]) -> list[bool]:
+async def tear_down(wire: Transactions, requests: Sequence[Teardown]) -> list[bool]:
     """Tear each session down if it is still the judged incarnation and its condition holds.
 
     One optimistic transaction for them all: ``WATCH`` on every meta hash
@@ -179,7 +195,7 @@ async def tear_down(wire: Wire, requests: Sequence[Teardown]) -> list[bool]:
                 continue
             # a map under RESP3, a flat list of fields and values under RESP2
             meta = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
-            if meta.get(b"epoch", b"").decode() != r.epoch or not _holds(*r.condition, meta):
+            if not still_holds(meta, r.epoch, *r.condition):
                 continue
             going.append(i)
             tags = {f[2:] for f in meta if f.startswith(b"s:")} | set(left)
@@ -232,7 +248,7 @@ class Teardowns:
     At most ``size`` sessions per transaction.
     """
 
-    def __init__(self, wire: Wire, *, size: int = 64) -> None:
+    def __init__(self, wire: Transactions, *, size: int = 64) -> None:
         self._wire = wire
         self.size = size
         self._queue: list[tuple[Teardown, asyncio.Future[bool]]] = []

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import mapped
 from ..keys import matching, request_state, request_state_used
 from ..marker import StoreMarker
-from ..wire import Wire
+from ..wire import Wire, wire_for
 
 if TYPE_CHECKING:
     from ....taskstore.store import TaskStore
@@ -59,7 +59,7 @@ class OnRedis:
     ) -> None:
         self.client = client
         #: How the registry's and the bus's commands reach Redis (the backend's own, shared).
-        self.wire = wire if wire is not None else Wire(client)
+        self.wire = wire if wire is not None else wire_for(client)
         self.prefix = prefix
         self.key_base = key_base
         #: The store's run marker, shared by every part (:mod:`..marker`); None: not watched.

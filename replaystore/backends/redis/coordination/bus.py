@@ -110,11 +110,7 @@ class RedisBus(Bus):
                 for session, stream in batch
             ]
             try:
-                if self._wire.by_hand:
-                    await self._wire.pipeline(commands)
-                else:  # a cluster's pipeline wants a key to route each command by
-                    for command in commands:
-                        await self._wire.command(command)
+                await self._wire.keyless(commands)
             except STORE_ERRORS as exc:
                 # A lost wake-up costs latency only: tails re-check the store periodically.
                 logger.debug("wake-up(s) not published: %s", exc)

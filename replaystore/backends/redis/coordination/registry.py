@@ -17,7 +17,7 @@ from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, 
 from .. import keys
 from ..errors import mapped, storage_error
 from ..marker import StoreMarker
-from ..wire import Wire, pack_one
+from ..wire import Wire
 
 __all__ = ["RedisRegistry"]
 
@@ -97,11 +97,8 @@ class RedisRegistry(Registry):
         if marker is None or not marker.due():
             return await self._call(what, *command)
         with mapped(f"session registry {what}"):
-            if self._wire.by_hand:  # shared with the other calls ready, as a single command is
-                packet = pack_one(command) + pack_one(marker.read)
-                reply, seen = await self._wire.shared(packet, 2)
-            else:
-                reply, seen = await self._wire.pipeline([command, marker.read])
+            # shared with the other calls ready, as a single command is
+            reply, seen = await self._wire.shared_pipeline([command, marker.read])
             for answer in (reply, seen):
                 if isinstance(answer, Exception):
                     raise answer

@@ -289,19 +289,62 @@ end
 
 -- Delete the session and leave the tombstone `tomb` (JSON without its time and
 -- closing brace) for ttl_ms. The declared lists go with it; returns the tags
--- of the others, which the client sweeps next. `now` when the caller has it.
+-- of the others (each once), which the client sweeps next. `now` when the
+-- caller has it.
 local function bury(tomb, ttl_ms, now)
-  local out = {}
+  local out, seen = {}, {}
   for _, tag in ipairs(all_tags()) do
-    if not Q[tag] then out[#out + 1] = tag end
+    if not Q[tag] then out[#out + 1] = tag seen[tag] = true end
   end
   for _, tag in ipairs(redis.call('SMEMBERS', G)) do
-    if not Q[tag] then out[#out + 1] = tag end
+    if not Q[tag] and not seen[tag] then out[#out + 1] = tag end
   end
   local keys = {M, I, G, K, K2, X}
   for _, q in pairs(Q) do keys[#keys + 1] = q end
   redis.call('DEL', unpack(keys)) -- one command: each redis.call costs more than a key
   redis.call('SET', T, tomb .. ',"at":' .. (now or now_text()) .. '}', 'PX', ttl_ms)
+  return out
+end
+
+-- Whether a failed verdict still holds, so that its teardown may go ahead.
+-- `meta` is the HMGET of 'epoch', 'top', 'floor', 'nseq' and 's:' .. value.
+-- The session must still be the incarnation `epoch` the verdict was decided
+-- on ('' for any: a close), and the condition `cond` it was decided under
+-- (teardown.py's still_true) must still hold for `value`:
+--   'always'        nothing further (malformed, foreign, below the floor)
+--   'top_below'     the high-water is still below value (ahead_of_high_water)
+--   'no_sequence'   there is still no sequence with tag value (unknown_sequence)
+--   'ambiguous'     nothing evicted yet and more than one sequence
+--   'floor_at_most' the floor has not passed value (verdicts read from an event)
+-- Appends and evictions go on while a resume is judged: a verdict they changed
+-- is judged again rather than torn down. teardown.py's transaction checks the
+-- same on the meta hash in Python (still_holds there); one table of cases
+-- holds both.
+local function still_holds(meta, epoch, cond, value)
+  if epoch ~= '' and meta[1] ~= epoch then return false end
+  if cond == 'top_below' then return tonumber(meta[2]) < tonumber(value) end
+  if cond == 'no_sequence' then return not meta[5] end
+  if cond == 'ambiguous' then return tonumber(meta[3]) <= 1 and tonumber(meta[4]) > 1 end
+  if cond == 'floor_at_most' then return tonumber(meta[3]) <= tonumber(value) end
+  return true
+end
+
+-- Tear the session down while still_holds(epoch, cond, value), and leave the
+-- tombstone `tomb` (its JSON head) naming `nonce` for ttl_ms; `now` as bury's.
+-- The nonce makes a retry of a call that already ran answer the same: a
+-- session found gone answers {1} when its tombstone names `nonce`.
+-- Returns {1, tag...} (done; the other lists' tags, for the client to delete
+-- next) or {0} (gone, or the verdict no longer holds).
+local function tear_down(nonce, epoch, cond, value, tomb, ttl_ms, now)
+  local meta = redis.call('HMGET', M, 'epoch', 'top', 'floor', 'nseq', 's:' .. value)
+  if not meta[1] then
+    local t = redis.call('GET', T)
+    if t and string.find(t, '"id":"' .. nonce .. '"', 1, true) then return {1} end
+    return {0}
+  end
+  if not still_holds(meta, epoch, cond, value) then return {0} end
+  local out = bury(tomb .. ',"id":"' .. nonce .. '"', ttl_ms, now)
+  table.insert(out, 1, 1)
   return out
 end
 
