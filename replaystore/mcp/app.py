@@ -313,7 +313,7 @@ def wire(
         app.add_middleware(UnavailableStatus)
     if not framework.starts_managers:
         for manager in framework.session_managers(app):
-            _adopt(app, manager, store, settings, shared, process.check_store)
+            _adopt(app, manager, store, settings, shared, process.check_store, coordination)
         if tasks is not None:
             framework.advertise(tasks)
     app.state.replaystore = shared
@@ -343,7 +343,9 @@ def wire(
             if framework.starts_managers:
                 # The server entered each manager's run() before it could be adopted.
                 for manager in framework.session_managers(app):
-                    adopted = _adopt(app, manager, store, settings, shared, process.check_store)
+                    adopted = _adopt(
+                        app, manager, store, settings, shared, process.check_store, coordination
+                    )
                     await stack.enter_async_context(adopted.replicating())
             if tasks is not None:
                 # Once the server runs: a tool it runs again needs its lifespan state.
@@ -368,11 +370,12 @@ def _adopt(
     settings: Settings,
     shared: Shared,
     check_store: bool,
+    coordination: Coordination,
 ) -> ReplaySessionManager:
     """Adopt one of the server's session managers, before it serves any request."""
     if shared.tasks is not None:
         shared.tasks.json_responses = manager.json_response
-    adopted = ReplaySessionManager.adopt(manager, store, settings)
+    adopted = ReplaySessionManager.adopt(manager, store, settings, coordination=coordination)
     adopted.store_checked = not check_store
     shared.managers.append(adopted)
     if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
