@@ -112,9 +112,14 @@ class LiveStreams:
         #: Connections of requests sent again (:meth:`attach_again`): they
         #: follow a stream beside the connection that carries it.
         self._again: dict[str, set[Tail]] = {}
-        #: The last GET-stream event handed to a GET connection (or the
-        #: session's anchor): where the next plain GET resumes from.
+        #: The last GET-stream event handed to a GET connection here (or the
+        #: session's anchor): it only moves forward (see :meth:`attach_get`).
         self.get_mark: str | None = None
+        #: The mark as last saved in the session's record, and whether a save runs.
+        self._saved_mark: str | None = None
+        self._saving = False
+        #: Plain GETs attach one at a time (see :meth:`attach_get`).
+        self._get_lock = anyio.Lock()
         #: A resume already read by :meth:`read` (cursor, what it read), used
         #: once by the next :meth:`attach_resume` from that cursor.
         self.pending: tuple[str, Attachment] | None = None
@@ -161,23 +166,56 @@ class LiveStreams:
         like any other (404), never a fresh stream that silently skips them.
         Without a mark, a priming event starts a fresh stream, so the client
         holds a resumable cursor at once.
+
+        Never twice, on this replica: the order below makes the position
+        chosen here later than every event a GET connection of this replica
+        handed its client, and keeps it so.
+
+        1. Plain GETs attach one at a time, so each one chooses its position
+           after the one before it registered its tail.
+        2. The GET connection carrying the stream here is closed first, and
+           its writer waited for until it can hand its client nothing more
+           (:meth:`Tail.stopped`). Every event it handed is marked by then:
+           an event is marked the moment it is handed over
+           (:class:`~replaystore.mcp.sessions.sse.Handed`).
+        3. Only then is the mark read: the later, by position, of the one in
+           the session's record and the one this replica holds (the record
+           may lag behind: marks are saved in the background and when a
+           connection ends). Positions of one session only grow, so the later
+           mark covers every event handed before it.
+        4. The new tail is registered after the replay it follows, and
+           whatever carries the stream on other replicas is told to close.
+
+        Across replicas the mark is only as fresh as the record: each replica
+        saves the marks its GET connections deliver, one write at a time per
+        session, in the background, and the final one when the connection
+        ends. A plain GET that reaches another replica while the previous GET
+        connection is still open, or within the moment its last marks take to
+        be saved, may deliver again what that connection delivered in that
+        moment; a client that must never see an event twice resumes the GET
+        stream with ``Last-Event-ID`` instead.
         """
-        mark = await self._current_get_mark()
-        if mark is not None:
-            return await self._resume(mark, sequence=GET_STREAM, prime=prime)
-        if self._dead:
-            return Attachment(unknown(self.session_id, served=True))
-        try:
-            anchor = await self._append(GET_STREAM, None)
-        except UnknownSessionError:
-            return Attachment(unknown(self.session_id, served=True))
-        tail = await self._take_over(GET_STREAM, anchor)
-        return Attachment(
-            Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
-            stream=GET_STREAM,
-            tail=tail,
-            first=anchor,
-        )
+        async with self._get_lock:
+            previous = self._tails.get(GET_STREAM)
+            if previous is not None:
+                self.close_stream(GET_STREAM)
+                await previous.stopped()
+            mark = await self._current_get_mark()
+            if mark is not None:
+                return await self._resume(mark, sequence=GET_STREAM, prime=prime)
+            if self._dead:
+                return Attachment(unknown(self.session_id, served=True))
+            try:
+                anchor = await self._append(GET_STREAM, None)
+            except UnknownSessionError:
+                return Attachment(unknown(self.session_id, served=True))
+            tail = await self._take_over(GET_STREAM, anchor)
+            return Attachment(
+                Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
+                stream=GET_STREAM,
+                tail=tail,
+                first=anchor,
+            )
 
     async def catch_up(self, tail: Tail) -> Resumption:
         """Everything stored on the tail's stream after its last event, in one atomic read.
@@ -196,9 +234,19 @@ class LiveStreams:
             )
 
     def delivered(self, tail: Tail, event_id: str) -> None:
-        """A connection handed ``event_id`` to its client (tracks the GET stream's mark)."""
-        if tail.sequence == GET_STREAM and self._tails.get(GET_STREAM) is tail:
-            self.get_mark = event_id
+        """A connection handed ``event_id`` to its client (moves the GET stream's mark on).
+
+        Any GET-stream connection counts, also one already taken over: what
+        it handed, its client got. The mark only moves forward; the record
+        follows in the background, one write at a time (:meth:`_save_marks`).
+        """
+        if tail.sequence != GET_STREAM or not _later(event_id, self.get_mark):
+            return
+        self.get_mark = event_id
+        replica = self.view.replica
+        if replica is not None and not self._saving:
+            self._saving = True
+            replica.spawn(self._save_marks)
 
     async def detach(self, tail: Tail) -> None:
         """A connection ended: forget its tail, save the GET mark, stop watching."""
@@ -213,13 +261,9 @@ class LiveStreams:
         if self._tails.get(tail.sequence) is not tail:
             return
         del self._tails[tail.sequence]
-        replica = self.view.replica
-        if tail.sequence == GET_STREAM and self.get_mark and replica is not None:
+        if tail.sequence == GET_STREAM:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                try:
-                    await replica.registry.update_session(self.session_id, {"get": self.get_mark})
-                except StorageError:
-                    logger.debug("GET mark of session %s not saved", self.session_id)
+                await self._save_mark()
         await self._unwatch()
 
     def wake(self, sequence: str) -> None:
@@ -328,14 +372,38 @@ class LiveStreams:
         return await replica.finished(self.session_id, stream)
 
     async def _current_get_mark(self) -> str | None:
+        """Where a plain GET resumes: the later of the record's mark and this replica's."""
         replica = self.view.replica
         if replica is None:
             return self.get_mark
         record = await replica.registry.get_session(self.session_id)
-        if record is None:
-            return self.get_mark
-        mark = record.get("get") or self.get_mark
-        return mark
+        stored = record.get("get") if record is not None else None
+        return stored if stored and _later(stored, self.get_mark) else self.get_mark
+
+    async def _save_marks(self) -> None:
+        """Save the GET mark until the record holds the latest one (one write at a time)."""
+        try:
+            while self.get_mark != self._saved_mark and await self._save_mark():
+                pass
+        finally:
+            self._saving = False
+
+    async def _save_mark(self) -> bool:
+        """Raise the record's GET mark to this replica's (never lowers one saved elsewhere).
+
+        False when the store refused it: the next delivery, or the end of the
+        connection, tries again.
+        """
+        mark, replica = self.get_mark, self.view.replica
+        if mark is None or replica is None or mark == self._saved_mark:
+            return True
+        try:
+            await replica.registry.raise_mark(self.session_id, "get", mark)
+        except StorageError:
+            logger.debug("GET mark of session %s not saved", self.session_id)
+            return False
+        self._saved_mark = mark
+        return True
 
     async def _take_over(self, sequence: str, last_id: str) -> Tail:
         """The newest connection takes a stream over: end whatever carried it before, everywhere.
@@ -404,3 +472,14 @@ def _add_replay(
         if stream != GET_STREAM and is_response_payload(event.payload):
             return last, True
     return last, False
+
+
+def _later(event_id: str, than: str | None) -> bool:
+    """Whether ``event_id`` comes after ``than`` in its session (by position; None: before all)."""
+    return than is None or _position(event_id) > _position(than)
+
+
+def _position(event_id: str) -> int:
+    """An event id's position (-1 for anything that is not an event id)."""
+    cursor = Cursor.try_parse(event_id)
+    return -1 if cursor is None else cursor.position
