@@ -4,17 +4,26 @@ A plain GET (no ``Last-Event-ID``) resumes the standalone stream from the
 last event handed to a GET connection. Checked on one replica (memory:// and
 Redis) with the previous GET closed a moment before, and still open while
 messages flow, and on two replicas sharing one Redis with the previous GET
-still open on the other one.
+still open on the other one. The mark is saved with a write that never moves
+it back, checked here on both registries.
 """
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import AsyncIterator
 
 import anyio
 import httpx
 import pytest
+import redis.asyncio
 
+from replaystore import ReplayBuffer
+from replaystore.backends.memory.registry import MemoryRegistry
+from replaystore.backends.redis import RedisBackend
+from replaystore.backends.session_registry import Registry
+from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import SSE
 from tests.mcp._support import RawSession, ServerProcess, sse_events
 
@@ -72,16 +81,19 @@ async def test_plain_get_taking_over_a_live_get_delivers_each_message_once(
         events = sse_events(response)
         await until_priming(events)
 
+        flowing = anyio.Event()
+
         async def read_first() -> None:
             async for event in events:  # until the takeover ends it
                 first.append(event)
+                if len(log_texts(first)) >= 10:
+                    flowing.set()
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(read_first)
             tasks.start_soon(session.run_tool, "broadcast", {"n": total})
             with anyio.fail_after(10):
-                while len(log_texts(first)) < 10:
-                    await anyio.sleep(0.005)
+                await flowing.wait()
             async with session.get() as taking_over:
                 assert taking_over.status_code == 200
                 with anyio.move_on_after(1.5):
@@ -117,3 +129,44 @@ async def test_plain_get_on_another_replica_replays_nothing_an_open_get_delivere
                 async for event in events:
                     rest.append(event)
             assert log_texts(rest) == []
+
+
+class _Store:
+    """Stands for a memory store: buffers sharing one share its registry."""
+
+
+@contextlib.asynccontextmanager
+async def registry_on(name: str, redis_server: ServerHandle) -> AsyncIterator[Registry]:
+    if name == "memory":
+        yield MemoryRegistry(_Store())
+        return
+    retention = ReplayBuffer.from_url("memory://").retention
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    backend = RedisBackend(retention, client, prefix=f"mark{uuid.uuid4().hex[:6]}:")
+    try:
+        yield backend.coordination().registry()
+    finally:
+        await backend.aclose()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("name", ["memory", "redis"])
+async def test_registry_raises_a_mark_and_never_lowers_it(
+    name: str, mcp_redis: ServerHandle
+) -> None:
+    epoch = "3f9a1c0b7d2e"
+    early, late = f"{epoch}-7.9c1f0e2a7b3d4c5e.3.1764694800123", f"{epoch}-12"
+    async with registry_on(name, mcp_redis) as registry:
+        await registry.raise_mark("s", "get", early)  # never creates a record
+        assert await registry.get_session("s") is None
+        await registry.put_session("s", {"version": "v"}, 60)
+        await registry.raise_mark("s", "get", early)  # no mark yet: set
+        assert await registry.get_session("s") == {"version": "v", "get": early}
+        await registry.raise_mark("s", "get", late)
+        await registry.raise_mark("s", "get", early)  # a late write of an older mark
+        assert await registry.get_session("s") == {"version": "v", "get": late}
+        await registry.raise_mark("s", "get", f"{epoch}-100")  # positions compare as numbers
+        assert (await registry.get_session("s") or {})["get"] == f"{epoch}-100"
+        await registry.update_session("s", {"get": "not an id"})
+        await registry.raise_mark("s", "get", early)  # anything else is replaced
+        assert (await registry.get_session("s") or {})["get"] == early
