@@ -249,11 +249,13 @@ class LiveStreams:
         it handed, its client got. The mark only moves forward; the record
         follows in the background, one write at a time (:meth:`_save_marks`).
         """
-        if tail.sequence != GET_STREAM or not _later(event_id, self.get_mark):
+        if tail.sequence != GET_STREAM or event_id == self.get_mark:
+            return  # (each event is reported by both sides of its hand-over)
+        if not _later(event_id, self.get_mark):
             return
         self.get_mark = event_id
         replica = self.view.replica
-        if replica is not None and not self._saving:
+        if replica is not None and replica.running and not self._saving:
             self._saving = True
             replica.spawn(self._save_marks)
 
