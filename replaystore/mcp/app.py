@@ -24,13 +24,13 @@ server are all built by :func:`wire`, so they share exactly the same things.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.request_state import (
     AESGCMRequestStateCodec,
     RequestStateBoundary,
@@ -38,16 +38,26 @@ from mcp.server.request_state import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
-from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
-from mcp_types import HEADER_MISMATCH, SubscriptionsListenRequestParams
+from mcp_types import SubscriptionsListenRequestParams
 from starlette.applications import Starlette
 
-from ..backends.coordination import coordination_of
+from ..backends.coordination import Coordination, coordination_of
 from ..buffer import ReplayBuffer
-from ._sdk.checked import check_server, lowlevel_server
-from .metrics import ResumptionObserver, serve_metrics, watch
-from .process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT, capping_records, tune_collector
+from ._sdk.checked import lowlevel_server
+from ._sdk.servers import (
+    boundary_security,
+    lifespan_state,
+    replace_subscriptions,
+    subscriptions_of,
+)
+from .metrics import Held, ResumptionObserver, serve_metrics, watch
+from .process import (
+    COLLECTOR_THRESHOLD,
+    LOG_RECORD_LIMIT,
+    Process,
+    capping_records,
+    tune_collector_once,
+)
 from .request_state import Secret, SingleUseBoundary, StoreKeyRing
 from .sessions.event_store import ReplayEventStore, as_event_store
 from .sessions.health import HEALTH_PATH, add_health_route
@@ -68,56 +78,22 @@ if TYPE_CHECKING:
     from .tasks.extension import ReplayTasks
 
 __all__ = [
+    "Framework",
     "Process",
+    "SDKServer",
     "Shared",
+    "http_app",
     "manager_of",
+    "serving",
     "session_managers",
     "streamable_http_app",
-    "task_name_header",
     "wire",
 ]
 
 logger = logging.getLogger("replaystore.mcp")
 
-
-@dataclass(frozen=True)
-class Process:
-    """What an app does to the process it runs in (the wiring's keyword arguments of that name).
-
-    ``drain_seconds``: on the server's stop (``SIGTERM``, Ctrl-C), how long
-    running requests and tasks may finish while no new work is taken
-    (:mod:`~replaystore.mcp.stopping`). ``collector_threshold``: the
-    garbage collector tuned once the app started
-    (:func:`~replaystore.mcp.tune_collector`; None leaves it alone).
-    ``log_record_limit``: the longest log record written while the app runs,
-    in characters (:mod:`~replaystore.mcp.process`; None leaves the log alone).
-    ``check_store``: check what the store must give a replica once, in the
-    background, at start (:meth:`ReplaySessionManager.check_store`).
-    """
-
-    drain_seconds: float = DEFAULT_DRAIN_SECONDS
-    collector_threshold: int | None = COLLECTOR_THRESHOLD
-    log_record_limit: int | None = LOG_RECORD_LIMIT
-    check_store: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.drain_seconds <= 3600:
-            raise ValueError(f"drain_seconds must be 0 to 3600, not {self.drain_seconds}")
-        if self.collector_threshold is not None and self.collector_threshold < 1:
-            raise ValueError("collector_threshold must be at least 1 or None")
-        if self.log_record_limit is not None and self.log_record_limit < 1:
-            raise ValueError("log_record_limit must be at least 1 or None")
-
-
-#: The collector is tuned once per process, by the first app that starts.
-_collector_tuned = False
-
-
-def _tune_collector_once(threshold: int | None) -> None:
-    global _collector_tuned
-    if threshold is not None and not _collector_tuned:
-        _collector_tuned = True
-        tune_collector(threshold)
+#: The app a server builds (a Starlette app).
+_App = TypeVar("_App", covariant=True)
 
 
 @dataclass(eq=False)  # one per app, kept in a weak set by the metrics
@@ -143,14 +119,143 @@ class Shared:
         bus = self.subscriptions
         return bus if isinstance(bus, StoreSubscriptionBus) else None
 
+    def held(self) -> Held:
+        """What the app holds now, for the gauges (:mod:`~replaystore.mcp.metrics`)."""
+        bus = self.shared_bus
+        return Held(
+            sessions=sum(manager.sessions_open for manager in self.managers),
+            request_leases=sum(manager.replica.leases_held for manager in self.managers),
+            task_states=self.tasks.running_states() if self.tasks is not None else [],
+            listening=bus.listeners if bus is not None else 0,
+        )
+
+
+class Framework(Protocol[_App]):
+    """What differs between the servers an app is built on, chosen once: the SDK's or FastMCP's.
+
+    :func:`wire` asks it and never which server it is: :class:`SDKServer`
+    for an ``MCPServer`` or a low-level ``Server``, and
+    :class:`~replaystore.mcp.fastmcp.app.FastMCPServer` for FastMCP.
+    """
+
+    #: Whether the server builds its session managers when the app starts
+    #: (adopted then), rather than with the app (adopted at once).
+    starts_managers: bool
+
+    @property
+    def server(self) -> Any:
+        """The server the application built (``MCPServer``, ``Server``, ``FastMCP``)."""
+        ...
+
+    @property
+    def lowlevel(self) -> Any:
+        """The low-level ``Server`` whose middleware and handlers the wiring extends."""
+        ...
+
+    def check(self, kwargs: dict[str, Any]) -> None:
+        """Refuse options of the server's own app that resumability cannot take."""
+        ...
+
+    def build(self, kwargs: dict[str, Any]) -> _App:
+        """The server's own app (``kwargs``: its options)."""
+        ...
+
+    def serve_tasks(self, tasks: ReplayTasks) -> None:
+        """Serve ``tasks`` through the server's own extension point, once they are bound."""
+        ...
+
+    def own_request_state(self, current: RequestStateSecurity) -> bool:
+        """Whether ``current`` is a policy the application gave, told from the default."""
+        ...
+
+    def serve_listen(
+        self,
+        given: SubscriptionBus | None,
+        share: bool,
+        handler: Callable[[SubscriptionBus], Any],
+    ) -> SubscriptionBus | None:
+        """Serve ``subscriptions/listen`` with ``handler(bus)``; the bus, or None if not served.
+
+        The bus ``given`` wins; with ``share``, a :class:`StoreSubscriptionBus`
+        replaces the server's per-process default.
+        """
+        ...
+
+    def session_managers(self, app: Any) -> list[StreamableHTTPSessionManager]:
+        """The session managers the server built for ``app``."""
+        ...
+
+    def advertise(self, tasks: ReplayTasks) -> None:
+        """Say in ``server/discover`` what the tasks serve, once the session manager is known."""
+        ...
+
+
+class SDKServer:
+    """The official SDK's servers: an ``MCPServer`` or a low-level ``Server``."""
+
+    starts_managers = False
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.lowlevel = lowlevel_server(server)
+
+    def check(self, kwargs: dict[str, Any]) -> None:
+        """Every option of ``streamable_http_app`` but ``event_store`` is the SDK's to take."""
+
+    def build(self, kwargs: dict[str, Any]) -> Starlette:
+        return cast(_ServesStreamableHTTP, self.server).streamable_http_app(**kwargs)
+
+    def serve_tasks(self, tasks: ReplayTasks) -> None:
+        """The application gave ``tasks`` to the server itself (``extensions=[tasks]``)."""
+
+    def own_request_state(self, current: RequestStateSecurity) -> bool:
+        """A codec of the application's own; a policy from ``keys=`` looks like the default."""
+        return not isinstance(getattr(current, "codec", None), AESGCMRequestStateCodec)
+
+    def serve_listen(
+        self,
+        given: SubscriptionBus | None,
+        share: bool,
+        handler: Callable[[SubscriptionBus], Any],
+    ) -> SubscriptionBus | None:
+        """The bus given, then the ``MCPServer``'s own; a server not serving listen is left so.
+
+        ``MCPServer(subscriptions=False)`` or a low-level ``Server`` without a
+        handler serves no listen stream unless a bus is given.
+        """
+        server, lowlevel = self.server, self.lowlevel
+        current = subscriptions_of(server) if server is not lowlevel else None
+        serves = lowlevel.get_request_handler("subscriptions/listen") is not None
+        if given is not None:
+            bus = given
+        elif current is not None and serves:
+            default = isinstance(current, InMemorySubscriptionBus)
+            bus = StoreSubscriptionBus() if share and default else current
+        else:
+            return None
+        if current is not None:
+            replace_subscriptions(server, bus)  # what ctx.notify_* publishes to
+        lowlevel.add_request_handler(
+            "subscriptions/listen", SubscriptionsListenRequestParams, handler(bus)
+        )
+        return bus
+
+    def session_managers(self, app: Any) -> list[StreamableHTTPSessionManager]:
+        return [cast(_ServesStreamableHTTP, self.server).session_manager]
+
+    def advertise(self, tasks: ReplayTasks) -> None:
+        """The SDK read the extension's settings when the server was built: update them."""
+        advertised = getattr(self.lowlevel, "extensions", None)
+        if isinstance(advertised, dict) and tasks.identifier in advertised:
+            advertised[tasks.identifier] = tasks.settings()
+
 
 def wire(
-    server: Any,
+    framework: Framework[Any],
     store: ReplayEventStore,
     settings: Settings,
     build: Callable[[], Any],
     *,
-    fastmcp: bool = False,
     tasks: ReplayTasks | None = None,
     subscriptions: SubscriptionBus | None = None,
     request_state: RequestStateSecurity | None = None,
@@ -163,63 +268,54 @@ def wire(
 ) -> Any:
     """Build the app with ``build()`` and make it a replica of every app on ``store``.
 
-    ``server`` is an ``MCPServer``, a low-level ``Server`` or (``fastmcp``) a
-    ``FastMCP``. Before ``build()``: the tasks extension, the ``requestState``
-    policy and the listen bus are put on the server. After: its session
-    manager is adopted (FastMCP builds it in its lifespan: adopted there),
-    the health check is added, and the app's lifespan runs, outermost
-    first, ``outer``, the log cap, the tasks, the bus, the key ring, the
-    app's own lifespan, the background scan for orphaned tasks, then the
-    watch for the server's stop (the drain); the garbage collector is tuned
-    once all of it started (``process``: :class:`Process`). With tasks, a
-    ``tasks/*`` request whose ``Mcp-Name`` disagrees with its body is refused
-    (:func:`task_name_header`). ``metrics_path``: where the app answers
-    Prometheus scrapes (:func:`~replaystore.mcp.metrics.serve_metrics`).
+    ``framework`` is the server the app is built on (:class:`Framework`).
+    Before ``build()``: the tasks extension, the ``requestState`` policy and
+    the listen bus are put on the server. After: its session managers are
+    adopted (when the app starts, if the server builds them then), the
+    health check is added, and the app's lifespan runs, outermost first,
+    ``outer``, the log cap, the tasks, the bus, the key ring, the app's own
+    lifespan, the background scan for orphaned tasks, then the watch for the
+    server's stop (the drain); the garbage collector is tuned once all of it
+    started (``process``: :class:`Process`). With tasks, a ``tasks/*``
+    request whose ``Mcp-Name`` disagrees with its body is refused
+    (:meth:`~replaystore.mcp.tasks.ReplayTasks.name_header`).
+    ``metrics_path``: where the app answers Prometheus scrapes
+    (:func:`~replaystore.mcp.metrics.serve_metrics`).
     """
     buffer = store.buffer
+    # Resolved once: each part below is handed what it keeps in the store.
+    coordination = coordination_of(buffer.backend)
     process = process if process is not None else Process()
     shared = Shared(tasks=tasks)
     watch(shared)
-    lowlevel = server._mcp_server if fastmcp else lowlevel_server(server)
+    lowlevel = framework.lowlevel
     if tasks is not None:
-        tasks.bind(buffer, server)
+        tasks.serve(framework.server)
+        tasks.keep_in(coordination, buffer.backend)
         tasks.store_timeout = settings.store_timeout
         tasks.drain_seconds = process.drain_seconds
-        if fastmcp:
-            from .fastmcp.tasks import FastMCPTasks, TaskContexts, tool_names
-
-            tasks.served_by(lambda: tool_names(server))
-            server.add_extension(FastMCPTasks(tasks))
-            server.add_transform(TaskContexts())
-        lowlevel.middleware.append(task_name_header)
+        framework.serve_tasks(tasks)
+        lowlevel.middleware.append(tasks.name_header)
     _share_request_state(
         shared,
-        server,
-        lowlevel,
-        buffer,
+        framework,
+        coordination,
         request_state,
         share,
-        fastmcp,
         once=request_state_once,
         secret=request_state_secret,
         store_timeout=settings.store_timeout,
     )
-    _share_listen(shared, server, lowlevel, buffer, subscriptions, share, fastmcp)
+    _share_listen(shared, framework, coordination, subscriptions, share)
     app = build()
     if tasks is not None:
         # A task request the store did not serve: 503 with Retry-After, as on a session.
         app.add_middleware(UnavailableStatus)
-    if not fastmcp:
-        sdk_manager = cast(_ServesStreamableHTTP, server).session_manager
+    if not framework.starts_managers:
+        for manager in framework.session_managers(app):
+            _adopt(app, manager, store, settings, shared, process.check_store, coordination)
         if tasks is not None:
-            tasks.json_responses = sdk_manager.json_response
-            advertised = getattr(lowlevel, "extensions", None)  # what the SDK read at binding
-            if isinstance(advertised, dict) and tasks.identifier in advertised:
-                advertised[tasks.identifier] = tasks.settings()
-        manager = ReplaySessionManager.adopt(sdk_manager, store, settings)
-        shared.managers.append(manager)
-        add_health_route(app, manager)
-        manager.store_checked = not process.check_store
+            framework.advertise(tasks)
     app.state.replaystore = shared
     if metrics_path is not None:
         observer = serve_metrics(app, metrics_path)
@@ -244,32 +340,55 @@ def wire(
             if shared.key_ring is not None:
                 await stack.enter_async_context(shared.key_ring.running())
             state = await stack.enter_async_context(inner(starlette_app))
-            if fastmcp:
-                await _adopt_fastmcp(stack, app, store, settings, shared, process.check_store)
+            if framework.starts_managers:
+                # The server entered each manager's run() before it could be adopted.
+                for manager in framework.session_managers(app):
+                    adopted = _adopt(
+                        app, manager, store, settings, shared, process.check_store, coordination
+                    )
+                    await stack.enter_async_context(adopted.replicating())
             if tasks is not None:
                 # Once the server runs: a tool it runs again needs its lifespan state.
                 managers = shared.managers
-                lifespan_state = (lambda: managers[0]._lifespan_state) if managers else None
-                await stack.enter_async_context(tasks.reaping(lifespan_state))
+                state_of = (lambda: lifespan_state(managers[0])) if managers else None
+                await stack.enter_async_context(tasks.reaping(state_of))
             await stack.enter_async_context(
                 draining_on_stop(shared.managers, tasks, process.drain_seconds)
             )
             # What start-up built stays: see replaystore.mcp.process.
-            _tune_collector_once(process.collector_threshold)
+            tune_collector_once(process.collector_threshold)
             yield state
 
     app.router.lifespan_context = lifespan
     return app
 
 
+def _adopt(
+    app: Any,
+    manager: StreamableHTTPSessionManager,
+    store: ReplayEventStore,
+    settings: Settings,
+    shared: Shared,
+    check_store: bool,
+    coordination: Coordination,
+) -> ReplaySessionManager:
+    """Adopt one of the server's session managers, before it serves any request."""
+    if shared.tasks is not None:
+        shared.tasks.json_responses = manager.json_response
+    adopted = ReplaySessionManager.adopt(manager, store, settings, coordination=coordination)
+    adopted.store_checked = not check_store
+    shared.managers.append(adopted)
+    if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
+        add_health_route(app, adopted)
+    return adopted
+
+
 def _share_request_state(
     shared: Shared,
-    server: Any,
-    lowlevel: Any,
-    buffer: ReplayBuffer,
+    framework: Framework[Any],
+    coordination: Coordination,
     given: RequestStateSecurity | None,
     share: bool,
-    fastmcp: bool,
     *,
     once: bool,
     secret: Secret | None,
@@ -291,23 +410,19 @@ def _share_request_state(
     Whichever policy seals, with ``share`` and ``once`` each token runs its
     round once across the replicas (:class:`SingleUseBoundary`).
     """
+    lowlevel = framework.lowlevel
     index, boundary = _boundary(lowlevel)
-    current = getattr(boundary, "_security", None)
+    current = boundary_security(boundary)
     shared.request_state = current
     policy = given
     if policy is None:
         if boundary is None:
             return
-        assert isinstance(current, RequestStateSecurity)
-        own = (
-            getattr(server, "_request_state_security", None) is not None
-            if fastmcp
-            else not isinstance(getattr(current, "codec", None), AESGCMRequestStateCodec)
-        )
-        if own:
+        assert current is not None
+        if framework.own_request_state(current):
             policy = current
         elif not share:
-            if coordination_of(buffer.backend).spans_processes:
+            if coordination.spans_processes:
                 # Said once, when the app is built: never accepted silently.
                 logger.warning(
                     "share=False: requestState is sealed under the server's own key; unless "
@@ -317,7 +432,7 @@ def _share_request_state(
             return
         else:
             ring = StoreKeyRing(fallback=current.codec, secret=secret)
-            ring.bind(buffer)
+            ring.keep_in(coordination)
             policy = RequestStateSecurity(
                 codec=ring,
                 ttl=current.ttl,
@@ -333,35 +448,12 @@ def _share_request_state(
             SingleUseBoundary(
                 policy,
                 default_audience=lowlevel.name,
-                coordination=coordination_of(buffer.backend),
+                coordination=coordination,
                 store_timeout=store_timeout,
             ),
         )
     elif policy is not current:
         _install(lowlevel, index, RequestStateBoundary(policy, default_audience=lowlevel.name))
-
-
-#: The methods of the tasks extension that name a task (``Mcp-Name: <taskId>``).
-_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
-
-
-async def task_name_header(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-    """Refuse a ``tasks/*`` request whose ``Mcp-Name`` header names another task than its body.
-
-    The tasks extension has clients mirror ``params.taskId`` into
-    ``Mcp-Name`` so that a balancer may route on it; a server that reads the
-    body must refuse a request whose header and body disagree (-32020,
-    HTTP 400), as the SDK does for ``tools/call``. A request without the
-    header is served (clients of earlier drafts do not send it).
-    """
-    # The HTTP request the message came in (None on other transports).
-    headers = getattr(ctx.request, "headers", None) if ctx.method in _TASK_METHODS else None
-    header = headers.get(MCP_NAME_HEADER) if headers is not None else None
-    if header is not None:
-        task_id = (ctx.params or {}).get("taskId")
-        if isinstance(task_id, str) and decode_header_value(header) != task_id:
-            raise MCPError(HEADER_MISMATCH, f"{MCP_NAME_HEADER} header does not match taskId")
-    return await call_next(ctx)
 
 
 def _boundary(lowlevel: Any) -> tuple[int, Any]:
@@ -380,49 +472,23 @@ def _install(lowlevel: Any, index: int, boundary: RequestStateBoundary) -> None:
 
 def _share_listen(
     shared: Shared,
-    server: Any,
-    lowlevel: Any,
-    buffer: ReplayBuffer,
+    framework: Framework[Any],
+    coordination: Coordination,
     given: SubscriptionBus | None,
     share: bool,
-    fastmcp: bool,
 ) -> None:
     """Serve ``subscriptions/listen`` from a bus every replica publishes into.
 
-    The bus ``given`` to the app wins, then one given to the ``MCPServer``
-    (``MCPServer(subscriptions=...)``); the SDK's in-process default is
-    replaced by a :class:`StoreSubscriptionBus`. A server that does not serve
-    the method (``MCPServer(subscriptions=False)``, a low-level ``Server``
-    without a handler) is left so unless a bus is given.
+    The bus ``given`` to the app wins, then one the application gave the
+    server; the server's in-process default is replaced by a
+    :class:`StoreSubscriptionBus` (:meth:`Framework.serve_listen`).
     """
     tasks = shared.tasks
-    if fastmcp:
-        bus = given if given is not None else (StoreSubscriptionBus() if share else None)
-        if bus is None:
-            return
-        from .fastmcp.listen import ListenMiddleware
-
-        server.add_middleware(ListenMiddleware(_listen_handler(bus, tasks)))
-    else:
-        current = None
-        if server is not lowlevel:  # an MCPServer: its bus
-            check_server(server, "_subscriptions")
-            current = server._subscriptions
-        serves = lowlevel.get_request_handler("subscriptions/listen") is not None
-        if given is not None:
-            bus = given
-        elif current is not None and serves:
-            default = isinstance(current, InMemorySubscriptionBus)
-            bus = StoreSubscriptionBus() if share and default else current
-        else:
-            return
-        if current is not None:
-            server._subscriptions = bus  # what ctx.notify_* publishes to
-        lowlevel.add_request_handler(
-            "subscriptions/listen", SubscriptionsListenRequestParams, _listen_handler(bus, tasks)
-        )
+    bus = framework.serve_listen(given, share, lambda bus: _listen_handler(bus, tasks))
+    if bus is None:
+        return
     if isinstance(bus, StoreSubscriptionBus):
-        bus.bind(buffer)
+        bus.keep_in(coordination)
     shared.subscriptions = bus
 
 
@@ -441,28 +507,6 @@ def _listen_handler(bus: SubscriptionBus, tasks: ReplayTasks | None) -> Any:
     return EndsOnGap(handler, bus) if isinstance(bus, StoreSubscriptionBus) else handler
 
 
-async def _adopt_fastmcp(
-    stack: AsyncExitStack,
-    app: Any,
-    store: ReplayEventStore,
-    settings: Settings,
-    shared: Shared,
-    check_store: bool,
-) -> None:
-    """FastMCP built its session manager in its lifespan: adopt it now, before any request."""
-    managers = session_managers(app)
-    for manager in managers:
-        if shared.tasks is not None:
-            shared.tasks.json_responses = manager.json_response
-        adopted = ReplaySessionManager.adopt(manager, store, settings)
-        adopted.store_checked = not check_store
-        shared.managers.append(adopted)
-        # FastMCP entered the manager's run() before it could be adopted.
-        await stack.enter_async_context(adopted.replicating())
-        if not any(getattr(r, "path", None) == HEALTH_PATH for r in app.router.routes):
-            add_health_route(app, adopted)
-
-
 class _ServesStreamableHTTP(Protocol):
     """``MCPServer`` and the low-level ``Server`` both have these."""
 
@@ -472,8 +516,9 @@ class _ServesStreamableHTTP(Protocol):
     def session_manager(self) -> StreamableHTTPSessionManager: ...
 
 
-def streamable_http_app(
-    server: Any,
+def http_app(
+    framework: Framework[_App],
+    /,
     buffer: ReplayBuffer | ReplayEventStore,
     *,
     observer: ResumptionObserver | None = None,
@@ -493,7 +538,72 @@ def streamable_http_app(
     check_store: bool = True,
     metrics_path: str | None = None,
     **kwargs: Any,
-) -> Starlette:
+) -> _App:
+    """The app of ``framework``'s server, resumable through ``buffer``.
+
+    The one signature of :func:`streamable_http_app` and
+    :func:`~replaystore.mcp.fastmcp_http_app`, each of which documents it
+    for its server (:func:`serving` makes them).
+    """
+    if "event_store" in kwargs:
+        raise TypeError("pass the buffer instead of event_store")
+    framework.check(kwargs)
+    process = Process(drain_seconds, collector_threshold, log_record_limit, check_store)
+    store = as_event_store(buffer, observer)
+    settings = Settings(
+        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
+    )
+    app: _App = wire(
+        framework,
+        store,
+        settings,
+        lambda: framework.build(kwargs),
+        tasks=tasks,
+        subscriptions=subscriptions,
+        request_state=request_state,
+        request_state_once=request_state_once,
+        request_state_secret=request_state_secret,
+        share=share,
+        outer=store.buffer if close_buffer else None,
+        process=process,
+        metrics_path=metrics_path,
+    )
+    return app
+
+
+_P = ParamSpec("_P")
+
+
+def serving(
+    framework: Callable[[Any], Framework[_App]],
+    build: Callable[Concatenate[Framework[_App], _P], _App],
+    name: str,
+    doc: str,
+) -> Callable[Concatenate[Any, _P], _App]:
+    """An app builder with the signature of ``build`` (:func:`http_app`) for ``framework``.
+
+    Its first argument is the server (wrapped once, by ``framework``), the
+    others are :func:`http_app`'s: every builder takes exactly the same
+    options, spelled once.
+    """
+
+    def app(server: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _App:
+        return build(framework(server), *args, **kwargs)
+
+    signature = inspect.signature(build)
+    first, *rest = signature.parameters.values()
+    app.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[first.replace(name="server", annotation="Any"), *rest]
+    )
+    app.__name__ = app.__qualname__ = name
+    app.__doc__ = doc
+    return app
+
+
+streamable_http_app = serving(
+    SDKServer,
+    http_app,
+    "streamable_http_app",
     """The SDK's ``server.streamable_http_app(...)``, resumable through ``buffer``.
 
     ``server`` is an ``MCPServer`` or a low-level ``Server``; ``kwargs`` are
@@ -538,31 +648,8 @@ def streamable_http_app(
     while it runs (``None`` to leave the log alone); ``check_store``: what
     the store must give a replica is checked once at start, each problem
     logged in one line.
-    """
-    if "event_store" in kwargs:
-        raise TypeError("pass the buffer instead of event_store")
-    process = Process(drain_seconds, collector_threshold, log_record_limit, check_store)
-    store = as_event_store(buffer, observer)
-    settings = Settings(
-        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
-    )
-    typed = cast(_ServesStreamableHTTP, server)
-    app: Starlette = wire(
-        server,
-        store,
-        settings,
-        lambda: typed.streamable_http_app(**kwargs),
-        tasks=tasks,
-        subscriptions=subscriptions,
-        request_state=request_state,
-        request_state_once=request_state_once,
-        request_state_secret=request_state_secret,
-        share=share,
-        outer=store.buffer if close_buffer else None,
-        process=process,
-        metrics_path=metrics_path,
-    )
-    return app
+    """,
+)
 
 
 def manager_of(app: Any) -> ReplaySessionManager:

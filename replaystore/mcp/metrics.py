@@ -27,6 +27,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "TASK_ENDS",
     "UNAVAILABLE",
     "CountingObserver",
+    "Held",
+    "Holder",
     "PrometheusObserver",
     "ResumptionObserver",
     "count_drain",
@@ -55,8 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
     from starlette.applications import Starlette
-
-    from .app import Shared
 
 #: The start of every metric name.
 NAMESPACE = "replaystore_mcp"
@@ -232,10 +233,29 @@ class _Instruments:
         registry.register(_Gauges())
 
 
+@dataclass
+class Held:
+    """What one app holds at a scrape: the gauges add these up over every app of the process."""
+
+    sessions: int = 0
+    request_leases: int = 0
+    #: One state per task running here (``working``, ``input_required``).
+    task_states: list[str] = field(default_factory=list)
+    listening: int = 0
+
+
+class Holder(Protocol):
+    """An app, as the gauges read it (the wiring's state of each app)."""
+
+    def held(self) -> Held:
+        """What the app holds now."""
+        ...
+
+
 _lock = threading.Lock()
 _instruments: _Instruments | None = None
-#: What every app of the process shares (its sessions, leases, tasks, listen streams).
-_apps: weakref.WeakSet[Shared] = weakref.WeakSet()
+#: What every app of the process holds (its sessions, leases, tasks, listen streams).
+_apps: weakref.WeakSet[Holder] = weakref.WeakSet()
 
 
 def instruments() -> _Instruments:
@@ -253,9 +273,9 @@ def instruments() -> _Instruments:
         return _instruments
 
 
-def watch(shared: Shared) -> None:
+def watch(app: Holder) -> None:
     """Count what an app holds in the gauges (kept as long as the app lives)."""
-    _apps.add(shared)
+    _apps.add(app)
 
 
 def unavailable_reason(data: Mapping[str, Any] | None) -> str:
@@ -305,17 +325,13 @@ class _Gauges:
 
         sessions = request_leases = task_leases = listening = 0
         states: Counter[str] = Counter({"working": 0, "input_required": 0})
-        for shared in list(_apps):
-            for manager in shared.managers:
-                sessions += manager.sessions_open
-                request_leases += manager.replica.leases_held
-            if shared.tasks is not None:
-                for state in shared.tasks.running_states():
-                    states[state] += 1
-                    task_leases += 1
-            bus = shared.shared_bus
-            if bus is not None:
-                listening += bus.listeners
+        for app in list(_apps):
+            held = app.held()
+            sessions += held.sessions
+            request_leases += held.request_leases
+            states.update(held.task_states)
+            task_leases += len(held.task_states)
+            listening += held.listening
         yield GaugeMetricFamily(SESSIONS, "Sessions this replica serves.", value=sessions)
         leases = GaugeMetricFamily(LEASES, "Leases this replica holds, by kind.", labels=["kind"])
         leases.add_metric(["request"], request_leases)

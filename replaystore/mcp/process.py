@@ -39,14 +39,19 @@ import gc
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .settings import DEFAULT_DRAIN_SECONDS
 
 __all__ = [
     "COLLECTOR_THRESHOLD",
     "LOG_RECORD_LIMIT",
     "CappedRecords",
+    "Process",
     "capped",
     "capping_records",
     "tune_collector",
+    "tune_collector_once",
 ]
 
 #: Net allocations between two young collections (CPython's default: 700).
@@ -133,3 +138,44 @@ def capping_records(limit: int | None = LOG_RECORD_LIMIT) -> Iterator[None]:
     finally:
         for handler, cap in added:
             handler.removeFilter(cap)
+
+
+@dataclass(frozen=True)
+class Process:
+    """What an app does to the process it runs in (the wiring's keyword arguments of that name).
+
+    ``drain_seconds``: on the server's stop (``SIGTERM``, Ctrl-C), how long
+    running requests and tasks may finish while no new work is taken
+    (:mod:`~replaystore.mcp.stopping`). ``collector_threshold``: the
+    garbage collector tuned once the app started
+    (:func:`~replaystore.mcp.tune_collector`; None leaves it alone).
+    ``log_record_limit``: the longest log record written while the app runs,
+    in characters (:mod:`~replaystore.mcp.process`; None leaves the log alone).
+    ``check_store``: check what the store must give a replica once, in the
+    background, at start (:meth:`~replaystore.mcp.ReplaySessionManager.check_store`).
+    """
+
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    collector_threshold: int | None = COLLECTOR_THRESHOLD
+    log_record_limit: int | None = LOG_RECORD_LIMIT
+    check_store: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.drain_seconds <= 3600:
+            raise ValueError(f"drain_seconds must be 0 to 3600, not {self.drain_seconds}")
+        if self.collector_threshold is not None and self.collector_threshold < 1:
+            raise ValueError("collector_threshold must be at least 1 or None")
+        if self.log_record_limit is not None and self.log_record_limit < 1:
+            raise ValueError("log_record_limit must be at least 1 or None")
+
+
+#: The collector is tuned once per process, by the first app that starts.
+_collector_tuned = False
+
+
+def tune_collector_once(threshold: int | None) -> None:
+    """:func:`tune_collector` with ``threshold``, by the first app of the process that starts."""
+    global _collector_tuned
+    if threshold is not None and not _collector_tuned:
+        _collector_tuned = True
+        tune_collector(threshold)

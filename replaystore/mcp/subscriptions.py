@@ -54,7 +54,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams
 
-from ..backends.coordination import EventLog, coordination_of
+from ..backends.coordination import Coordination, EventLog, coordination_of
 from ..buffer import ReplayBuffer
 
 __all__ = ["EVENTS_LOST", "EndsOnGap", "StoreSubscriptionBus", "decode_event", "encode_event"]
@@ -118,9 +118,12 @@ class StoreSubscriptionBus:
     def bind(self, buffer: ReplayBuffer) -> None:
         """Share events through the store of ``buffer``."""
         if self._events is None:
-            self._events = coordination_of(buffer.backend).listen_events(
-                keep=self.keep, block=self.block
-            )
+            self.keep_in(coordination_of(buffer.backend))
+
+    def keep_in(self, coordination: Coordination) -> None:
+        """Share events through ``coordination``'s event log (the store's), unless already bound."""
+        if self._events is None:
+            self._events = coordination.listen_events(keep=self.keep, block=self.block)
 
     @property
     def listeners(self) -> int:

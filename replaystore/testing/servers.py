@@ -682,7 +682,7 @@ def _wait_for_cluster(handle: ServerHandle, masters: int) -> None:
 
 
 # --------------------------------------------------------------------------
-# TLS and Sentinel (used by tests/redis/test_tls_sentinel.py)
+# TLS and Sentinel (used by tests/backends/redis/test_tls_sentinel.py)
 # --------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from replaystore.testing.servers import find_free_port
-from tests.mcp.test_balancers import _ensure_balancers, _start_balancers
+from tests.mcp._balancers import _ensure_balancers, _start_balancers
 
 pytestmark = pytest.mark.realserver
 

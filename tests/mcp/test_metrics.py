@@ -25,7 +25,7 @@ from replaystore import ReplayBuffer
 from replaystore.mcp import metrics, streamable_http_app
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import PV, RawSession, ServerProcess, metric, spawn_replica, wait_ready
-from tests.mcp.test_tasks import Modern
+from tests.mcp.tasks._support import Modern
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,7 @@ import redis
 
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import RawSession, spawn_replica, wait_ready
-from tests.mcp.test_task_drain import _task_field
-from tests.mcp.test_tasks import Modern
+from tests.mcp.tasks._support import Modern, _task_field
 
 pytestmark = pytest.mark.anyio
 

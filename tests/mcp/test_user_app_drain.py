@@ -36,8 +36,8 @@ from replaystore.mcp import streamable_http_app
 from replaystore.mcp.client import ResumingSession
 from replaystore.testing.servers import ServerHandle, find_free_port
 from replaystore.testing.sse import sse_events
+from tests.mcp._balancers import ROOT, Replica, _ensure_balancers, _start_balancers
 from tests.mcp._support import START_TIMEOUT, RawSession, progress_of, result_text
-from tests.mcp.test_balancers import ROOT, Replica, _ensure_balancers, _start_balancers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 

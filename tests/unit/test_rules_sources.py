@@ -3,7 +3,7 @@
 * The Lua scripts gather facts and never name a verdict: no verdict value and
   no reason code appears in them. ``facts.lua`` checks a few named conditions
   to tear a session down in the same call; the client maps each to its code,
-  and ``tests/redis/test_teardown_rules.py`` compares them with the rules.
+  and ``tests/backends/redis/test_teardown_rules.py`` compares them with the rules.
 * Every (verdict, reason) pair the Python rules can produce is a pair the
   reason table knows, with that verdict; so is every verdict ``replaystore.mcp``
   reaches on its own.

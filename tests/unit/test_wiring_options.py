@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
+import anyio
 import pytest
 from fastmcp import FastMCP
 from mcp.server.mcpserver import MCPServer
@@ -39,3 +41,41 @@ def test_manager_of_names_what_it_was_given() -> None:
     # FastMCP builds its session manager when the app starts.
     with pytest.raises(RuntimeError, match="has not started"):
         manager_of(fastmcp_http_app(FastMCP("x"), ReplayBuffer.from_url("memory://")))
+
+
+def test_both_app_builders_take_the_same_options() -> None:
+    """One signature: what one builder takes, the other takes too (the server aside)."""
+    sdk = inspect.signature(streamable_http_app).parameters
+    fast = inspect.signature(fastmcp_http_app).parameters
+    assert list(sdk) == list(fast)
+    assert "close_buffer" in fast
+    for name, parameter in sdk.items():
+        assert fast[name].default == parameter.default, name
+
+
+class _Closing(ReplayBuffer):
+    """A memory buffer that counts how often the app closed it."""
+
+    closed = 0
+
+    async def aclose(self) -> None:
+        self.closed += 1
+        await super().aclose()
+
+
+@pytest.mark.parametrize("kind", ["sdk", "fastmcp"])
+def test_either_app_closes_its_buffer_when_told(kind: str) -> None:
+    for close in (True, False):
+        buffer = _Closing(ReplayBuffer.from_url("memory://").backend)
+        options: dict[str, Any] = {"close_buffer": close, "check_store": False}
+        if kind == "sdk":
+            app = streamable_http_app(MCPServer("x"), buffer, **options)
+        else:
+            app = fastmcp_http_app(FastMCP("x"), buffer, **options)
+
+        async def run(app: Any = app) -> None:
+            async with app.router.lifespan_context(app):
+                pass
+
+        anyio.run(run)
+        assert buffer.closed == (1 if close else 0), (kind, close)

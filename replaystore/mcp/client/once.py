@@ -65,7 +65,7 @@ class OncePerStream(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    def _seen(self, key: _Key, event_id: str) -> bool:
+    def seen(self, key: _Key, event_id: str) -> bool:
         """True if ``event_id`` was already passed on in this stream; else remember it."""
         ids = self._delivered.get(key)
         if ids is None:
@@ -112,7 +112,7 @@ class _Once(httpx2.AsyncByteStream):
                 event_id = (value[1:] if value.startswith(b" ") else value).decode(
                     "utf-8", "replace"
                 )
-                return bool(event_id) and self._once._seen(self._key, event_id)
+                return bool(event_id) and self._once.seen(self._key, event_id)
         return False
 
     async def aclose(self) -> None:

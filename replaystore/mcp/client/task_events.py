@@ -43,7 +43,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import httpx2
@@ -62,12 +62,30 @@ from .answers import (
     transient,
 )
 
-if TYPE_CHECKING:
-    from .tasks import TaskClient
-
-__all__ = ["EventsGoneError", "TaskEvent", "TaskEventStream", "TaskStreamError"]
+__all__ = ["EventsGoneError", "TaskEvent", "TaskEventStream", "TaskRequests", "TaskStreamError"]
 
 OnGone = Literal["raise", "earliest"]
+
+
+class TaskRequests(Protocol):
+    """What a stream reads through: a :class:`~replaystore.mcp.client.TaskClient`.
+
+    Its URL and HTTP client, how it sends a request again (``backoff``
+    doubling up to ``max_backoff``, for ``retry_for`` seconds), and the
+    envelope of one request.
+    """
+
+    url: str
+    retry_for: float
+    backoff: float
+    max_backoff: float
+
+    @property
+    def http(self) -> httpx2.AsyncClient: ...
+
+    def envelope(
+        self, request_id: str, method: str, params: Mapping[str, Any], name: str
+    ) -> tuple[dict[str, Any], dict[str, str]]: ...
 
 
 @dataclass(frozen=True)
@@ -115,7 +133,7 @@ class TaskEventStream:
 
     def __init__(
         self,
-        client: TaskClient,
+        client: TaskRequests,
         task_id: str,
         *,
         after: int | None = None,

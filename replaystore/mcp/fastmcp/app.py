@@ -13,65 +13,102 @@ No module global is patched, so other FastMCP apps in the process are untouched.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from ...buffer import ReplayBuffer
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
 from .._sdk.checked import check as check_sdk
-from ..app import Process, session_managers, wire
-from ..metrics import ResumptionObserver
-from ..process import COLLECTOR_THRESHOLD, LOG_RECORD_LIMIT
-from ..sessions.event_store import ReplayEventStore, as_event_store
-from ..settings import (
-    DEFAULT_CHECK_INTERVAL,
-    DEFAULT_DRAIN_SECONDS,
-    DEFAULT_LEASE_TTL,
-    DEFAULT_STORE_TIMEOUT,
-    Settings,
-)
+from .._sdk.servers import fastmcp_lowlevel, fastmcp_own_request_state
+from ..app import http_app, serving, session_managers
+from ..subscriptions import StoreSubscriptionBus
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
     from mcp.server.subscriptions import SubscriptionBus
 
-    from ..request_state import Secret
     from ..tasks.extension import ReplayTasks
 
-__all__ = ["fastmcp_http_app"]
+__all__ = ["FastMCPServer", "fastmcp_http_app"]
 
 
-def fastmcp_http_app(
-    mcp: Any,
-    buffer: ReplayBuffer | ReplayEventStore,
-    *,
-    observer: ResumptionObserver | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-    check_interval: float = DEFAULT_CHECK_INTERVAL,
-    store_timeout: float = DEFAULT_STORE_TIMEOUT,
-    tasks: ReplayTasks | None = None,
-    subscriptions: SubscriptionBus | None = None,
-    request_state: RequestStateSecurity | None = None,
-    request_state_once: bool = True,
-    request_state_secret: Secret | None = None,
-    share: bool = True,
-    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
-    collector_threshold: int | None = COLLECTOR_THRESHOLD,
-    log_record_limit: int | None = LOG_RECORD_LIMIT,
-    check_store: bool = True,
-    metrics_path: str | None = None,
-    **kwargs: Any,
-) -> Any:
-    """``mcp.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
+class FastMCPServer:
+    """A ``fastmcp.FastMCP`` server, as the app wiring sees it.
 
-    ``mcp`` is a ``fastmcp.FastMCP``; ``kwargs`` are those of ``http_app``
+    The :class:`~replaystore.mcp.app.Framework` of FastMCP, which builds its
+    session managers when the app starts, serves tasks through its own
+    extension point, and answers ``subscriptions/listen`` only through a
+    middleware.
+    """
+
+    starts_managers = True
+
+    def __init__(self, server: Any) -> None:
+        check_sdk(fastmcp=True)
+        self.server = server
+        self.lowlevel = fastmcp_lowlevel(server)
+
+    def check(self, kwargs: dict[str, Any]) -> None:
+        """Streamable HTTP only: no other transport resumes."""
+        if kwargs.get("transport", "http") not in ("http", "streamable-http"):
+            raise ValueError("resumability needs the streamable HTTP transport")
+
+    def build(self, kwargs: dict[str, Any]) -> Any:
+        app = self.server.http_app(**kwargs)
+        if not kwargs.get("stateless_http"):
+            _expect_manager(app)
+        return app
+
+    def serve_tasks(self, tasks: ReplayTasks) -> None:
+        """Add ``tasks`` as a FastMCP extension, with the transform making ``ctx.elicit`` work."""
+        from .tasks import FastMCPTasks, TaskContexts, tool_names
+
+        server = self.server
+        tasks.served_by(lambda: tool_names(server))
+        server.add_extension(FastMCPTasks(tasks))
+        server.add_transform(TaskContexts())
+
+    def own_request_state(self, current: RequestStateSecurity) -> bool:
+        """``FastMCP(request_state_security=...)``: FastMCP keeps it apart from its default."""
+        return fastmcp_own_request_state(self.server)
+
+    def serve_listen(
+        self,
+        given: SubscriptionBus | None,
+        share: bool,
+        handler: Callable[[SubscriptionBus], Any],
+    ) -> SubscriptionBus | None:
+        """FastMCP alone answers -32601: served through :class:`ListenMiddleware`."""
+        bus = given if given is not None else (StoreSubscriptionBus() if share else None)
+        if bus is None:
+            return None
+        from .listen import ListenMiddleware
+
+        self.server.add_middleware(ListenMiddleware(handler(bus)))
+        return bus
+
+    def session_managers(self, app: Any) -> list[StreamableHTTPSessionManager]:
+        return session_managers(app)
+
+    def advertise(self, tasks: ReplayTasks) -> None:
+        """FastMCP asks :class:`FastMCPTasks` for its settings whenever it advertises them."""
+
+
+fastmcp_http_app = serving(
+    FastMCPServer,
+    http_app,
+    "fastmcp_http_app",
+    """``server.http_app(**kwargs)`` with ``buffer`` as its resumable event store.
+
+    ``server`` is a ``fastmcp.FastMCP``; ``kwargs`` are those of ``http_app``
     (``path``, ``retry_interval``, ``middleware`` …) except ``event_store`` and
     ``transport`` (always streamable HTTP). Returns FastMCP's Starlette app;
     mount it with ``lifespan=app.lifespan`` as usual. Once running, the app
     also answers the health check at ``/healthz``.
 
     ``tasks``: a :class:`~replaystore.mcp.tasks.ReplayTasks` (not registered
-    on ``mcp`` yet): it is added to ``mcp`` as a FastMCP extension
+    on ``server`` yet): it is added to ``server`` as a FastMCP extension
     (:class:`~replaystore.mcp.fastmcp.FastMCPTasks`, with the
     :class:`~replaystore.mcp.fastmcp.TaskContexts` transform that lets
     task tools ask for input through ``ctx.elicit``), its tasks are kept in
@@ -95,41 +132,11 @@ def fastmcp_http_app(
     ``drain_seconds``, ``collector_threshold``, ``log_record_limit`` and
     ``check_store``: what the app does to its process, as with
     :func:`~replaystore.mcp.streamable_http_app` (served by uvicorn, it
-    drains when told to stop). :func:`~replaystore.mcp.manager_of` gives its
+    drains when told to stop). The buffer is closed when the app stops only
+    with ``close_buffer=True``. :func:`~replaystore.mcp.manager_of` gives its
     session manager once it started.
-    """
-    check_sdk(fastmcp=True)
-    if "event_store" in kwargs:
-        raise TypeError("pass the buffer instead of event_store")
-    if kwargs.get("transport", "http") not in ("http", "streamable-http"):
-        raise ValueError("resumability needs the streamable HTTP transport")
-    process = Process(drain_seconds, collector_threshold, log_record_limit, check_store)
-    store = as_event_store(buffer, observer)
-    settings = Settings(
-        lease_ttl=lease_ttl, check_interval=check_interval, store_timeout=store_timeout
-    )
-
-    def build() -> Any:
-        app = mcp.http_app(**kwargs)
-        if not kwargs.get("stateless_http"):
-            _expect_manager(app)
-        return app
-
-    return wire(
-        mcp,
-        store,
-        settings,
-        build,
-        fastmcp=True,
-        tasks=tasks,
-        subscriptions=subscriptions,
-        request_state=request_state,
-        request_state_once=request_state_once,
-        request_state_secret=request_state_secret,
-        share=share,
-        process=process,
-        metrics_path=metrics_path,
-    )
+    """,
+)
 
 
 def _expect_manager(app: Any) -> None:

@@ -20,6 +20,8 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from .._sdk.servers import sdk_request_context
+
 __all__ = ["ListenMiddleware"]
 
 
@@ -60,10 +62,8 @@ class ListenMiddleware(Middleware):
         # FastMCP's own request context gives the request id as a string; the
         # subscription id must be the JSON-RPC id as sent, so the handler gets
         # the SDK context FastMCP keeps behind it (its documented escape hatch).
-        request = getattr(wrapper, "_srctx", None)
-        if context.method != "subscriptions/listen" or not isinstance(
-            request, ServerRequestContext
-        ):
+        request = sdk_request_context(wrapper)
+        if context.method != "subscriptions/listen" or request is None:
             return await call_next(context)
         try:
             params = SubscriptionsListenRequestParams.model_validate(context.message)

@@ -37,6 +37,7 @@ from mcp_types import (
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import BaseModel
 
+from .._sdk.servers import sdk_request_context
 from ..tasks.extension import EXTENSION, ReplayTasks, TaskSession
 
 __all__ = ["FastMCPTasks", "TaskContexts"]
@@ -93,7 +94,7 @@ class FastMCPTasks(ServerExtension):
         if support is None or request is None:
             return await call_next()
         # FastMCP's request context wraps the SDK's (its documented escape hatch).
-        sdk_request: ServerRequestContext[Any, Any] = request._srctx
+        sdk_request = sdk_request_context(request)
 
         async def body(run: Any) -> CallToolResult:
             with self._task_request(run, sdk_request, params.name, params.arguments or {}):

@@ -131,7 +131,12 @@ class StoreKeyRing:
     def bind(self, buffer: ReplayBuffer) -> None:
         """Keep the key in the store of ``buffer``."""
         if self._coordination is None:
-            self._coordination = coordination_of(buffer.backend)
+            self.keep_in(coordination_of(buffer.backend))
+
+    def keep_in(self, coordination: Coordination) -> None:
+        """Keep the key through ``coordination`` (the store's), unless already bound."""
+        if self._coordination is None:
+            self._coordination = coordination
 
     @property
     def loaded(self) -> bool:

@@ -6,9 +6,8 @@ holds what makes that look like an ordinary call to the tool: the session
 it talks through (:class:`TaskSession`, which turns a server-to-client
 request into an input request of the task), the principal a task belongs to
 (:func:`default_owner`), and how an ``MCPServer`` runs a stored call again
-(:func:`sdk_rerun`). :class:`~replaystore.mcp.tasks.ReplayTasks` uses them;
-they are apart so that the extension's own module is about the task's life
-(create, run, renew, end) only.
+(:func:`sdk_rerun`). The runner (:mod:`~replaystore.mcp.tasks.runner`) is
+what the session asks through; the extension hands each run its session.
 """
 
 from __future__ import annotations
@@ -16,14 +15,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 import anyio
-from mcp.server.context import HandlerResult
+from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
+from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import BaseModel
 
 from ...errors import StorageError
@@ -31,18 +32,11 @@ from ...taskstore.events import event_blob
 from ...taskstore.records import TaskInputError
 from ...taskstore.sep2694 import PROGRESS_TYPE
 from .leases import Run
+from .runner import Rerun, TaskRunner
 
-if TYPE_CHECKING:
-    from .extension import ReplayTasks
-
-__all__ = ["Rerun", "TaskSession", "default_owner", "result_of", "sdk_rerun", "sdk_tool_names"]
+__all__ = ["TaskSession", "default_owner", "run_context", "sdk_rerun", "sdk_tool_names"]
 
 logger = logging.getLogger("replaystore.mcp.tasks")
-
-#: Runs a task's stored call again: ``(tool, arguments, run, ctx)`` → the tool's result.
-#: ``ctx`` is the request context of the reader that found the task orphaned,
-#: or None when the background scan did.
-Rerun = Callable[[str, dict[str, Any], Run, Any], Awaitable[HandlerResult]]
 
 
 class TaskSession(ServerSession):
@@ -54,7 +48,7 @@ class TaskSession(ServerSession):
     extension itself carries no progress); log notifications are dropped.
     """
 
-    def __init__(self, inner: ServerSession | None, tasks: ReplayTasks, run: Run) -> None:
+    def __init__(self, inner: ServerSession | None, tasks: TaskRunner, run: Run) -> None:
         # The SDK's constructor is not called: this object only redirects.
         # ``inner`` is None for a run started by the background scan: no
         # client request is behind it, so the client's details are unknown.
@@ -77,7 +71,7 @@ class TaskSession(ServerSession):
         self, request: BaseModel, result_type: type[BaseModel], *args: Any, **kwargs: Any
     ) -> Any:
         wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        answer = await self._replay_tasks._input(self._replay_run, wire)
+        answer = await self._replay_tasks.ask(self._replay_run, wire)
         return result_type.model_validate(answer, by_name=False)
 
     async def emit_event(self, event_type: str, payload: Mapping[str, Any]) -> int:
@@ -163,11 +157,35 @@ def sdk_tool_names(server: MCPServer) -> Callable[[], Awaitable[Collection[str]]
     return names
 
 
-def sdk_rerun(tasks: ReplayTasks, server: MCPServer) -> Rerun:
+def run_context(
+    tasks: TaskRunner,
+    run: Run,
+    ctx: ServerRequestContext[Any, Any] | None,
+    name: str,
+    arguments: dict[str, Any],
+) -> ServerRequestContext[Any, Any]:
+    """The SDK request context a run of a task's tool (``name``, ``arguments``) sees.
+
+    ``ctx`` with the task's session, no SSE stream; for a run the
+    background scan started (``ctx`` None), a context with no client
+    behind it: the task's session alone, the server's lifespan state.
+    """
+    if ctx is None:
+        return ServerRequestContext(
+            session=TaskSession(None, tasks, run),
+            lifespan_context=tasks.lifespan_state,
+            protocol_version=LATEST_MODERN_VERSION,
+            method="tools/call",
+            params={"name": name, "arguments": arguments},
+        )
+    return replace(ctx, session=TaskSession(ctx.session, tasks, run), close_sse_stream=None)
+
+
+def sdk_rerun(tasks: TaskRunner, server: MCPServer) -> Rerun:
     """Run a stored call through ``MCPServer.call_tool``, as a ``tools/call`` would."""
 
     async def rerun(name: str, arguments: dict[str, Any], run: Run, ctx: Any) -> HandlerResult:
-        task_ctx = tasks.run_context(run, ctx, name, arguments)
+        task_ctx = run_context(tasks, run, ctx, name, arguments)
         try:
             result: HandlerResult = await server.call_tool(
                 name, arguments, Context(request_context=task_ctx, mcp_server=server)
@@ -191,11 +209,3 @@ def progress_payload(progress: float, total: float | None, message: str | None) 
     if message is not None:
         payload["message"] = message
     return payload
-
-
-def result_of(value: HandlerResult) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if isinstance(value, BaseModel):
-        return value.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return dict(value)

@@ -20,12 +20,12 @@ client can take an early end for completion.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel
 
 from ...errors import StorageError
@@ -45,9 +45,7 @@ from ...taskstore.sep2694 import (
 from ..refusals import bounded
 from ..unavailable import store_unavailable, stream_closed
 from .params import StreamParams
-
-if TYPE_CHECKING:
-    from .extension import ReplayTasks
+from .runner import TaskRunner
 
 __all__ = ["PAGE", "stream_events"]
 
@@ -72,20 +70,13 @@ def _refusal(verdict: Invalid | EventsGone, task_id: str) -> MCPError:
 
 
 async def stream_events(
-    tasks: ReplayTasks,
+    tasks: TaskRunner,
     ctx: ServerRequestContext[Any, Any],
     params: StreamParams,
     owner: str | None,
 ) -> dict[str, Any]:
-    """Serve one ``tasks/stream`` request (the caller checked the extension and the id's shape).
-
-    Not on an app answering JSON only: the events would be dropped and the
-    empty result read as complete.
-    """
-    if tasks.json_responses:
-        raise MCPError(
-            METHOD_NOT_FOUND, "tasks/stream needs SSE responses; this server answers JSON"
-        )
+    """Serve one ``tasks/stream`` request (the caller checked the extension, the id's shape,
+    and that the app answers with SSE streams)."""
     task_id = params.task_id
     after: object = params.after if "after" in params.model_fields_set else OMITTED
     malformed = None if after is OMITTED else cursor_form(after)

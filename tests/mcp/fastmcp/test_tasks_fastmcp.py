@@ -25,7 +25,7 @@ from replaystore.mcp.subscriptions import StoreSubscriptionBus
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, _popen, find_free_port, sse_events, wait_ready
-from tests.mcp.test_tasks import (
+from tests.mcp.tasks._support import (
     EXTENSION,
     LEASE_SECONDS,
     Modern,

@@ -20,24 +20,15 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import redis
 
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, spawn_replica, wait_ready
-from tests.mcp.test_tasks import Modern, _text
+from tests.mcp.tasks._support import Modern, _task_field, _text
 from tests.plugins.servers import RealServers
 
 pytestmark = pytest.mark.anyio
 
 ENDS = ("completed", "failed", "cancelled")
-
-
-def _task_field(url: str, task_id: str, field: str) -> bytes | None:
-    """A field of the task's record, read raw (behind whatever namespace the app uses)."""
-    with redis.Redis.from_url(url) as lookup:
-        [key] = lookup.keys(f"*{{task:*:{task_id}}}:task")
-        value: bytes | None = lookup.hget(key, field)  # type: ignore[assignment]
-        return value
 
 
 async def _stop(replica: ServerProcess) -> None:

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from replaystore.backends.redis.keys import meta, session_keys, tombstone
 from replaystore.backends.redis.scripts import Library
 from replaystore.backends.redis.teardown import Teardown, still_holds, tear_down
-from replaystore.backends.redis.wire import Wire
+from replaystore.backends.redis.wire import wire_for
 from replaystore.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.anyio
@@ -129,18 +129,19 @@ async def test_lua(client: Any, script: str) -> None:
 async def test_python_transaction(redis_server: ServerHandle) -> None:
     """The transaction ``tear_down`` sends by hand, on the same table."""
     client = aioredis.Redis.from_url(redis_server.url)
-    wire = Wire(client)
-    assert wire.by_hand  # else the transaction is not what runs
+    wire = wire_for(client)
+    transactions = wire.transactions
+    assert transactions is not None  # else the transaction is not what runs
     try:
         for n, (changes, epoch, condition, value, holds) in enumerate(CASES):
             base = _base(n)
             await client.hset(meta(base), mapping=_fields(changes))
             request = Teardown(base, epoch, (condition, value), TOMB, TTL_MS, f"{n:016x}")
             case = (changes, epoch, condition, value)
-            assert await tear_down(wire, [request]) == [holds], case
+            assert await tear_down(transactions, [request]) == [holds], case
             assert bool(await client.exists(meta(base))) is not holds, case
             if holds:
-                assert await tear_down(wire, [request]) == [True], case  # its reply lost
+                assert await tear_down(transactions, [request]) == [True], case  # its reply lost
     finally:
         await wire.give_back()
         await client.aclose()

@@ -177,7 +177,7 @@ def test_restart_loses_data_on_same_port() -> None:
 
 def test_atexit_kills_forgotten_servers(tmp_path: Path) -> None:
     """A process that exits without stop() must not leave servers behind."""
-    repo_root = Path(__file__).resolve().parent.parent
+    repo_root = Path(__file__).resolve().parents[2]
     script = textwrap.dedent(
         """
         from replaystore.testing.servers import redis_server_binary, start_standalone

@@ -3,7 +3,7 @@
 Cases: (1) SDK client resumes, (2) random drops,
 (3) failed resumptions fail closed, (4) session isolation, (5) the
 replay-to-live seam, (6) the GET stream while detached, (7) 2026-07-28
-clients, (9) replicas share verdicts. FastMCP (8) is in ``test_fastmcp.py``.
+clients, (8) FastMCP (``ALSO_ON_FASTMCP``), (9) replicas share verdicts.
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ from tests.mcp._support import (
     result_text,
     sse_events,
 )
+from tests.mcp.sessions._support import STREAM_TIMEOUT, first_event_ids
 
 pytestmark = pytest.mark.anyio
 
+#: The scenarios that run on the FastMCP server too (``fastmcp_http_app``, case 8).
+ALSO_ON_FASTMCP = pytest.mark.parametrize(
+    "sdk", ["sdk-redis", "sdk-memory", "fastmcp"], indirect=True
+)
+
 RESUMPTIONS = "replaystore_mcp_resumptions_total"
-#: Seconds a stream may take to reach its result: a lost event shows up as a hang.
-STREAM_TIMEOUT = 15
 
 
 async def metrics_text(http: httpx.AsyncClient, server: ServerProcess) -> str:
@@ -65,6 +69,7 @@ async def sdk_countdown(url: str, arguments: dict[str, Any]) -> tuple[list[float
 # ------------------------------------------------------------------ case 1
 
 
+@ALSO_ON_FASTMCP
 async def test_sdk_client_resumes_after_server_closes_stream(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:
@@ -120,6 +125,7 @@ async def run_with_random_drops(
     return progress, results, resumes
 
 
+@ALSO_ON_FASTMCP
 async def test_random_drops_are_exactly_once_in_order(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:
@@ -138,21 +144,6 @@ async def test_random_drops_are_exactly_once_in_order(
 
 
 # ------------------------------------------------------------------ case 3
-
-
-async def first_event_ids(session: RawSession, n: int = 3) -> list[str]:
-    """Run a countdown to completion and return the ids it carried."""
-    request_id, body = session.call("countdown", {"n": n, "interval_ms": 0}, token="t")
-    ids: list[str] = []
-    with anyio.fail_after(STREAM_TIMEOUT):
-        async with session.post(body) as response:
-            async for event in sse_events(response):
-                if event.id:
-                    ids.append(event.id)
-                if result_text(event, request_id) is not None:
-                    break
-    assert len(ids) == n + 2  # priming, n progress, result
-    return ids
 
 
 async def expect_fail_closed(session: RawSession, cursor: str, verdict: Verdict) -> dict[str, Any]:
@@ -175,6 +166,7 @@ async def expect_fail_closed(session: RawSession, cursor: str, verdict: Verdict)
 
 
 @pytest.mark.parametrize("cursor", ["not-a-cursor", "4471", ""])
+@ALSO_ON_FASTMCP
 async def test_malformed_cursor_fails_closed(
     sdk: ServerProcess, http: httpx.AsyncClient, cursor: str
 ) -> None:
@@ -185,6 +177,7 @@ async def test_malformed_cursor_fails_closed(
     await expect_fail_closed(session, cursor, Verdict.MALFORMED_CURSOR)
 
 
+@ALSO_ON_FASTMCP
 async def test_forged_epoch_fails_closed(sdk: ServerProcess, http: httpx.AsyncClient) -> None:
     session = await RawSession(http, sdk.url).initialize()
     ids = await first_event_ids(session)
@@ -193,6 +186,7 @@ async def test_forged_epoch_fails_closed(sdk: ServerProcess, http: httpx.AsyncCl
     assert evidence["torn_down"] is True
 
 
+@ALSO_ON_FASTMCP
 async def test_ahead_of_high_water_fails_closed(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:
@@ -205,6 +199,7 @@ async def test_ahead_of_high_water_fails_closed(
     assert evidence["high_water"] < last.position + 1000
 
 
+@ALSO_ON_FASTMCP
 async def test_other_sessions_cursor_fails_closed(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:
@@ -240,6 +235,7 @@ async def test_evicted_cursor_fails_closed(
     )
 
 
+@ALSO_ON_FASTMCP
 async def test_failed_verdict_counted_and_timed(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:
@@ -257,6 +253,7 @@ async def test_failed_verdict_counted_and_timed(
 # ------------------------------------------------------------------ case 4
 
 
+@ALSO_ON_FASTMCP
 async def test_two_sessions_same_stream_names_never_mix(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:
@@ -301,6 +298,7 @@ async def test_two_sessions_same_stream_names_never_mix(
 # ------------------------------------------------------------------ case 5
 
 
+@ALSO_ON_FASTMCP
 async def test_seam_sdk_client_fast_producer(sdk: ServerProcess) -> None:
     progress, text = await sdk_countdown(sdk.url, {"n": 300, "interval_ms": 1, "close_after": 1})
     assert progress == [float(i) for i in range(1, 301)]
@@ -351,6 +349,7 @@ class Seen:
             self.results.append(text)
 
 
+@ALSO_ON_FASTMCP
 async def test_takeover_of_a_live_stream(sdk: ServerProcess, http: httpx.AsyncClient) -> None:
     """Resuming a stream still live on connection A: B takes over, A is closed, no event twice."""
     session = await RawSession(http, sdk.url).initialize()
@@ -414,6 +413,7 @@ async def read_for(session: RawSession, seconds: float) -> list[SSE]:
     return events
 
 
+@ALSO_ON_FASTMCP
 async def test_get_events_stored_while_detached_reach_next_get(
     sdk: ServerProcess, http: httpx.AsyncClient
 ) -> None:

@@ -25,7 +25,7 @@ from replaystore.taskstore import EventRetention, TaskStore, new_task_id
 from replaystore.taskstore.events import event_blob
 from replaystore.taskstore.sep2694 import STATUS_TYPE, EventsGone, Start, judge_cursor
 from replaystore.testing.servers import ServerHandle
-from tests.redis._support import command_calls
+from tests.backends.redis._support import command_calls
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ import redis
 
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, spawn_replica, sse_events, wait_ready
-from tests.mcp.test_tasks import Modern
+from tests.mcp.tasks._support import Modern
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,7 @@ It starts its own Redis (``replaystore.testing``), runs every benchmark at tiny
 sizes and checks the shape of the report. It never asserts on a time or a
 speed ratio: those are noise at these sizes and on a shared machine. (The
 reconnect storm and its correctness are ``replaystore bench storm``'s, tested
-in ``tests/test_bench_storm.py``.)
+in ``tests/bench/test_bench_storm.py``.)
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from replaystore.testing.servers import start_standalone as start_redis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.realserver]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXTENSION = "io.modelcontextprotocol/tasks"
 VERSION = "2026-07-28"
 #: A correctness bound, not a speed target: the old answer came after the Redis client's 5 s.
