@@ -81,6 +81,17 @@ class Registry(ABC):
         """Change fields of an existing record (never creates one)."""
 
     @abstractmethod
+    async def raise_mark(self, session: str, name: str, mark: str) -> None:
+        """Set the record's field ``name`` to the event id ``mark``, unless it holds a later one.
+
+        Event ids of one session are compared by position (its positions only
+        grow), in one atomic step with the write: replicas saving the marks
+        they delivered, in whatever order their writes land, never move the
+        stored mark back. A field that does not parse as an event id is
+        replaced; a record that does not exist is not created.
+        """
+
+    @abstractmethod
     async def touch_session(self, session: str, ttl: float) -> None:
         """Push the record's expiry back."""
 

@@ -12,6 +12,7 @@ import time
 import weakref
 from collections.abc import Iterable
 
+from ...cursor import Cursor
 from ..session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 
 __all__ = ["MemoryRegistry"]
@@ -70,6 +71,13 @@ class MemoryRegistry(Registry):
     async def update_session(self, session: str, fields: dict[str, str]) -> None:
         if await self.get_session(session) is not None:
             self._state.records[session][0].update(fields)
+
+    async def raise_mark(self, session: str, name: str, mark: str) -> None:
+        if await self.get_session(session) is None:
+            return
+        fields = self._state.records[session][0]
+        if _position(fields.get(name)) < _position(mark):
+            fields[name] = mark
 
     async def touch_session(self, session: str, ttl: float) -> None:
         record = await self.get_session(session)
@@ -135,3 +143,9 @@ class MemoryRegistry(Registry):
 
 def _deadline(ttl: float | None) -> float:
     return float("inf") if ttl is None else _now() + ttl
+
+
+def _position(mark: str | None) -> int:
+    """The position of an event id (-1 for none, or for anything that is not one)."""
+    cursor = Cursor.try_parse(mark)
+    return -1 if cursor is None else cursor.position

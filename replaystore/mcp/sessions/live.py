@@ -112,9 +112,16 @@ class LiveStreams:
         #: Connections of requests sent again (:meth:`attach_again`): they
         #: follow a stream beside the connection that carries it.
         self._again: dict[str, set[Tail]] = {}
-        #: The last GET-stream event handed to a GET connection (or the
-        #: session's anchor): where the next plain GET resumes from.
+        #: The last GET-stream event handed to a GET connection here (or the
+        #: session's anchor): it only moves forward (see :meth:`attach_get`).
         self.get_mark: str | None = None
+        #: The mark as last saved in the session's record, and whether a save runs.
+        self._saved_mark: str | None = None
+        self._saving = False
+        #: The plain GETs attaching so far, and the GET-stream tail registered
+        #: last (kept once closed: a new plain GET waits until it stopped).
+        self._get_ticket = 0
+        self._get_tail: Tail | None = None
         #: A resume already read by :meth:`read` (cursor, what it read), used
         #: once by the next :meth:`attach_resume` from that cursor.
         self.pending: tuple[str, Attachment] | None = None
@@ -161,23 +168,63 @@ class LiveStreams:
         like any other (404), never a fresh stream that silently skips them.
         Without a mark, a priming event starts a fresh stream, so the client
         holds a resumable cursor at once.
+
+        Never twice, on this replica: the steps below make the position
+        chosen here later than every event a GET connection of this replica
+        handed its client, and keep it so.
+
+        1. Each plain GET takes a ticket as it arrives. The newest one takes
+           the stream over: one that finds, as it is about to register its
+           tail, that a newer plain GET arrived meanwhile registers nothing
+           and answers an empty stream, having delivered nothing.
+        2. It closes the GET connection registered here, and waits until that
+           connection's writer can hand its client nothing more
+           (:meth:`Tail.stopped`). Every event it handed is marked by then:
+           an event is marked the moment it is handed over
+           (:class:`~replaystore.mcp.sessions.sse.Handed`). That connection
+           was itself registered only after the one before it had stopped,
+           so no earlier one still delivers either.
+        3. Only then is the mark read: the later, by position, of the one in
+           the session's record and the one this replica holds (the record
+           may lag behind: marks are saved in the background and when a
+           connection ends). Positions of one session only grow, so the later
+           mark covers every event handed before it.
+        4. The new tail is registered after the replay it follows (nothing is
+           awaited between the ticket's check and the registration), and
+           whatever carries the stream on other replicas is told to close.
+
+        Store reads are not serialized: a thousand plain GETs at once read
+        side by side, and the newest one stays.
+
+        Across replicas the mark is only as fresh as the record: each replica
+        saves the marks its GET connections deliver, one write at a time per
+        session, in the background, and the final one when the connection
+        ends. A plain GET that reaches another replica while the previous GET
+        connection is still delivering there, or within the moment its last
+        mark takes to be saved, may deliver again what that connection
+        delivered in that moment; a client that must never see an event
+        twice resumes the GET stream with ``Last-Event-ID`` instead.
         """
+        self._get_ticket += 1
+        ticket = self._get_ticket
+        previous = self._get_tail
+        self.close_stream(GET_STREAM)
+        if previous is not None:
+            await previous.stopped()
         mark = await self._current_get_mark()
         if mark is not None:
-            return await self._resume(mark, sequence=GET_STREAM, prime=prime)
+            return await self._resume(mark, sequence=GET_STREAM, prime=prime, ticket=ticket)
         if self._dead:
             return Attachment(unknown(self.session_id, served=True))
         try:
             anchor = await self._append(GET_STREAM, None)
         except UnknownSessionError:
             return Attachment(unknown(self.session_id, served=True))
-        tail = await self._take_over(GET_STREAM, anchor)
-        return Attachment(
-            Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live")),
-            stream=GET_STREAM,
-            tail=tail,
-            first=anchor,
-        )
+        resumption = Resumption(Verdict.RESUMED, Evidence(self.session_id, "attached live"))
+        tail = await self._take_over(GET_STREAM, anchor, ticket)
+        if tail is None:
+            return _superseded(resumption)
+        return Attachment(resumption, stream=GET_STREAM, tail=tail, first=anchor)
 
     async def catch_up(self, tail: Tail) -> Resumption:
         """Everything stored on the tail's stream after its last event, in one atomic read.
@@ -196,9 +243,21 @@ class LiveStreams:
             )
 
     def delivered(self, tail: Tail, event_id: str) -> None:
-        """A connection handed ``event_id`` to its client (tracks the GET stream's mark)."""
-        if tail.sequence == GET_STREAM and self._tails.get(GET_STREAM) is tail:
-            self.get_mark = event_id
+        """A connection handed ``event_id`` to its client (moves the GET stream's mark on).
+
+        Any GET-stream connection counts, also one already taken over: what
+        it handed, its client got. The mark only moves forward; the record
+        follows in the background, one write at a time (:meth:`_save_marks`).
+        """
+        if tail.sequence != GET_STREAM or event_id == self.get_mark:
+            return  # (each event is reported by both sides of its hand-over)
+        if not _later(event_id, self.get_mark):
+            return
+        self.get_mark = event_id
+        replica = self.view.replica
+        if replica is not None and replica.running and not self._saving:
+            self._saving = True
+            replica.spawn(self._save_marks)
 
     async def detach(self, tail: Tail) -> None:
         """A connection ended: forget its tail, save the GET mark, stop watching."""
@@ -213,13 +272,9 @@ class LiveStreams:
         if self._tails.get(tail.sequence) is not tail:
             return
         del self._tails[tail.sequence]
-        replica = self.view.replica
-        if tail.sequence == GET_STREAM and self.get_mark and replica is not None:
+        if tail.sequence == GET_STREAM:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                try:
-                    await replica.registry.update_session(self.session_id, {"get": self.get_mark})
-                except StorageError:
-                    logger.debug("GET mark of session %s not saved", self.session_id)
+                await self._save_mark()
         await self._unwatch()
 
     def wake(self, sequence: str) -> None:
@@ -289,7 +344,13 @@ class LiveStreams:
         return Attachment(resumption, stream, replay, last=last, finished=finished)
 
     async def _resume(
-        self, last_event_id: str, *, sequence: str | None, prime: bool, again: bool = False
+        self,
+        last_event_id: str,
+        *,
+        sequence: str | None,
+        prime: bool,
+        again: bool = False,
+        ticket: int | None = None,
     ) -> Attachment:
         pending, self.pending = self.pending, None
         if pending is not None and pending[0] == last_event_id and sequence is None and not again:
@@ -303,7 +364,13 @@ class LiveStreams:
             return attachment
         stream, last = attachment.stream, attachment.last
         assert stream is not None
-        tail = await (self._follow_again(stream, last) if again else self._take_over(stream, last))
+        if again:
+            tail = await self._follow_again(stream, last)
+        else:
+            taken = await self._take_over(stream, last, ticket)
+            if taken is None:
+                return _superseded(attachment.resumption)
+            tail = taken
         attachment.tail = tail
         if prime and not self._dead:
             try:
@@ -328,20 +395,48 @@ class LiveStreams:
         return await replica.finished(self.session_id, stream)
 
     async def _current_get_mark(self) -> str | None:
+        """Where a plain GET resumes: the later of the record's mark and this replica's."""
         replica = self.view.replica
         if replica is None:
             return self.get_mark
         record = await replica.registry.get_session(self.session_id)
-        if record is None:
-            return self.get_mark
-        mark = record.get("get") or self.get_mark
-        return mark
+        stored = record.get("get") if record is not None else None
+        return stored if stored and _later(stored, self.get_mark) else self.get_mark
 
-    async def _take_over(self, sequence: str, last_id: str) -> Tail:
+    async def _save_marks(self) -> None:
+        """Save the GET mark until the record holds the latest one (one write at a time)."""
+        try:
+            while self.get_mark != self._saved_mark and await self._save_mark():
+                pass
+        finally:
+            self._saving = False
+
+    async def _save_mark(self) -> bool:
+        """Raise the record's GET mark to this replica's (never lowers one saved elsewhere).
+
+        False when the store refused it: the next delivery, or the end of the
+        connection, tries again.
+        """
+        mark, replica = self.get_mark, self.view.replica
+        if mark is None or replica is None or mark == self._saved_mark:
+            return True
+        try:
+            await replica.registry.raise_mark(self.session_id, "get", mark)
+        except StorageError:
+            logger.debug("GET mark of session %s not saved", self.session_id)
+            return False
+        self._saved_mark = mark
+        return True
+
+    async def _take_over(
+        self, sequence: str, last_id: str, ticket: int | None = None
+    ) -> Tail | None:
         """The newest connection takes a stream over: end whatever carried it before, everywhere.
 
         Returns the new connection's tail, registered after ``last_id`` and
-        subscribed to the session's wake-ups. Closing the connections
+        subscribed to the session's wake-ups; None, registering nothing, for
+        a plain GET's ``ticket`` when a newer plain GET arrived meanwhile
+        (see :meth:`attach_get`). Closing the connections
         carrying the stream here and registering the new tail happen in one
         step, with nothing awaited between them: of connections attaching at
         the same time, the last one registered holds the stream and every
@@ -350,6 +445,9 @@ class LiveStreams:
         reaches.
         """
         await self._watch()
+        if ticket is not None and ticket != self._get_ticket:
+            await self._unwatch()
+            return None
         self.close_stream(sequence)
         replica = self.view.replica
         if replica is not None:
@@ -373,6 +471,8 @@ class LiveStreams:
     def _register(self, sequence: str, last_id: str) -> Tail:
         tail = Tail(sequence, last_id)
         self._tails[sequence] = tail
+        if sequence == GET_STREAM:
+            self._get_tail = tail
         return tail
 
     async def _watch(self) -> None:
@@ -404,3 +504,19 @@ def _add_replay(
         if stream != GET_STREAM and is_response_payload(event.payload):
             return last, True
     return last, False
+
+
+def _superseded(resumption: Resumption) -> Attachment:
+    """A plain GET a newer one replaced before it began: an empty stream, delivered at once."""
+    return Attachment(resumption, GET_STREAM, finished=True)
+
+
+def _later(event_id: str, than: str | None) -> bool:
+    """Whether ``event_id`` comes after ``than`` in its session (by position; None: before all)."""
+    return than is None or _position(event_id) > _position(than)
+
+
+def _position(event_id: str) -> int:
+    """An event id's position (-1 for anything that is not an event id)."""
+    cursor = Cursor.try_parse(event_id)
+    return -1 if cursor is None else cursor.position

@@ -16,15 +16,16 @@ which has anything to do when the answer is complete before it starts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER
+from anyio.streams.memory import MemoryObjectReceiveStream
+from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, SSEEvent
 from starlette.types import Send
 
 from ...verdicts import Event
 
-__all__ = ["SSE_HEADERS", "answer_whole", "event_data", "event_frame", "sse_headers"]
+__all__ = ["SSE_HEADERS", "Handed", "answer_whole", "event_data", "event_frame", "sse_headers"]
 
 #: The headers of every SSE response of a session, before its id (the SDK's,
 #: then what its SSE library sets: ``Connection`` and ``X-Accel-Buffering``).
@@ -77,3 +78,29 @@ async def answer_whole(send: Send, session_id: str | None, events: Iterable[Even
     await send({"type": "http.response.start", "status": 200, "headers": _raw_headers(session_id)})
     body = b"".join(event_frame(event) for event in events)
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class Handed:
+    """A streaming response's events as its writer hands them, each reported as it is taken.
+
+    ``taken`` gets the event's id the moment the response takes it from the
+    writer, with nothing awaited in between: an event the response writes is
+    reported before it is written, even when its writer was cancelled in
+    the middle of handing it over.
+    """
+
+    def __init__(
+        self, events: MemoryObjectReceiveStream[SSEEvent], taken: Callable[[str], None]
+    ) -> None:
+        self._events = events
+        self._taken = taken
+
+    def __aiter__(self) -> Handed:
+        return self
+
+    async def __anext__(self) -> SSEEvent:
+        event = await self._events.__anext__()
+        event_id = event.get("id")
+        if event_id:
+            self._taken(event_id)
+        return event

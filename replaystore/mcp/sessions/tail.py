@@ -16,6 +16,8 @@ notice a request whose replica stopped (see :mod:`replaystore.mcp.replicas.repli
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 
@@ -39,6 +41,9 @@ class Tail:
         self.token = uuid.uuid4().hex
         self.scope = anyio.CancelScope()
         self.closed = False
+        #: Whether the connection's writer is inside :meth:`delivering`.
+        self._delivering = False
+        self._stopped = anyio.Event()
         self._wake = anyio.Event()
         self._wake.set()  # the first catch-up runs at once (see the module docstring)
 
@@ -58,6 +63,27 @@ class Tail:
 
     def advance(self, event_id: str) -> None:
         self.last_id = event_id
+
+    @contextmanager
+    def delivering(self) -> Iterator[None]:
+        """The writer of this tail's connection hands events to it only inside this block.
+
+        The block runs in :attr:`scope`: once :meth:`close` was called, a
+        writer that has not entered it yet hands nothing (its first send
+        is cancelled), and :meth:`stopped` returns once one inside has left.
+        """
+        self._delivering = True
+        try:
+            with self.scope:
+                yield
+        finally:
+            self._delivering = False
+            self._stopped.set()
+
+    async def stopped(self) -> None:
+        """Until this (closed) tail's writer can hand its connection nothing more."""
+        if self._delivering:
+            await self._stopped.wait()
 
     def close(self) -> None:
         """End the connection this tail feeds (idempotent, synchronous)."""

@@ -70,7 +70,7 @@ from .event_store import SessionView
 from .leases import Lease, end_if_lost, give_back, stream_origin, take_lease
 from .live import Attachment
 from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
-from .sse import answer_whole, event_data, sse_headers
+from .sse import Handed, answer_whole, event_data, sse_headers
 from .tail import Tail
 
 __all__ = ["PRIMING_SINCE", "ReplayTransport", "header_text"]
@@ -525,14 +525,12 @@ class ReplayTransport(TransportOverrides):
         async def sender() -> None:
             try:
                 async with writer:
-                    with tail.scope:
+                    with tail.delivering():
                         for event in attachment.replay:
                             await writer.send(event_data(event))
                             view.live.delivered(tail, event.event_id)
                         if attachment.first is not None:
-                            if prime:
-                                await writer.send(self._priming(attachment.first))
-                            view.live.delivered(tail, attachment.first)
+                            await self._prime(view, tail, writer, prime, attachment.first)
                         await self._follow(view, tail, writer, prime, ends_with_response)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                 logger.debug("resumed SSE stream %r closed", stream)
@@ -541,7 +539,13 @@ class ReplayTransport(TransportOverrides):
             finally:
                 await view.live.detach(tail)
 
-        response = EventSourceResponse(content=reader, data_sender_callable=sender, headers=headers)
+        # Each event is marked delivered by whichever side completes its hand-over:
+        # the writer once its send returns, the response as it takes the event
+        # (a writer cancelled in the middle of a send may have handed it).
+        content = Handed(reader, lambda event_id: view.live.delivered(tail, event_id))
+        response = EventSourceResponse(
+            content=content, data_sender_callable=sender, headers=headers
+        )
         try:
             await response(request.scope, request.receive, send)
         except Exception:  # pragma: no cover - mirrors the SDK's guard
@@ -550,6 +554,20 @@ class ReplayTransport(TransportOverrides):
             await writer.aclose()
             await reader.aclose()
             await view.live.detach(tail)
+
+    async def _prime(
+        self, view: SessionView, tail: Tail, writer: Any, prime: bool, event_id: str
+    ) -> None:
+        """A priming event: written to clients that understand it, marked delivered either way.
+
+        One never written is marked only while the tail is open: a connection
+        closed by a takeover has no say in where the stream goes on.
+        """
+        if prime:
+            await writer.send(self._priming(event_id))
+        elif tail.closed:
+            return
+        view.live.delivered(tail, event_id)
 
     async def _follow(
         self,
@@ -592,9 +610,7 @@ class ReplayTransport(TransportOverrides):
             for event in caught.events:
                 tail.advance(event.event_id)
                 if event.payload is None:
-                    if prime:
-                        await writer.send(self._priming(event.event_id))
-                    view.live.delivered(tail, event.event_id)
+                    await self._prime(view, tail, writer, prime, event.event_id)
                     continue
                 await writer.send(event_data(event))
                 view.live.delivered(tail, event.event_id)

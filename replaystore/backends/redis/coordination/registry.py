@@ -40,6 +40,15 @@ _UPDATE = (
     "if redis.call('EXISTS', KEYS[1]) == 1 then "
     "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1 end return 0"
 )
+# A field raised to an event id, never lowered: ids compare by position (the
+# digits after the epoch's dash); a field that is not an event id is replaced.
+_RAISE = (
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
+    "local function pos(v) local p = v and string.match(v, '^%x+%-(%d+)') "
+    "return p and tonumber(p) or -1 end "
+    "if pos(redis.call('HGET', KEYS[1], ARGV[1])) >= pos(ARGV[2]) then return 0 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1"
+)
 # The replica named in the record and the record read, in one step; nothing is
 # created when there is no record (an empty reply).
 _HOLD = (
@@ -147,6 +156,9 @@ class RedisRegistry(Registry):
     async def update_session(self, session: str, fields: dict[str, str]) -> None:
         args = [part for item in fields.items() for part in item]
         await self._call("update", "EVAL", _UPDATE, 1, self._record(session), *args)
+
+    async def raise_mark(self, session: str, name: str, mark: str) -> None:
+        await self._call("mark", "EVAL", _RAISE, 1, self._record(session), name, mark)
 
     async def touch_session(self, session: str, ttl: float) -> None:
         await self._call("touch", "PEXPIRE", self._record(session), int(ttl * 1000))
