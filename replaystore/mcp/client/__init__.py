@@ -7,6 +7,9 @@
   in, raises it and opens a new session;
 - :class:`OncePerStream`: an ``httpx2`` transport that hands each event of a
   stream to the application once;
+- :class:`RetryUnavailable`: an ``httpx2`` transport that sends a request
+  answered 503 with ``Retry-After`` again, within a :class:`RetryBudget`
+  (on by default in ``DesyncWatch.client_factory`` and ``ResumingSession``);
 - :class:`TaskClient` (2026-07-28): a tool called as a durable task, polled,
   answered and picked up again after a restart, and its events
   (:meth:`TaskClient.stream_events`, :class:`TaskEventStream`) each once, in
@@ -31,6 +34,7 @@ from .tasks import (
     TaskRequestError,
     TaskUnavailableError,
 )
+from .unavailable import RetryBudget, RetryUnavailable
 
 __all__ = [
     "ClientTasks",
@@ -40,6 +44,8 @@ __all__ = [
     "OnCreatedError",
     "OncePerStream",
     "ResumingSession",
+    "RetryBudget",
+    "RetryUnavailable",
     "TaskCancelledError",
     "TaskClient",
     "TaskError",

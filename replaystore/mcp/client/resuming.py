@@ -51,6 +51,7 @@ from ...verdicts import (
     Verdict,
     reason_text,
 )
+from .unavailable import DEFAULT_BUDGET, RetryBudget, RetryUnavailable
 
 __all__ = [
     "DesyncWatch",
@@ -159,10 +160,13 @@ class DesyncWatch:
     It also counts the requests the server refused with 404 (they never
     ran) and the ones it took, so :class:`ResumingSession` knows whether a
     failed call is safe to send again. ``client_factory`` has the signature
-    the SDK's and FastMCP's ``httpx_client_factory`` expect.
+    the SDK's and FastMCP's ``httpx_client_factory`` expect; its clients
+    send a request answered 503 with ``Retry-After`` again within ``retry``
+    (``None``: never; the 503 then fails the call, as in the SDK).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, retry: RetryBudget | None = DEFAULT_BUDGET) -> None:
+        self.retry = retry
         self._seen: ResumptionDesyncError | None = None
         self._ended: dict[str, ResumptionDesyncError] = {}
         #: The session id the server gave in answer to the last ``initialize``.
@@ -219,13 +223,20 @@ class DesyncWatch:
         read (a response stream may stay open). Without ``transport``, a
         :class:`~replaystore.mcp.client.OncePerStream`: no event reaches the
         application twice, even when the client resumes from a stale id.
+        Unless the watch's ``retry`` is ``None``, the transport is wrapped
+        in a :class:`~replaystore.mcp.client.RetryUnavailable` with that
+        budget: a request answered 503 with ``Retry-After`` is sent again
+        (a replaystore server never runs a request twice for it).
         Other options go to the client.
         """
         import httpx2
 
         from .once import OncePerStream
 
-        options.setdefault("transport", OncePerStream())
+        transport = options.pop("transport", None) or OncePerStream()
+        if self.retry is not None:
+            transport = RetryUnavailable(transport, self.retry)
+        options["transport"] = transport
         if timeout is None:
             timeout = httpx2.Timeout(30.0, read=300.0)
         client = httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, **options)
@@ -316,15 +327,28 @@ class ResumingSession:
     (started where it is entered), never inside a caller's cancel scope: a
     call under ``anyio.fail_after`` that starts a new session leaves it
     running when its deadline passes. It is entered and left by one task
-    (it holds a task group); calls may come from any task. Keyword
-    arguments go to the SDK's ``ClientSession`` (callbacks, timeouts).
+    (it holds a task group); calls may come from any task.
+
+    A request the server answered 503 with ``Retry-After`` (its store did
+    not answer in time; the replica is shutting down) is sent again after
+    the wait it asks, within ``retry`` (a
+    :class:`~replaystore.mcp.client.RetryBudget`; ``None``: never, the call
+    fails with the SDK's error as without this class): a replaystore server
+    never runs a request twice for it (see
+    :mod:`replaystore.mcp.client.unavailable`). Other keyword arguments go
+    to the SDK's ``ClientSession`` (callbacks, timeouts).
     """
 
     def __init__(
-        self, url: str, *, on_new_session: OnNewSession | None = None, **session_options: Any
+        self,
+        url: str,
+        *,
+        on_new_session: OnNewSession | None = None,
+        retry: RetryBudget | None = DEFAULT_BUDGET,
+        **session_options: Any,
     ) -> None:
         self.url = url
-        self.watch = DesyncWatch()
+        self.watch = DesyncWatch(retry=retry)
         self.on_new_session = on_new_session
         self._options = session_options
         self._stack: AsyncExitStack | None = None

@@ -1,0 +1,224 @@
+"""A call made while the server's store is out of reach returns once the store is back, run once.
+
+Against a real server (the example server's tools and a ``bump`` tool that
+records each run, served by uvicorn on a loopback port) whose Redis is
+reached through a TCP proxy: pausing the proxy is a store that stops
+answering, so the server answers requests 503 with ``Retry-After: 1``. The
+client is the shipped :class:`ResumingSession`, which sends a request
+answered so again (:class:`RetryUnavailable`), unless told not to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+import uvicorn
+from mcp import MCPError
+
+from replaystore import ReplayBuffer
+from replaystore.mcp import streamable_http_app
+from replaystore.mcp.client import ResumingSession, RetryBudget
+from replaystore.mcp.example import build_server
+from replaystore.testing.proxy import TcpProxy
+from replaystore.testing.servers import ServerHandle, find_free_port
+
+pytestmark = pytest.mark.anyio
+
+#: What the client logs for each request it sends again.
+RETRIED = "answered 503: sent again"
+
+
+@dataclass
+class Served:
+    url: str
+    proxy: TcpProxy
+    redis: tuple[str, int]
+    ran: list[str] = field(default_factory=list)
+
+    def down(self) -> None:
+        """The store goes down: its connections are cut, new ones refused."""
+        self.proxy.set_upstreams([])
+        self.proxy.sever_all()
+
+    def back(self) -> None:
+        self.proxy.set_upstreams([self.redis])
+        self.proxy.resume()
+
+
+@pytest.fixture(scope="module")
+def store_proxy(mcp_redis: ServerHandle) -> Iterator[TcpProxy]:
+    with TcpProxy([("127.0.0.1", mcp_redis.ports[0])]) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+async def served(store_proxy: TcpProxy, mcp_redis: ServerHandle) -> AsyncIterator[Served]:
+    """The example server's tools and ``bump``, its store behind the proxy."""
+    served = Served("", store_proxy, ("127.0.0.1", mcp_redis.ports[0]))
+    served.back()
+    server = build_server()
+
+    @server.tool()
+    async def bump(tag: str) -> str:
+        """Record one run (the side effect a test counts)."""
+        served.ran.append(tag)
+        return f"bumped {tag}"
+
+    buffer = ReplayBuffer.from_url(f"{store_proxy.url()}?prefix=unavailable:")
+    # A long lease: a tool whose appends wait for the store rides a paused proxy.
+    app = streamable_http_app(
+        server, buffer, retry_interval=300, lease_ttl=30.0, close_buffer=True
+    )
+    port = find_free_port()
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(20):
+            while not web.started:  # noqa: ASYNC110 - uvicorn offers no event
+                await anyio.sleep(0.02)
+        served.url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            yield served
+        finally:
+            served.back()
+            web.should_exit = True
+
+
+def _text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+async def _until(check: Callable[[], bool], seconds: float = 15.0) -> None:
+    with anyio.fail_after(seconds):
+        while not check():  # noqa: ASYNC110 - polled: the condition is another component's
+            await anyio.sleep(0.05)
+
+
+async def _collect(result: Awaitable[Any], into: list[Any]) -> None:
+    try:
+        into.append(await result)
+    except Exception as exc:
+        into.append(exc)
+
+
+def _retries(caplog: pytest.LogCaptureFixture, method: str) -> int:
+    return sum(
+        1
+        for r in caplog.records
+        if RETRIED in r.getMessage() and r.getMessage().startswith(method)
+    )
+
+
+async def test_a_call_made_while_the_store_is_down_returns_once_it_is_back_run_once(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="replaystore.mcp.client")
+    with anyio.fail_after(60):
+        async with ResumingSession(served.url) as mcp:
+            outcome: list[Any] = []
+            served.down()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_collect, mcp.call_tool("bump", {"tag": "a"}), outcome)
+                    await _until(lambda: _retries(caplog, "POST") >= 2)  # two 503s at least
+                    assert outcome == [] and served.ran == []  # refused: nothing ran
+                    served.back()
+            finally:
+                served.back()
+            assert _text(outcome[0]) == "bumped a"
+            assert served.ran == ["a"]  # once
+            session = mcp.session_id
+            assert _text(await mcp.call_tool("bump", {"tag": "b"})) == "bumped b"
+            assert served.ran == ["a", "b"] and mcp.session_id == session  # the same session
+
+
+async def test_without_the_retry_the_call_fails_as_in_the_sdk_and_the_session_goes_on(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="replaystore.mcp.client")
+    with anyio.fail_after(60):
+        async with ResumingSession(served.url, retry=None) as mcp:
+            session = mcp.session_id
+            served.down()
+            try:
+                with pytest.raises(Exception) as failed:
+                    await mcp.call_tool("bump", {"tag": "a"})
+            finally:
+                served.back()
+            assert "503" in str(failed.value) or "Service Unavailable" in str(failed.value), (
+                repr(failed.value)
+            )
+            assert served.ran == [] and _retries(caplog, "POST") == 0
+            assert _text(await mcp.call_tool("bump", {"tag": "b"})) == "bumped b"
+            assert served.ran == ["b"] and mcp.session_id == session
+
+
+async def test_a_call_made_while_the_store_stalls_never_runs_twice(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stalled store takes the request's first writes late: the retry may only be told so.
+
+    The server answers 503 while the store does not answer; the writes it
+    sent meanwhile (the request's lease, its first event) reach the store
+    when it wakes, so a copy sent again finds the request received before,
+    not run, and gets its stream: the error ``request lost``, not a second
+    run (nor, here, a first one).
+    """
+    caplog.set_level(logging.INFO, logger="replaystore.mcp.client")
+    with anyio.fail_after(90):
+        async with ResumingSession(served.url, retry=RetryBudget(within=80.0)) as mcp:
+            outcome: list[Any] = []
+            served.proxy.pause()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_collect, mcp.call_tool("bump", {"tag": "a"}), outcome)
+                    await _until(lambda: _retries(caplog, "POST") >= 2)
+                    assert outcome == [] and served.ran == []
+                    served.back()
+            finally:
+                served.back()
+            (answer,) = outcome
+            if served.ran:
+                assert served.ran == ["a"] and _text(answer) == "bumped a"
+            else:
+                assert isinstance(answer, MCPError) and "request lost" in str(answer)
+            assert _text(await mcp.call_tool("bump", {"tag": "b"})) == "bumped b"
+            assert served.ran[-1:] == ["b"] and len(served.ran) <= 2
+
+
+async def test_a_resumption_answered_503_gets_each_event_once(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server cuts the call's stream after 3 progress; the store stops answering right then.
+
+    The client's GET resuming the stream is answered 503 until the store is
+    back, is sent again, and the call ends with every progress once.
+    """
+    caplog.set_level(logging.INFO, logger="replaystore.mcp.client")
+    progress: list[float] = []
+
+    async def count(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+        if value == 3:
+            served.proxy.pause()  # before the client resumes (300 ms later)
+
+    arguments = {"n": 8, "interval_ms": 100, "close_after": 3}
+    with anyio.fail_after(60):
+        async with ResumingSession(served.url, retry=RetryBudget(within=60.0)) as mcp:
+            outcome: list[Any] = []
+            try:
+                async with anyio.create_task_group() as tg:
+                    call = mcp.call_tool("countdown", arguments, progress_callback=count)
+                    tg.start_soon(_collect, call, outcome)
+                    await _until(lambda: _retries(caplog, "GET") >= 1)
+                    assert outcome == [] and progress == [1, 2, 3]
+                    served.back()
+            finally:
+                served.back()
+            assert _text(outcome[0]) == "done 8", repr(outcome[0])
+            assert progress == [1, 2, 3, 4, 5, 6, 7, 8]
