@@ -99,10 +99,12 @@ class RetryUnavailable(httpx2.AsyncBaseTransport):
             if wait is None:
                 return response
             await response.aclose()
+            last = request.headers.get("last-event-id")
             logger.info(
-                "%s %s answered 503: sent again in %.2f s (try %d of %d)",
+                "%s %s%s answered 503: sent again in %.2f s (try %d of %d)",
                 request.method,
                 request.url,
+                f" resuming after {last}" if last is not None else "",
                 wait,
                 tries + 1,
                 self.budget.tries,
