@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 import uvicorn
+from fastmcp import Client as FastMCPClient
+from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
 from replaystore import ReplayBuffer
 from replaystore.mcp import streamable_http_app
-from replaystore.mcp.client import ResumingSession, RetryBudget
+from replaystore.mcp.client import DesyncWatch, ResumingSession, RetryBudget, RetryUnavailable
 from replaystore.mcp.example import build_server
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle, find_free_port
@@ -133,6 +136,28 @@ async def test_a_call_made_while_the_store_is_down_returns_once_it_is_back_run_o
             assert served.ran == ["a", "b"] and mcp.session_id == session  # the same session
 
 
+async def test_a_fastmcp_client_built_by_the_watch_rides_the_outage_too(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="replaystore.mcp.client")
+    watch = DesyncWatch()
+    transport = StreamableHttpTransport(served.url, httpx_client_factory=watch.client_factory)
+    with anyio.fail_after(60):
+        async with FastMCPClient(transport, mode="legacy") as client:
+            outcome: list[Any] = []
+            served.down()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_collect, client.call_tool("bump", {"tag": "f"}), outcome)
+                    await _until(lambda: _retries(caplog, "POST") >= 2)
+                    assert outcome == [] and served.ran == []
+                    served.back()
+            finally:
+                served.back()
+            assert _text(outcome[0]) == "bumped f", repr(outcome[0])
+            assert served.ran == ["f"]
+
+
 async def test_without_the_retry_the_call_fails_as_in_the_sdk_and_the_session_goes_on(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -221,3 +246,81 @@ async def test_a_resumption_answered_503_gets_each_event_once(
                 served.back()
             assert _text(outcome[0]) == "done 8", repr(outcome[0])
             assert progress == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+@pytest.fixture
+async def answering() -> AsyncIterator[tuple[str, list[str]]]:
+    """A real HTTP server that answers ``/<status>/<retry-after>/<times>`` that often, then 200.
+
+    ``-`` for no ``Retry-After``. Returns its base URL and the paths it was asked.
+    """
+    asked: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        path = scope["path"]
+        asked.append(path)
+        _, status, wait, times = path.split("/")
+        refuse = asked.count(path) <= int(times)
+        headers = [(b"content-type", b"application/json")]
+        if refuse and wait != "-":
+            headers.append((b"retry-after", wait.encode()))
+        code = int(status) if refuse else 200
+        await send({"type": "http.response.start", "status": code, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    port = find_free_port()
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(web.serve)
+        with anyio.fail_after(20):
+            while not web.started:  # noqa: ASYNC110 - uvicorn offers no event
+                await anyio.sleep(0.02)
+        try:
+            yield f"http://127.0.0.1:{port}", asked
+        finally:
+            web.should_exit = True
+
+
+async def _post(url: str, budget: RetryBudget, **request: Any) -> tuple[int, float]:
+    """The status a POST through :class:`RetryUnavailable` ends with, and how long it took."""
+    started = anyio.current_time()
+    transport = RetryUnavailable(budget=budget)
+    async with httpx2.AsyncClient(transport=transport, timeout=10.0) as http:
+        response = await http.post(url, **request)
+    return response.status_code, anyio.current_time() - started
+
+
+async def test_what_is_sent_again_and_what_is_passed_on(
+    answering: tuple[str, list[str]],
+) -> None:
+    base, asked = answering
+    budget = RetryBudget(tries=3, within=5.0, longest_wait=0.2, jitter=0.0)
+    with anyio.fail_after(30):
+        # Sent again after the wait asked for, until answered.
+        assert (await _post(f"{base}/503/0/2", budget, json={}))[0] == 200
+        assert asked.count("/503/0/2") == 3
+        # A Retry-After above the longest wait is waited that long only.
+        status, took = await _post(f"{base}/503/60/1", budget, json={})
+        assert status == 200 and asked.count("/503/60/1") == 2 and took < 5
+        # At most `tries` sends: the last 503 is passed on.
+        assert (await _post(f"{base}/503/0/9", budget, json={}))[0] == 503
+        assert asked.count("/503/0/9") == 3
+        # A wait that would end past `within` is not begun.
+        late = RetryBudget(tries=3, within=0.5, longest_wait=2.0, jitter=0.0)
+        assert (await _post(f"{base}/503/1/1", late, json={}))[0] == 503
+        assert asked.count("/503/1/1") == 1
+        # Nothing says these were not taken: passed on at once.
+        assert (await _post(f"{base}/503/-/1", budget, json={}))[0] == 503
+        assert (await _post(f"{base}/502/0/1", budget, json={}))[0] == 502
+        assert asked.count("/503/-/1") == asked.count("/502/0/1") == 1
+
+        # A streamed body cannot be sent again.
+        async def body() -> AsyncIterator[bytes]:
+            yield b"{}"
+
+        assert (await _post(f"{base}/503/0/1", budget, content=body()))[0] == 503
+        assert asked.count("/503/0/1") == 1
