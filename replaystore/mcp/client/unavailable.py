@@ -12,10 +12,11 @@ Why sending the same request again is safe with a replaystore server:
 
 - a POST answered 503 never ran: the 503 comes before the request's lease
   is taken, or the lease is given back with it (the request's first event
-  refused, the store failing between the two); a lease whose give-back the
-  store did not take is left to lapse, and a copy sent meanwhile is taken
-  for the request received before: it is answered ``request lost`` (an
-  error, never a second run);
+  refused, the store failing between the two). A store that stalled rather
+  than failed may take the writes the replica sent before its 503 (the
+  lease, the request's first event) later: a copy sent again then finds the
+  request received before, never run, and is answered ``request lost`` (an
+  error the call ends with, never a run);
 - a copy of a request already received (same session, same JSON-RPC id,
   which a client never reuses) is never run again: it gets that request's
   stream from its start, with its one response;
@@ -79,8 +80,7 @@ class RetryUnavailable(httpx2.AsyncBaseTransport):
     Wraps ``inner`` (by default a plain ``httpx2.AsyncHTTPTransport``). The
     wait is the ``Retry-After`` seconds, capped at the budget's
     ``longest_wait``, plus jitter; each retry is logged at ``INFO`` on the
-    ``replaystore.mcp.client`` logger. ``retried`` counts the requests sent
-    again.
+    ``replaystore.mcp.client`` logger.
     """
 
     def __init__(
@@ -88,7 +88,6 @@ class RetryUnavailable(httpx2.AsyncBaseTransport):
     ) -> None:
         self._inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
         self.budget = budget if budget is not None else DEFAULT_BUDGET
-        self.retried = 0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         started = time.monotonic()
@@ -111,7 +110,6 @@ class RetryUnavailable(httpx2.AsyncBaseTransport):
             )
             await anyio.sleep(wait)
             tries += 1
-            self.retried += 1
 
     def _wait(
         self, request: httpx2.Request, response: httpx2.Response, tries: int, started: float
