@@ -1,0 +1,282 @@
+"""Bounds on open ``tasks/stream`` requests, on a real ``example-server`` process.
+
+The replica serves at most 5 task event streams at once, at most 3 of one
+task per client (``--task-streams 5 --task-client-streams 3``). The streams
+are on ``ask`` tasks, which wait for an answer that never comes, so each
+stream stays open until the test ends it. Checked:
+
+- a fourth stream of one task is refused with -32602 ``too_many_streams``
+  (``limit`` 3) at once, while another task's stream still opens;
+- a sixth stream in all is answered ``503`` with ``Retry-After``;
+- a stream frees its slot however it ends: the client closing its response
+  (the 2026-07-28 cancel, a lost connection), the task ending (the stream's
+  ``{}``), a refusal (the slot was never taken): after each, as many
+  streams open again as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from replaystore.mcp.example import parser
+from replaystore.mcp.tasks import ReplayTasks
+from replaystore.mcp.tasks.stream import DEFAULT_CLIENT_STREAMS, DEFAULT_STREAMS, StreamSlots
+from replaystore.testing.servers import ServerHandle
+from tests.mcp._support import ServerProcess, spawn_replica, wait_ready
+
+pytestmark = pytest.mark.anyio
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+PER_CLIENT = 3
+PER_REPLICA = 5
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def replica(mcp_redis: ServerHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    logs = tmp_path_factory.mktemp("task-stream-limits")
+    store = f"{mcp_redis.url}?prefix=tsl:"
+    limits = ("--task-streams", str(PER_REPLICA), "--task-client-streams", str(PER_CLIENT))
+    server = spawn_replica("limits", store, logs, *limits)
+    try:
+        wait_ready([server])
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
+        yield client
+
+
+def _request(method: str, params: dict[str, Any], name: str) -> tuple[dict[str, Any], Any]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+        "Mcp-Name": name,
+    }
+    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method,
+            "params": {**params, "_meta": meta}}  # fmt: skip
+    return body, headers
+
+
+async def _send(
+    http: httpx.AsyncClient, server: ServerProcess, method: str, params: dict[str, Any], name: str
+) -> dict[str, Any]:
+    body, headers = _request(method, params, name)
+    reply: dict[str, Any] = (await http.post(server.url, json=body, headers=headers)).json()
+    return reply
+
+
+async def _waiting_task(http: httpx.AsyncClient, server: ServerProcess) -> str:
+    """An ``ask`` task: it waits for an answer, so its streams stay open until ended."""
+    call = {"name": "ask", "arguments": {"question": "who?"}}
+    reply = await _send(http, server, "tools/call", call, "ask")
+    task_id: str = reply["result"]["taskId"]
+    return task_id
+
+
+class Stream:
+    """One open ``tasks/stream`` response and its lines, read so far up to its first event."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.lines = response.aiter_lines()
+
+    async def message(self) -> dict[str, Any] | None:
+        """The next JSON-RPC message on the stream (None: it ended)."""
+        async for line in self.lines:
+            if line.startswith("data:") and line[5:].strip():
+                message: dict[str, Any] = json.loads(line[5:])
+                return message
+        return None
+
+
+class Streams:
+    """Open ``tasks/stream`` responses, each read up to its first event, kept open."""
+
+    def __init__(self, http: httpx.AsyncClient, server: ServerProcess, exits: AsyncExitStack):
+        self.http = http
+        self.server = server
+        self.exits = exits
+        self.open: list[Stream] = []
+        self.refusal: tuple[int, httpx.Headers, dict[str, Any]] = (0, httpx.Headers(), {})
+
+    async def open_one(self, task_id: str) -> Stream | None:
+        """A stream that delivered an event (kept open), or None: the refusal is ``self.refusal``."""
+        body, headers = _request("tasks/stream", {"taskId": task_id}, task_id)
+        response = await self.exits.enter_async_context(
+            self.http.stream("POST", self.server.url, json=body, headers=headers)
+        )
+        if not response.headers["content-type"].startswith("text/event-stream"):
+            self.refusal = (response.status_code, response.headers, json.loads(await response.aread()))
+            await response.aclose()
+            return None
+        stream = Stream(response)
+        first = await stream.message()  # the first event: the server serves the stream
+        assert first is not None and first["method"] == "notifications/tasks/event", first
+        self.open.append(stream)
+        return stream
+
+    async def close(self, stream: Stream) -> None:
+        """The client cancels the stream: it closes the response (and its connection)."""
+        self.open.remove(stream)
+        await stream.response.aclose()
+
+    async def reopen(self, task_id: str) -> Stream:
+        """A stream of ``task_id`` once the server noticed a closed one (it must, and soon)."""
+        with anyio.fail_after(10):  # the server learns of a closed connection asynchronously
+            while True:
+                stream = await self.open_one(task_id)
+                if stream is not None:
+                    return stream
+                await anyio.sleep(0.05)
+
+
+def _error(refusal: tuple[int, httpx.Headers, dict[str, Any]]) -> dict[str, Any]:
+    error: dict[str, Any] = refusal[2]["error"]
+    return error
+
+
+async def test_one_stream_more_than_a_client_may_hold_for_a_task_is_refused(
+    replica: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    first, second = await _waiting_task(http, replica), await _waiting_task(http, replica)
+    with anyio.fail_after(30):  # a hang guard
+        async with AsyncExitStack() as exits:
+            streams = Streams(http, replica, exits)
+            for _ in range(PER_CLIENT):
+                assert await streams.open_one(first) is not None
+            assert await streams.open_one(first) is None
+            status, _, reply = streams.refusal
+            assert status == 400 and "result" not in reply  # the SDK's status for -32602
+            error = _error(streams.refusal)
+            assert error["code"] == -32602
+            assert error["data"] == {
+                "reason": "too_many_streams",
+                "taskId": first,
+                "limit": PER_CLIENT,
+            }
+            assert "at most 3 per client" in error["message"]
+            assert await streams.open_one(second) is not None  # the bound is per task
+            # Closing one frees its slot: one more opens, and no more than that.
+            await streams.close(streams.open[0])
+            await streams.reopen(first)
+            assert await streams.open_one(first) is None
+            assert _error(streams.refusal)["data"]["reason"] == "too_many_streams"
+    for task_id in (first, second):
+        await _send(http, replica, "tasks/cancel", {"taskId": task_id}, task_id)
+
+
+async def test_one_stream_more_than_the_replica_serves_is_503_with_retry_after(
+    replica: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    tasks = [await _waiting_task(http, replica) for _ in range(3)]
+    with anyio.fail_after(30):  # a hang guard
+        async with AsyncExitStack() as exits:
+            streams = Streams(http, replica, exits)
+            for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
+                assert await streams.open_one(task_id) is not None
+            assert len(streams.open) == PER_REPLICA
+            assert await streams.open_one(tasks[2]) is None
+            status, headers, reply = streams.refusal
+            assert status == 503 and headers["retry-after"] == "1"
+            error = _error(streams.refusal)
+            assert error["code"] == -32603
+            assert error["data"] == {"reason": "replica_busy", "limit": PER_REPLICA}
+            # A client at its own bound gets its own refusal, not the replica's 503.
+            assert await streams.open_one(tasks[0]) is None
+            assert _error(streams.refusal)["code"] == -32602
+            await streams.close(streams.open[-1])
+            await streams.reopen(tasks[2])
+            assert await streams.open_one(tasks[2]) is None
+            assert streams.refusal[0] == 503
+    for task_id in tasks:
+        await _send(http, replica, "tasks/cancel", {"taskId": task_id}, task_id)
+
+
+async def test_streams_of_a_task_that_ends_give_back_their_slots(
+    replica: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    ending, other = await _waiting_task(http, replica), await _waiting_task(http, replica)
+    with anyio.fail_after(30):  # a hang guard
+        async with AsyncExitStack() as exits:
+            streams = Streams(http, replica, exits)
+            held = [await streams.open_one(ending) for _ in range(PER_CLIENT)]
+            cancelled = await _send(http, replica, "tasks/cancel", {"taskId": ending}, ending)
+            assert cancelled["result"] is not None
+            for stream in held:  # each ends with its result: the task is terminal
+                assert stream is not None
+                while True:
+                    message = await stream.message()
+                    assert message is not None, "a stream of a cancelled task ended without {}"
+                    if "id" in message:
+                        assert "result" in message, message
+                        break
+                await streams.close(stream)
+            # Every slot is free again: the replica's whole bound opens on another task.
+            for _ in range(PER_CLIENT):
+                await streams.reopen(other)
+            for _ in range(PER_REPLICA - PER_CLIENT):
+                assert await streams.open_one(await _waiting_task(http, replica)) is not None
+            assert await streams.open_one(other) is None
+    await _send(http, replica, "tasks/cancel", {"taskId": other}, other)
+
+
+async def test_refused_and_unknown_streams_take_no_slot(
+    replica: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    task_id = await _waiting_task(http, replica)
+    with anyio.fail_after(30):  # a hang guard
+        async with AsyncExitStack() as exits:
+            streams = Streams(http, replica, exits)
+            for _ in range(10):  # bad cursors, unknown tasks, refusals: none holds a slot
+                for params in ({"after": -1}, {"after": 99}):
+                    body, headers = _request("tasks/stream", {"taskId": task_id, **params}, task_id)
+                    reply = (await http.post(replica.url, json=body, headers=headers)).json()
+                    assert reply["error"]["code"] == -32602
+                assert await streams.open_one("C" * 24) is None
+            for _ in range(PER_CLIENT):
+                await streams.reopen(task_id)
+            for _ in range(10):
+                assert await streams.open_one(task_id) is None
+            while streams.open:
+                await streams.close(streams.open[0])
+            for _ in range(PER_CLIENT):
+                await streams.reopen(task_id)
+    await _send(http, replica, "tasks/cancel", {"taskId": task_id}, task_id)
+
+
+def test_the_bounds_have_defaults_and_refuse_nonsense() -> None:
+    assert (DEFAULT_CLIENT_STREAMS, DEFAULT_STREAMS) == (16, 1000)
+    tasks = ReplayTasks({})
+    assert (tasks.streams.per_client, tasks.streams.total) == (16, 1000)
+    options = parser().parse_args([])
+    assert (options.task_client_streams, options.task_streams) == (16, 1000)
+    for bad in ({"max_streams": 0}, {"max_client_streams": -1}):
+        with pytest.raises(ValueError, match="at least 1"):
+            ReplayTasks({}, **bad)
+    with pytest.raises(TypeError):
+        StreamSlots(True, 10)
+    for flag in ("--task-streams", "--task-client-streams"):
+        with pytest.raises(SystemExit):
+            parser().parse_args([flag, "0"])
+
+
+def test_no_traceback_was_logged(replica: ServerProcess) -> None:
+    assert "Traceback" not in replica.log_tail(400), replica.log_tail()
