@@ -118,13 +118,14 @@ class Streams:
         self.refusal: tuple[int, httpx.Headers, dict[str, Any]] = (0, httpx.Headers(), {})
 
     async def open_one(self, task_id: str) -> Stream | None:
-        """A stream that delivered an event (kept open), or None: the refusal is ``self.refusal``."""
+        """A stream that delivered an event (kept open), or None: refused (``self.refusal``)."""
         body, headers = _request("tasks/stream", {"taskId": task_id}, task_id)
         response = await self.exits.enter_async_context(
             self.http.stream("POST", self.server.url, json=body, headers=headers)
         )
         if not response.headers["content-type"].startswith("text/event-stream"):
-            self.refusal = (response.status_code, response.headers, json.loads(await response.aread()))
+            reply = json.loads(await response.aread())
+            self.refusal = (response.status_code, response.headers, reply)
             await response.aclose()
             return None
         stream = Stream(response)
@@ -132,6 +133,26 @@ class Streams:
         assert first is not None and first["method"] == "notifications/tasks/event", first
         self.open.append(stream)
         return stream
+
+    async def finish(self, task_ids: list[str]) -> None:
+        """Cancel the tasks, then read every open stream to its ``{}``: all slots are free then.
+
+        (A stream frees its slot before its result is sent, so the next test
+        starts on an idle replica.)
+        """
+        for task_id in task_ids:
+            params = {"taskId": task_id}
+            reply = await _send(self.http, self.server, "tasks/cancel", params, task_id)
+            assert "result" in reply, reply
+        while self.open:
+            stream = self.open.pop()
+            while True:
+                message = await stream.message()
+                assert message is not None, "a stream of a cancelled task ended without {}"
+                if "id" in message:
+                    assert "result" in message, message
+                    break
+            await stream.response.aclose()
 
     async def close(self, stream: Stream) -> None:
         """The client cancels the stream: it closes the response (and its connection)."""
@@ -179,8 +200,7 @@ async def test_one_stream_more_than_a_client_may_hold_for_a_task_is_refused(
             await streams.reopen(first)
             assert await streams.open_one(first) is None
             assert _error(streams.refusal)["data"]["reason"] == "too_many_streams"
-    for task_id in (first, second):
-        await _send(http, replica, "tasks/cancel", {"taskId": task_id}, task_id)
+            await streams.finish([first, second])
 
 
 async def test_one_stream_more_than_the_replica_serves_is_503_with_retry_after(
@@ -194,7 +214,7 @@ async def test_one_stream_more_than_the_replica_serves_is_503_with_retry_after(
                 assert await streams.open_one(task_id) is not None
             assert len(streams.open) == PER_REPLICA
             assert await streams.open_one(tasks[2]) is None
-            status, headers, reply = streams.refusal
+            status, headers, _ = streams.refusal
             assert status == 503 and headers["retry-after"] == "1"
             error = _error(streams.refusal)
             assert error["code"] == -32603
@@ -206,8 +226,7 @@ async def test_one_stream_more_than_the_replica_serves_is_503_with_retry_after(
             await streams.reopen(tasks[2])
             assert await streams.open_one(tasks[2]) is None
             assert streams.refusal[0] == 503
-    for task_id in tasks:
-        await _send(http, replica, "tasks/cancel", {"taskId": task_id}, task_id)
+            await streams.finish(tasks)
 
 
 async def test_streams_of_a_task_that_ends_give_back_their_slots(
@@ -217,25 +236,15 @@ async def test_streams_of_a_task_that_ends_give_back_their_slots(
     with anyio.fail_after(30):  # a hang guard
         async with AsyncExitStack() as exits:
             streams = Streams(http, replica, exits)
-            held = [await streams.open_one(ending) for _ in range(PER_CLIENT)]
-            cancelled = await _send(http, replica, "tasks/cancel", {"taskId": ending}, ending)
-            assert cancelled["result"] is not None
-            for stream in held:  # each ends with its result: the task is terminal
-                assert stream is not None
-                while True:
-                    message = await stream.message()
-                    assert message is not None, "a stream of a cancelled task ended without {}"
-                    if "id" in message:
-                        assert "result" in message, message
-                        break
-                await streams.close(stream)
-            # Every slot is free again: the replica's whole bound opens on another task.
             for _ in range(PER_CLIENT):
-                await streams.reopen(other)
-            for _ in range(PER_REPLICA - PER_CLIENT):
-                assert await streams.open_one(await _waiting_task(http, replica)) is not None
+                assert await streams.open_one(ending) is not None
+            await streams.finish([ending])  # each ends with its result: the task is terminal
+            # Every slot is free again (freed before the result was sent: no waiting).
+            more = [await _waiting_task(http, replica) for _ in range(PER_REPLICA - PER_CLIENT)]
+            for task_id in [other] * PER_CLIENT + more:
+                assert await streams.open_one(task_id) is not None
             assert await streams.open_one(other) is None
-    await _send(http, replica, "tasks/cancel", {"taskId": other}, other)
+            await streams.finish([other, *more])
 
 
 async def test_refused_and_unknown_streams_take_no_slot(
@@ -252,14 +261,14 @@ async def test_refused_and_unknown_streams_take_no_slot(
                     assert reply["error"]["code"] == -32602
                 assert await streams.open_one("C" * 24) is None
             for _ in range(PER_CLIENT):
-                await streams.reopen(task_id)
+                assert await streams.open_one(task_id) is not None
             for _ in range(10):
                 assert await streams.open_one(task_id) is None
             while streams.open:
                 await streams.close(streams.open[0])
             for _ in range(PER_CLIENT):
                 await streams.reopen(task_id)
-    await _send(http, replica, "tasks/cancel", {"taskId": task_id}, task_id)
+            await streams.finish([task_id])
 
 
 def test_the_bounds_have_defaults_and_refuse_nonsense() -> None:
