@@ -18,6 +18,10 @@ only result, ``{}``, means "complete", and an error there would be read as
 the stream's outcome. The client resumes it with its cursor, as after a
 dropped connection. Before any event, such an end is a ``503`` like any
 other.
+
+A request a replica has no room for (:func:`replica_busy`: a ``tasks/stream``
+beyond the streams it serves at once) is a ``503`` too: another replica, or
+this one later, may serve it.
 """
 
 from __future__ import annotations

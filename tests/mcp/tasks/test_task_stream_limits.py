@@ -24,8 +24,10 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
 
+from replaystore.mcp.client import TaskClient, TaskEvent, TaskRequestError
 from replaystore.mcp.example import parser
 from replaystore.mcp.tasks import ReplayTasks
 from replaystore.mcp.tasks.stream import DEFAULT_CLIENT_STREAMS, DEFAULT_STREAMS, StreamSlots
@@ -269,6 +271,43 @@ async def test_refused_and_unknown_streams_take_no_slot(
             for _ in range(PER_CLIENT):
                 await streams.reopen(task_id)
             await streams.finish([task_id])
+
+
+async def _first(client: TaskClient, task_id: str) -> TaskEvent:
+    """The first event :meth:`TaskClient.stream_events` hands over (the stream closed then)."""
+    async with client.stream_events(task_id) as events:
+        async for event in events:
+            return event
+    raise AssertionError("the stream ended without an event")
+
+
+async def test_the_task_client_waits_out_a_busy_replica_but_not_its_own_bound(
+    replica: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    """``TaskClient.stream_events``: the 503 is sent again until a slot frees, the -32602 raised."""
+    tasks = [await _waiting_task(http, replica) for _ in range(3)]
+    with anyio.fail_after(30):  # a hang guard
+        async with AsyncExitStack() as exits, httpx2.AsyncClient(timeout=15.0) as http2:
+            streams = Streams(http, replica, exits)
+            for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
+                assert await streams.open_one(task_id) is not None
+            client = TaskClient(replica.url, http=http2, backoff=0.05, max_backoff=0.2)
+            with pytest.raises(TaskRequestError) as refused:
+                await _first(client, tasks[0])
+            assert refused.value.code == -32602
+            assert refused.value.error["data"]["reason"] == "too_many_streams"
+            got: list[TaskEvent] = []
+
+            async def first_event() -> None:
+                got.append(await _first(client, tasks[2]))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(first_event)
+                await anyio.sleep(1.0)  # the client is answered 503 and asks again meanwhile
+                assert got == []
+                await streams.close(streams.open[-1])
+            assert got[0].seq == 0 and got[0].task_id == tasks[2]
+            await streams.finish(tasks)
 
 
 def test_the_bounds_have_defaults_and_refuse_nonsense() -> None:
