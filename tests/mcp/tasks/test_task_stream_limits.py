@@ -7,16 +7,16 @@ stream stays open until the test ends it. Checked:
 
 - a fourth stream of one task is refused with -32602 ``too_many_streams``
   (``limit`` 3) at once, while another task's stream still opens;
-- a sixth stream in all is answered ``503`` with ``Retry-After``;
+- a sixth stream in all is answered ``503`` with ``Retry-After``, which
+  :class:`TaskClient` sends again until a slot is free;
 - a stream frees its slot however it ends: the client closing its response
   (the 2026-07-28 cancel, a lost connection), the task ending (the stream's
-  ``{}``), a refusal (the slot was never taken): after each, as many
-  streams open again as before.
+  ``{}``), a refusal or an error (a bad cursor, an unknown task): after
+  each, as many streams open again as before.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -33,13 +33,12 @@ from replaystore.mcp.tasks import ReplayTasks
 from replaystore.mcp.tasks.stream import DEFAULT_CLIENT_STREAMS, DEFAULT_STREAMS, StreamSlots
 from replaystore.testing.servers import ServerHandle
 from tests.mcp._support import ServerProcess, spawn_replica, wait_ready
+from tests.mcp.tasks._support import Modern
 
 pytestmark = pytest.mark.anyio
 
-EXTENSION = "io.modelcontextprotocol/tasks"
 PER_CLIENT = 3
 PER_REPLICA = 5
-_ids = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
@@ -56,41 +55,9 @@ def replica(mcp_redis: ServerHandle, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as client:
-        yield client
-
-
-def _request(method: str, params: dict[str, Any], name: str) -> tuple[dict[str, Any], Any]:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
-    }
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": method,
-        "Mcp-Name": name,
-    }
-    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method,
-            "params": {**params, "_meta": meta}}  # fmt: skip
-    return body, headers
-
-
-async def _send(
-    http: httpx.AsyncClient, server: ServerProcess, method: str, params: dict[str, Any], name: str
-) -> dict[str, Any]:
-    body, headers = _request(method, params, name)
-    reply: dict[str, Any] = (await http.post(server.url, json=body, headers=headers)).json()
-    return reply
-
-
-async def _waiting_task(http: httpx.AsyncClient, server: ServerProcess) -> str:
-    """An ``ask`` task: it waits for an answer, so its streams stay open until ended."""
-    call = {"name": "ask", "arguments": {"question": "who?"}}
-    reply = await _send(http, server, "tools/call", call, "ask")
-    task_id: str = reply["result"]["taskId"]
-    return task_id
+async def streams(replica: ServerProcess) -> AsyncIterator[Streams]:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http, AsyncExitStack() as exits:
+        yield Streams(Modern(http, replica.url), exits)
 
 
 class Stream:
@@ -112,18 +79,17 @@ class Stream:
 class Streams:
     """Open ``tasks/stream`` responses, each read up to its first event, kept open."""
 
-    def __init__(self, http: httpx.AsyncClient, server: ServerProcess, exits: AsyncExitStack):
-        self.http = http
-        self.server = server
+    def __init__(self, client: Modern, exits: AsyncExitStack) -> None:
+        self.client = client
         self.exits = exits
         self.open: list[Stream] = []
         self.refusal: tuple[int, httpx.Headers, dict[str, Any]] = (0, httpx.Headers(), {})
 
     async def open_one(self, task_id: str) -> Stream | None:
         """A stream that delivered an event (kept open), or None: refused (``self.refusal``)."""
-        body, headers = _request("tasks/stream", {"taskId": task_id}, task_id)
+        body, headers = self.client.envelope("tasks/stream", {"taskId": task_id}, task_id)
         response = await self.exits.enter_async_context(
-            self.http.stream("POST", self.server.url, json=body, headers=headers)
+            self.client.http.stream("POST", self.client.url, json=body, headers=headers)
         )
         if not response.headers["content-type"].startswith("text/event-stream"):
             reply = json.loads(await response.aread())
@@ -143,8 +109,7 @@ class Streams:
         starts on an idle replica.)
         """
         for task_id in task_ids:
-            params = {"taskId": task_id}
-            reply = await _send(self.http, self.server, "tasks/cancel", params, task_id)
+            reply = await self.client.task("tasks/cancel", task_id)
             assert "result" in reply, reply
         while self.open:
             stream = self.open.pop()
@@ -170,6 +135,12 @@ class Streams:
                     return stream
                 await anyio.sleep(0.05)
 
+    async def waiting_task(self) -> str:
+        """An ``ask`` task: it waits for an answer, so its streams stay open until ended."""
+        created = await self.client.call("ask", {"question": "who?"})
+        task_id: str = created["taskId"]
+        return task_id
+
 
 def _error(refusal: tuple[int, httpx.Headers, dict[str, Any]]) -> dict[str, Any]:
     error: dict[str, Any] = refusal[2]["error"]
@@ -177,100 +148,83 @@ def _error(refusal: tuple[int, httpx.Headers, dict[str, Any]]) -> dict[str, Any]
 
 
 async def test_one_stream_more_than_a_client_may_hold_for_a_task_is_refused(
-    replica: ServerProcess, http: httpx.AsyncClient
+    streams: Streams,
 ) -> None:
-    first, second = await _waiting_task(http, replica), await _waiting_task(http, replica)
+    first, second = await streams.waiting_task(), await streams.waiting_task()
     with anyio.fail_after(30):  # a hang guard
-        async with AsyncExitStack() as exits:
-            streams = Streams(http, replica, exits)
-            for _ in range(PER_CLIENT):
-                assert await streams.open_one(first) is not None
-            assert await streams.open_one(first) is None
-            status, _, reply = streams.refusal
-            assert status == 400 and "result" not in reply  # the SDK's status for -32602
-            error = _error(streams.refusal)
-            assert error["code"] == -32602
-            assert error["data"] == {
-                "reason": "too_many_streams",
-                "taskId": first,
-                "limit": PER_CLIENT,
-            }
-            assert "at most 3 per client" in error["message"]
-            assert await streams.open_one(second) is not None  # the bound is per task
-            # Closing one frees its slot: one more opens, and no more than that.
-            await streams.close(streams.open[0])
-            await streams.reopen(first)
-            assert await streams.open_one(first) is None
-            assert _error(streams.refusal)["data"]["reason"] == "too_many_streams"
-            await streams.finish([first, second])
+        for _ in range(PER_CLIENT):
+            assert await streams.open_one(first) is not None
+        assert await streams.open_one(first) is None
+        status, _, reply = streams.refusal
+        assert status == 400 and "result" not in reply  # the SDK's status for -32602
+        error = _error(streams.refusal)
+        assert error["code"] == -32602
+        assert error["data"] == {"reason": "too_many_streams", "taskId": first, "limit": PER_CLIENT}
+        assert "at most 3 per client" in error["message"]
+        assert await streams.open_one(second) is not None  # the bound is per task
+        # Closing one frees its slot: one more opens, and no more than that.
+        await streams.close(streams.open[0])
+        await streams.reopen(first)
+        assert await streams.open_one(first) is None
+        assert _error(streams.refusal)["data"]["reason"] == "too_many_streams"
+        await streams.finish([first, second])
 
 
 async def test_one_stream_more_than_the_replica_serves_is_503_with_retry_after(
-    replica: ServerProcess, http: httpx.AsyncClient
+    streams: Streams,
 ) -> None:
-    tasks = [await _waiting_task(http, replica) for _ in range(3)]
+    tasks = [await streams.waiting_task() for _ in range(3)]
     with anyio.fail_after(30):  # a hang guard
-        async with AsyncExitStack() as exits:
-            streams = Streams(http, replica, exits)
-            for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
-                assert await streams.open_one(task_id) is not None
-            assert len(streams.open) == PER_REPLICA
-            assert await streams.open_one(tasks[2]) is None
-            status, headers, _ = streams.refusal
-            assert status == 503 and headers["retry-after"] == "1"
-            error = _error(streams.refusal)
-            assert error["code"] == -32603
-            assert error["data"] == {"reason": "replica_busy", "limit": PER_REPLICA}
-            # A client at its own bound gets its own refusal, not the replica's 503.
-            assert await streams.open_one(tasks[0]) is None
-            assert _error(streams.refusal)["code"] == -32602
-            await streams.close(streams.open[-1])
-            await streams.reopen(tasks[2])
-            assert await streams.open_one(tasks[2]) is None
-            assert streams.refusal[0] == 503
-            await streams.finish(tasks)
+        for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
+            assert await streams.open_one(task_id) is not None
+        assert len(streams.open) == PER_REPLICA
+        assert await streams.open_one(tasks[2]) is None
+        status, headers, _ = streams.refusal
+        assert status == 503 and headers["retry-after"] == "1"
+        error = _error(streams.refusal)
+        assert error["code"] == -32603
+        assert error["data"] == {"reason": "replica_busy", "limit": PER_REPLICA}
+        # A client at its own bound gets its own refusal, not the replica's 503.
+        assert await streams.open_one(tasks[0]) is None
+        assert _error(streams.refusal)["code"] == -32602
+        await streams.close(streams.open[-1])
+        await streams.reopen(tasks[2])
+        assert await streams.open_one(tasks[2]) is None
+        assert streams.refusal[0] == 503
+        await streams.finish(tasks)
 
 
-async def test_streams_of_a_task_that_ends_give_back_their_slots(
-    replica: ServerProcess, http: httpx.AsyncClient
-) -> None:
-    ending, other = await _waiting_task(http, replica), await _waiting_task(http, replica)
+async def test_streams_of_a_task_that_ends_give_back_their_slots(streams: Streams) -> None:
+    ending, other = await streams.waiting_task(), await streams.waiting_task()
+    more = [await streams.waiting_task() for _ in range(PER_REPLICA - PER_CLIENT)]
     with anyio.fail_after(30):  # a hang guard
-        async with AsyncExitStack() as exits:
-            streams = Streams(http, replica, exits)
-            for _ in range(PER_CLIENT):
-                assert await streams.open_one(ending) is not None
-            await streams.finish([ending])  # each ends with its result: the task is terminal
-            # Every slot is free again (freed before the result was sent: no waiting).
-            more = [await _waiting_task(http, replica) for _ in range(PER_REPLICA - PER_CLIENT)]
-            for task_id in [other] * PER_CLIENT + more:
-                assert await streams.open_one(task_id) is not None
-            assert await streams.open_one(other) is None
-            await streams.finish([other, *more])
+        for _ in range(PER_CLIENT):
+            assert await streams.open_one(ending) is not None
+        await streams.finish([ending])  # each ends with its result: the task is terminal
+        # Every slot is free again (freed before the result was sent: no waiting).
+        for task_id in [other] * PER_CLIENT + more:
+            assert await streams.open_one(task_id) is not None
+        assert await streams.open_one(other) is None
+        await streams.finish([other, *more])
 
 
-async def test_refused_and_unknown_streams_take_no_slot(
-    replica: ServerProcess, http: httpx.AsyncClient
-) -> None:
-    task_id = await _waiting_task(http, replica)
+async def test_refused_and_failed_streams_take_no_slot(streams: Streams) -> None:
+    task_id = await streams.waiting_task()
     with anyio.fail_after(30):  # a hang guard
-        async with AsyncExitStack() as exits:
-            streams = Streams(http, replica, exits)
-            for _ in range(10):  # bad cursors, unknown tasks, refusals: none holds a slot
-                for params in ({"after": -1}, {"after": 99}):
-                    body, headers = _request("tasks/stream", {"taskId": task_id, **params}, task_id)
-                    reply = (await http.post(replica.url, json=body, headers=headers)).json()
-                    assert reply["error"]["code"] == -32602
-                assert await streams.open_one("C" * 24) is None
-            for _ in range(PER_CLIENT):
-                assert await streams.open_one(task_id) is not None
-            for _ in range(10):
-                assert await streams.open_one(task_id) is None
-            while streams.open:
-                await streams.close(streams.open[0])
-            for _ in range(PER_CLIENT):
-                await streams.reopen(task_id)
-            await streams.finish([task_id])
+        for _ in range(10):  # bad cursors, unknown tasks, refusals: none holds a slot
+            for after in (-1, 99):  # refused before and after the store was read
+                reply = await streams.client.task("tasks/stream", task_id, after=after)
+                assert reply["error"]["code"] == -32602
+            assert await streams.open_one("C" * 24) is None
+        for _ in range(PER_CLIENT):
+            assert await streams.open_one(task_id) is not None
+        for _ in range(10):
+            assert await streams.open_one(task_id) is None
+        while streams.open:
+            await streams.close(streams.open[0])
+        for _ in range(PER_CLIENT):
+            await streams.reopen(task_id)
+        await streams.finish([task_id])
 
 
 async def _first(client: TaskClient, task_id: str) -> TaskEvent:
@@ -282,16 +236,15 @@ async def _first(client: TaskClient, task_id: str) -> TaskEvent:
 
 
 async def test_the_task_client_waits_out_a_busy_replica_but_not_its_own_bound(
-    replica: ServerProcess, http: httpx.AsyncClient
+    streams: Streams,
 ) -> None:
     """``TaskClient.stream_events``: the 503 is sent again until a slot frees, the -32602 raised."""
-    tasks = [await _waiting_task(http, replica) for _ in range(3)]
+    tasks = [await streams.waiting_task() for _ in range(3)]
     with anyio.fail_after(30):  # a hang guard
-        async with AsyncExitStack() as exits, httpx2.AsyncClient(timeout=15.0) as http2:
-            streams = Streams(http, replica, exits)
-            for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
-                assert await streams.open_one(task_id) is not None
-            client = TaskClient(replica.url, http=http2, backoff=0.05, max_backoff=0.2)
+        for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
+            assert await streams.open_one(task_id) is not None
+        async with httpx2.AsyncClient(timeout=15.0) as http2:
+            client = TaskClient(streams.client.url, http=http2, backoff=0.05, max_backoff=0.2)
             with pytest.raises(TaskRequestError) as refused:
                 await _first(client, tasks[0])
             assert refused.value.code == -32602
@@ -307,7 +260,7 @@ async def test_the_task_client_waits_out_a_busy_replica_but_not_its_own_bound(
                 assert got == []
                 await streams.close(streams.open[-1])
             assert got[0].seq == 0 and got[0].task_id == tasks[2]
-            await streams.finish(tasks)
+        await streams.finish(tasks)
 
 
 def test_the_bounds_have_defaults_and_refuse_nonsense() -> None:
