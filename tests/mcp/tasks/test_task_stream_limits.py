@@ -141,6 +141,13 @@ class Streams:
         task_id: str = created["taskId"]
         return task_id
 
+    async def fill(self) -> list[str]:
+        """Three tasks; the replica full with streams of the first two (the first at its bound)."""
+        tasks = [await self.waiting_task() for _ in range(3)]
+        for task_id in [tasks[0]] * PER_CLIENT + [tasks[1]] * (PER_REPLICA - PER_CLIENT):
+            assert await self.open_one(task_id) is not None
+        return tasks
+
 
 def _error(refusal: tuple[int, httpx.Headers, dict[str, Any]]) -> dict[str, Any]:
     error: dict[str, Any] = refusal[2]["error"]
@@ -173,10 +180,8 @@ async def test_one_stream_more_than_a_client_may_hold_for_a_task_is_refused(
 async def test_one_stream_more_than_the_replica_serves_is_503_with_retry_after(
     streams: Streams,
 ) -> None:
-    tasks = [await streams.waiting_task() for _ in range(3)]
     with anyio.fail_after(30):  # a hang guard
-        for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
-            assert await streams.open_one(task_id) is not None
+        tasks = await streams.fill()
         assert len(streams.open) == PER_REPLICA
         assert await streams.open_one(tasks[2]) is None
         status, headers, _ = streams.refusal
@@ -239,10 +244,8 @@ async def test_the_task_client_waits_out_a_busy_replica_but_not_its_own_bound(
     streams: Streams,
 ) -> None:
     """``TaskClient.stream_events``: the 503 is sent again until a slot frees, the -32602 raised."""
-    tasks = [await streams.waiting_task() for _ in range(3)]
     with anyio.fail_after(30):  # a hang guard
-        for task_id in (tasks[0], tasks[0], tasks[0], tasks[1], tasks[1]):
-            assert await streams.open_one(task_id) is not None
+        tasks = await streams.fill()
         async with httpx2.AsyncClient(timeout=15.0) as http2:
             client = TaskClient(streams.client.url, http=http2, backoff=0.05, max_backoff=0.2)
             with pytest.raises(TaskRequestError) as refused:
