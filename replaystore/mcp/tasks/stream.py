@@ -102,7 +102,9 @@ class StreamSlots:
     this process only: a stream's cost is the replica's that serves it.
     """
 
-    def __init__(self, per_client: int = DEFAULT_CLIENT_STREAMS, total: int = DEFAULT_STREAMS):
+    def __init__(
+        self, per_client: int = DEFAULT_CLIENT_STREAMS, total: int = DEFAULT_STREAMS
+    ) -> None:
         if isinstance(per_client, bool) or isinstance(total, bool):
             raise TypeError("stream limits are integers")
         if per_client < 1 or total < 1:
@@ -114,11 +116,6 @@ class StreamSlots:
         self._held: dict[tuple[str | None, str], int] = {}
         self._open = 0
         self._said = -math.inf  # when the log last said the replica was full
-
-    @property
-    def open(self) -> int:
-        """The streams open now."""
-        return self._open
 
     @contextmanager
     def taken(self, task_id: str, owner: str | None) -> Iterator[None]:
