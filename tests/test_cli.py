@@ -225,6 +225,8 @@ BAD_SERVER_OPTIONS = [
     ("--task-ttl", "1e12"),
     ("--task-events", "0"),
     ("--task-events", "1000001"),
+    ("--task-streams", "0"),
+    ("--task-client-streams", "0"),
 ]
 
 
@@ -305,6 +307,8 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "max_payload": 8 << 20,
     "task_ttl": 3600.0,
     "task_events": 1000,
+    "task_streams": 1000,
+    "task_client_streams": 16,
     "drain_seconds": 10.0,
     "ping_seconds": 15.0,
     "allowed_hosts": [],
@@ -314,7 +318,8 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
 EVERY_OPTION = [
     "--host", "0.0.0.0", "--port", "8123", "--url", "memory://every", "--max-events", "7",
     "--log-level", "trace", "--lease-seconds", "2.5", "--max-payload", "4096",
-    "--task-ttl", "60", "--task-events", "10", "--drain-seconds", "3", "--ping-seconds", "0.5",
+    "--task-ttl", "60", "--task-events", "10", "--task-streams", "50",
+    "--task-client-streams", "4", "--drain-seconds", "3", "--ping-seconds", "0.5",
     "--allowed-host", "mcp.example.com", "--allowed-host", "lb:*",
 ]  # fmt: skip
 
@@ -367,6 +372,8 @@ def test_both_example_server_command_lines_parse_every_option_alike(
         "max_payload": 4096,
         "task_ttl": 60.0,
         "task_events": 10,
+        "task_streams": 50,
+        "task_client_streams": 4,
         "drain_seconds": 3.0,
         "ping_seconds": 0.5,
         "allowed_hosts": ["mcp.example.com", "lb:*"],

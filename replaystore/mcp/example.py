@@ -28,7 +28,8 @@ extension, ``countdown`` and ``ask`` run as durable tasks (kept
 ``countdown`` emits one task event per step instead of a progress
 notification (type ``com.example/countdown``, payload ``{"step", "left"}``),
 which any replica streams (``tasks/stream``); each task keeps its last
-``--task-events`` events.
+``--task-events`` events. A replica serves at most ``--task-streams``
+streams at once, at most ``--task-client-streams`` of one task per client.
 
 Any number of these servers on one Redis URL are replicas of each other.
 """
@@ -66,6 +67,7 @@ from .settings import DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_TTL
 from .subscriptions import StoreSubscriptionBus
 from .tasks import emit_event
 from .tasks.extension import ReplayTasks, TaskSupport
+from .tasks.stream import DEFAULT_CLIENT_STREAMS, DEFAULT_STREAMS
 
 __all__ = ["build_app", "build_server", "configure_logging", "main", "parser", "serve"]
 
@@ -177,6 +179,8 @@ def build_app(
     lease_ttl: float = DEFAULT_LEASE_TTL,
     task_ttl: float = DEFAULT_TASK_TTL,
     task_events: int = DEFAULT_TASK_EVENTS,
+    task_streams: int = DEFAULT_STREAMS,
+    task_client_streams: int = DEFAULT_CLIENT_STREAMS,
     allowed_hosts: Sequence[str] = (),
     drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     check_store: bool = True,
@@ -195,7 +199,7 @@ def build_app(
     protection on for names a balancer passes through.
     """
     buffer_options.setdefault("max_payload", DEFAULT_MAX_PAYLOAD)
-    tasks = example_tasks(task_ttl, lease_ttl, task_events)
+    tasks = example_tasks(task_ttl, lease_ttl, task_events, task_streams, task_client_streams)
     server = build_server(tasks)
     buffer = ReplayBuffer.from_url(url, max_events=max_events, **buffer_options)
     app = streamable_http_app(
@@ -252,6 +256,8 @@ def serve(
     max_payload: int = DEFAULT_MAX_PAYLOAD,
     task_ttl: float = DEFAULT_TASK_TTL,
     task_events: int = DEFAULT_TASK_EVENTS,
+    task_streams: int = DEFAULT_STREAMS,
+    task_client_streams: int = DEFAULT_CLIENT_STREAMS,
     drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     ping_seconds: float = PING_SECONDS,
     allowed_hosts: Sequence[str] = (),
@@ -293,6 +299,8 @@ def serve(
         max_payload=max_payload,
         task_ttl=task_ttl,
         task_events=task_events,
+        task_streams=task_streams,
+        task_client_streams=task_client_streams,
         allowed_hosts=allowed_hosts,
         drain_seconds=drain_seconds,
         check_store=check_store,
@@ -313,12 +321,15 @@ def example_tasks(
     ttl: float = DEFAULT_TASK_TTL,
     lease: float = DEFAULT_LEASE_TTL,
     events: int = DEFAULT_TASK_EVENTS,
+    streams: int = DEFAULT_STREAMS,
+    client_streams: int = DEFAULT_CLIENT_STREAMS,
 ) -> ReplayTasks:
     """``countdown`` and ``ask`` as tasks for clients that declare the extension.
 
     ``countdown`` is idempotent: if its replica dies, a survivor counts again
     (its events go on after the last one stored). Each task keeps its last
-    ``events`` events.
+    ``events`` events; the replica serves at most ``streams`` task event
+    streams at once, ``client_streams`` of one task per client.
     """
     return ReplayTasks(
         {"countdown": TaskSupport("optional", idempotent=True), "ask": "optional"},
@@ -327,6 +338,8 @@ def example_tasks(
         events=EventRetention(max_events=events),
         check_interval=min(0.25, lease / 4),
         poll_interval=0.5,
+        max_streams=streams,
+        max_client_streams=client_streams,
     )
 
 
@@ -439,6 +452,20 @@ def parser(prog: str = "replaystore example-server") -> argparse.ArgumentParser:
         default=DEFAULT_TASK_EVENTS,
         help="events kept per task for tasks/stream; a cursor older than the oldest kept "
         "gets events_gone (default: %(default)s)",
+    )
+    add(
+        "--task-streams",
+        type=_positive_int,
+        default=DEFAULT_STREAMS,
+        help="tasks/stream requests this replica serves at once; one more is answered 503 "
+        "with Retry-After (default: %(default)s)",
+    )
+    add(
+        "--task-client-streams",
+        type=_positive_int,
+        default=DEFAULT_CLIENT_STREAMS,
+        help="tasks/stream requests one client may hold open for one task on this replica; "
+        "one more is refused with -32602 too_many_streams (default: %(default)s)",
     )
     add(
         "--drain-seconds",
@@ -554,6 +581,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m replaystore.m
             max_payload=args.max_payload,
             task_ttl=args.task_ttl,
             task_events=args.task_events,
+            task_streams=args.task_streams,
+            task_client_streams=args.task_client_streams,
             drain_seconds=args.drain_seconds,
             ping_seconds=args.ping_seconds,
             allowed_hosts=args.allowed_host,

@@ -18,6 +18,10 @@ only result, ``{}``, means "complete", and an error there would be read as
 the stream's outcome. The client resumes it with its cursor, as after a
 dropped connection. Before any event, such an end is a ``503`` like any
 other.
+
+A request a replica has no room for (:func:`replica_busy`: a ``tasks/stream``
+beyond the streams it serves at once) is a ``503`` too: another replica, or
+this one later, may serve it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "RETRY_AFTER",
     "UnavailableStatus",
     "is_unavailable",
+    "replica_busy",
     "store_unavailable",
     "stream_closed",
 ]
@@ -47,6 +52,10 @@ RETRY_AFTER = 1
 _REASON = "storage_error"
 #: The ``data.reason`` of a stream this server ended early.
 _CLOSED = "stream_closed"
+#: The ``data.reason`` of a request this replica has no room for now (another may have).
+_BUSY = "replica_busy"
+#: Every ``data.reason`` answered ``503``.
+_REASONS = (_REASON, _CLOSED, _BUSY)
 #: The method whose SSE response ends without a result when ended early.
 _STREAM_METHOD = b"tasks/stream"
 #: A JSON answer larger than this is never a store error: passed on unread.
@@ -68,6 +77,11 @@ def stream_closed() -> MCPError:
     )
 
 
+def replica_busy(message: str, limit: int) -> MCPError:
+    """The error of a request beyond ``limit`` of this replica: ``503``, tried again elsewhere."""
+    return MCPError(INTERNAL_ERROR, message, {"reason": _BUSY, "limit": limit})
+
+
 def is_unavailable(body: Any) -> bool:
     """Whether ``body`` (a decoded JSON-RPC answer) says the store did not serve the request."""
     if not isinstance(body, dict):
@@ -78,7 +92,7 @@ def is_unavailable(body: Any) -> bool:
         isinstance(error, dict)
         and error.get("code") == INTERNAL_ERROR
         and isinstance(data, dict)
-        and data.get("reason") in (_REASON, _CLOSED)
+        and data.get("reason") in _REASONS
     )
 
 
@@ -143,7 +157,7 @@ def _is_sse(start: Message) -> bool:
 
 def _ended_early(body: bytes) -> bool:
     """Whether a stream's final SSE frame is the error of an early end (:func:`stream_closed`)."""
-    if _CLOSED.encode() not in body and _REASON.encode() not in body:
+    if not _mentions_reason(body):
         return False
     for line in body.splitlines():
         if line.startswith(b"data:"):
@@ -152,6 +166,10 @@ def _ended_early(body: bytes) -> bool:
             except ValueError:
                 return False
     return False
+
+
+def _mentions_reason(body: bytes) -> bool:
+    return any(reason.encode() in body for reason in _REASONS)
 
 
 def _worth_reading(start: Message) -> bool:
@@ -164,7 +182,7 @@ def _worth_reading(start: Message) -> bool:
 
 
 def _with_status(start: Message, body: bytes) -> Message:
-    if _REASON.encode() not in body and _CLOSED.encode() not in body:  # most: not parsed
+    if not _mentions_reason(body):  # most: not parsed
         return start
     try:
         decoded = json.loads(body)

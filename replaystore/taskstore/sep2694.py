@@ -15,7 +15,11 @@ The draft's rules as applied here:
 - ``after`` omitted: from the earliest retained event; events after ``after``
   no longer all retained: the error -32010 ``events_gone`` with ``earliestSeq``,
   never a stream with a silent gap;
-- event types carry a vendor prefix; bare names are reserved for MCP.
+- event types carry a vendor prefix; bare names are reserved for MCP;
+- a stream beyond what a receiver allows for one task (the draft: a second
+  active stream of a task on one connection) is invalid params (-32602); the
+  draft names no ``data`` for it, so this one is ours:
+  ``{"reason": "too_many_streams", "taskId", "limit"}``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ __all__ = [
     "STATUS_TYPE",
     "STREAM_CAPABILITY",
     "STREAM_METHOD",
+    "TOO_MANY_STREAMS",
+    "TOO_MANY_STREAMS_CODE",
     "EventsGone",
     "Invalid",
     "Start",
@@ -44,6 +50,7 @@ __all__ = [
     "event_params",
     "events_gone_data",
     "judge_cursor",
+    "too_many_streams",
     "type_problem",
 ]
 
@@ -60,6 +67,10 @@ RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 EVENTS_GONE_CODE: Final = -32010
 EVENTS_GONE: Final = "events_gone"
 EVENTS_GONE_MESSAGE: Final = "Task events are no longer available"
+
+#: The error of a ``tasks/stream`` beyond the streams one client may hold open for a task.
+TOO_MANY_STREAMS_CODE: Final = -32602
+TOO_MANY_STREAMS: Final = "too_many_streams"
 
 #: This implementation's own event types (its namespace, as the draft asks).
 STATUS_TYPE: Final = "dev.replaystore/status"
@@ -180,3 +191,18 @@ def event_params(
         "payload": payload,
         "_meta": {RELATED_TASK: {"taskId": task_id}},
     }
+
+
+def too_many_streams(task_id: str, limit: int) -> tuple[str, dict[str, Any]]:
+    """The message and ``data`` of the error of a stream beyond ``limit`` for one task.
+
+    The draft allows one active stream per task and connection and answers a
+    second with -32602, asking the client to cancel the active one first; on
+    a revision where every request is its own exchange, the bound is the
+    streams one client holds open for the task, and the answer is the same.
+    """
+    message = (
+        f"too many open tasks/stream requests for this task (at most {limit} per client); "
+        "cancel one before opening another"
+    )
+    return message, {"reason": TOO_MANY_STREAMS, "taskId": task_id, "limit": limit}

@@ -77,7 +77,7 @@ from .leases import Run
 from .params import StreamParams, TaskIdParams, UpdateParams
 from .runner import TaskRunner
 from .session import TaskSession, default_owner, run_context, sdk_rerun, sdk_tool_names
-from .stream import stream_events
+from .stream import DEFAULT_CLIENT_STREAMS, DEFAULT_STREAMS, StreamSlots, stream_events
 from .support import Mode, TaskSupport
 
 __all__ = ["EXTENSION", "ReplayTasks", "TaskSession", "TaskSupport"]
@@ -118,6 +118,10 @@ class ReplayTasks(TaskRunner, Extension):
     different names serve one app's tasks.
 
     ``events``: how long each task's events are kept for ``tasks/stream``.
+    ``max_client_streams``: how many ``tasks/stream`` requests one client
+    (principal) may hold open for one task on this replica; ``max_streams``:
+    how many this replica serves at once
+    (:class:`~replaystore.mcp.tasks.stream.StreamSlots`).
 
     The tasks this replica runs are the :class:`~replaystore.mcp.tasks.runner.TaskRunner`'s
     (its base); this class adds what a request sees: the ``tools/call``
@@ -138,6 +142,8 @@ class ReplayTasks(TaskRunner, Extension):
         store: TaskStore | None = None,
         namespace: str | None = None,
         events: EventRetention | None = None,
+        max_client_streams: int = DEFAULT_CLIENT_STREAMS,
+        max_streams: int = DEFAULT_STREAMS,
     ) -> None:
         super().__init__(
             tools,
@@ -150,6 +156,8 @@ class ReplayTasks(TaskRunner, Extension):
             events=events,
         )
         self._owner = owner
+        #: The open ``tasks/stream`` requests of this replica, and their bounds.
+        self.streams = StreamSlots(max_client_streams, max_streams)
         self.json_responses = False  # the app answers JSON only: no tasks/stream (the wiring)
 
     # -- wiring ------------------------------------------------------------------
@@ -283,7 +291,8 @@ class ReplayTasks(TaskRunner, Extension):
             raise MCPError(
                 METHOD_NOT_FOUND, "tasks/stream needs SSE responses; this server answers JSON"
             )
-        return await stream_events(self, ctx, params, owner)
+        with self.streams.taken(params.task_id, owner):
+            return await stream_events(self, ctx, params, owner)
 
     # -- tasks/* -------------------------------------------------------------------
 

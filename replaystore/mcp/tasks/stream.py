@@ -15,11 +15,23 @@ was sent. A stream this replica ends early (it drains, the store fails) ends
 without a result: ``503`` with ``Retry-After`` before any event, a stream cut
 without its final message after (:mod:`~replaystore.mcp.unavailable`), so no
 client can take an early end for completion.
+
+Every open stream holds a response, a wake-up registration and a store read
+per wake-up and per poll interval, so a replica bounds them
+(:class:`StreamSlots`): the streams one client holds open for one task
+(beyond it, -32602 ``too_many_streams``, as the draft answers a second stream
+of a task on one connection) and the streams it serves in all (beyond it,
+``503`` with ``Retry-After``: another replica may have room). A stream frees
+its slot however it ends.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import anyio
@@ -35,26 +47,116 @@ from ...taskstore.sep2694 import (
     EVENTS_GONE_CODE,
     EVENTS_GONE_MESSAGE,
     OMITTED,
+    TOO_MANY_STREAMS_CODE,
     EventsGone,
     Invalid,
     cursor_form,
     event_params,
     events_gone_data,
     judge_cursor,
+    too_many_streams,
 )
 from ..refusals import bounded
-from ..unavailable import store_unavailable, stream_closed
+from ..unavailable import replica_busy, store_unavailable, stream_closed
 from .params import StreamParams
 from .runner import TaskRunner
 
-__all__ = ["PAGE", "stream_events"]
+__all__ = [
+    "DEFAULT_CLIENT_STREAMS",
+    "DEFAULT_STREAMS",
+    "PAGE",
+    "StreamSlots",
+    "stream_events",
+]
 
 logger = logging.getLogger("replaystore.mcp.tasks")
 
 #: Events read from the store per step.
 PAGE: Final = 100
 
+#: ``tasks/stream`` requests one client may hold open for one task on one replica:
+#: a client needs one (the draft allows one per connection); the rest is room for
+#: several windows or processes of one user watching a task, and for streams whose
+#: dropped connection the server has not noticed yet when the client resumes.
+DEFAULT_CLIENT_STREAMS: Final = 16
+#: ``tasks/stream`` requests one replica serves at once: idle, each costs a store
+#: read per poll interval, so a full replica reads the store about this many
+#: times per ``poll_interval`` for its streams alone.
+DEFAULT_STREAMS: Final = 1000
+
+#: Seconds between two log lines saying the replica refuses streams.
+_SAY_FULL_EVERY: Final = 60.0
+
 _NOT_FOUND = "Failed to retrieve task: Task not found"
+
+
+class StreamSlots:
+    """The ``tasks/stream`` requests this replica serves, counted per client and task, and in all.
+
+    A client is the principal a request acts for (``ReplayTasks(owner=...)``,
+    the authenticated principal by default): on 2026-07-28 every request is
+    its own exchange, with no session or connection to count on, and the
+    principal is what a task's authorization rests on. Without
+    authentication every client is the same principal, so the per-client
+    bound is then on the streams of one task, whoever opens them. Counted in
+    this process only: a stream's cost is the replica's that serves it.
+    """
+
+    def __init__(
+        self, per_client: int = DEFAULT_CLIENT_STREAMS, total: int = DEFAULT_STREAMS
+    ) -> None:
+        if isinstance(per_client, bool) or isinstance(total, bool):
+            raise TypeError("stream limits are integers")
+        if per_client < 1 or total < 1:
+            raise ValueError(
+                f"stream limits must be at least 1, not {per_client} per client, {total} in all"
+            )
+        self.per_client = per_client
+        self.total = total
+        self._held: dict[tuple[str | None, str], int] = {}
+        self._open = 0
+        self._said = -math.inf  # when the log last said the replica was full
+
+    @contextmanager
+    def taken(self, task_id: str, owner: str | None) -> Iterator[None]:
+        """Hold a slot for a stream of ``task_id`` for ``owner`` while inside; refuse it if none.
+
+        Beyond the client's bound: -32602 ``too_many_streams`` (the client
+        must end one of its streams first: trying again does not help);
+        beyond the replica's: ``503`` with ``Retry-After``. Checked and taken
+        with no wait in between, so two requests cannot both take the last
+        slot; given back however the stream ends (its result, an error, the
+        client's cancel or dropped connection, a drain).
+        """
+        key = (owner, task_id)
+        held = self._held.get(key, 0)
+        if held >= self.per_client:
+            logger.info("task %s: a stream refused, %d open for its client", task_id, held)
+            message, data = too_many_streams(task_id, self.per_client)
+            raise MCPError(TOO_MANY_STREAMS_CODE, message, data)
+        if self._open >= self.total:
+            if time.monotonic() - self._said >= _SAY_FULL_EVERY:  # not a line per refusal
+                self._said = time.monotonic()
+                logger.warning(
+                    "tasks/stream refused (503): %d streams open, the most this replica serves",
+                    self._open,
+                )
+            raise replica_busy(
+                f"this server has {self.total} task event streams open, its most; "
+                "send the request again later (another replica may serve it)",
+                self.total,
+            )
+        self._held[key] = held + 1
+        self._open += 1
+        try:
+            yield
+        finally:
+            self._open -= 1
+            left = self._held[key] - 1
+            if left:
+                self._held[key] = left
+            else:
+                del self._held[key]
 
 
 class _EventNotification(BaseModel):

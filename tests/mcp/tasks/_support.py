@@ -45,8 +45,10 @@ class Modern:
             "io.modelcontextprotocol/clientCapabilities": {"extensions": extensions},
         }
 
-    async def send(self, method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
-        """The JSON-RPC response (``result`` or ``error``)."""
+    def envelope(
+        self, method: str, params: dict[str, Any], name: str
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The body and headers of a request (for a caller that reads the answer as a stream)."""
         headers = {
             "Accept": "application/json, text/event-stream",
             "MCP-Protocol-Version": "2026-07-28",
@@ -59,6 +61,11 @@ class Modern:
             "method": method,
             "params": {**params, "_meta": self.meta},
         }
+        return body, headers
+
+    async def send(self, method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
+        """The JSON-RPC response (``result`` or ``error``)."""
+        body, headers = self.envelope(method, params, name)
         response = await self.http.post(self.url, json=body, headers=headers)
         message: dict[str, Any] = response.json()
         return message
