@@ -49,11 +49,17 @@ def sse_headers(session_id: str | None) -> dict[str, str]:
 
 def _raw_headers(session_id: str | None) -> list[tuple[bytes, bytes]]:
     """:func:`sse_headers` as the SSE library sends them: lower-cased, its two added."""
-    raw = [(name.lower().encode(), value.encode()) for name, value in SSE_HEADERS.items()]
     if session_id:
-        raw.append((MCP_SESSION_ID_HEADER.encode("latin-1"), session_id.encode("latin-1")))
-    raw.append((b"x-accel-buffering", b"no"))
-    return raw
+        return [*_RAW_SSE_HEADERS, (_RAW_SESSION_HEADER, session_id.encode("latin-1")), _RAW_LAST]
+    return [*_RAW_SSE_HEADERS, _RAW_LAST]
+
+
+# Encoded once: every whole answer starts with them.
+_RAW_SSE_HEADERS = tuple(
+    (name.lower().encode(), value.encode()) for name, value in SSE_HEADERS.items()
+)
+_RAW_SESSION_HEADER = MCP_SESSION_ID_HEADER.encode("latin-1")
+_RAW_LAST = (b"x-accel-buffering", b"no")
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -83,23 +89,30 @@ async def answer_whole(send: Send, session_id: str | None, events: Sequence[Even
 def whole_body(events: Sequence[Event]) -> bytes:
     """The events as one SSE body, joined in one step: :func:`event_frame` of each, in order.
 
-    Every frame is ``id: <id>`` CRLF ``event: message`` CRLF ``data: <payload>``
-    CRLF CRLF, four CRs and four LFs of its own; a body that counts exactly
-    that many of each holds no line break in any id or payload (stored JSON
-    has none), so it is the frames as :func:`event_frame` writes them. One
-    that counts more is framed event by event, line breaks split or dropped.
-    Two counts over the body replace two ``in`` tests and a pattern
-    substitution per event.
+    Stored JSON and the ids issued here hold no line break, so each frame is
+    ``id: <id>`` CRLF ``event: message`` CRLF ``data: <payload>`` CRLF CRLF,
+    joined with the others in one buffer; whether any id or payload holds a
+    CR or an LF is asked once of them all (a byte search, not a test and a
+    pattern substitution per event). One that does is framed event by event,
+    as :func:`event_frame` frames it (line breaks split or dropped).
     """
-    ids = map(str.encode, map(_EVENT_ID, events))
+    ids = "".join(map(_EVENT_ID, events))
+    payloads = b"".join(map(_PAYLOAD, events))
+    if (
+        payloads.find(b"\n") >= 0
+        or payloads.find(b"\r") >= 0
+        or ids.find("\n") >= 0
+        or ids.find("\r") >= 0
+    ):
+        return b"".join(map(event_frame, events))
     frames = zip(
-        repeat(b"id: "), ids, repeat(_FRAME_MIDDLE), map(_PAYLOAD, events), repeat(b"\r\n\r\n")
+        repeat(b"id: "),
+        map(str.encode, map(_EVENT_ID, events)),
+        repeat(_FRAME_MIDDLE),
+        map(_PAYLOAD, events),
+        repeat(b"\r\n\r\n"),
     )
-    body = b"".join(chain.from_iterable(frames))
-    breaks = 4 * len(events)
-    if body.count(b"\r") == breaks and body.count(b"\n") == breaks:
-        return body
-    return b"".join(map(event_frame, events))
+    return b"".join(chain.from_iterable(frames))
 
 
 _EVENT_ID, _PAYLOAD = itemgetter(0), itemgetter(3)
