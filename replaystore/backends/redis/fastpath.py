@@ -152,9 +152,7 @@ class FastPath:
         if got is None:
             return None
         meta, state, elements = got
-        if state is None:
-            return self._foreign(cursor, named, meta)
-        if self._due(meta, int(state.stamp)):
+        if self._due(meta, state):
             return None
         facts = _facts(meta, state, elements, cursor, named)
         if facts is None:
@@ -174,10 +172,9 @@ class FastPath:
 
     async def _fetch(
         self, session: str, tag: str, named: str | None, ordinal: int
-    ) -> tuple[_Meta, StoredState | None, list[Any]] | None:
+    ) -> tuple[_Meta, StoredState, list[Any]] | None:
         """The meta hash and the list from the cursor's ordinal on, in one round trip (the
-        ``LRANGE`` by hand where the wire can); ``None`` when in doubt. No state: the
-        session has no sequence of the cursor's tag (:meth:`_foreign` judges that read).
+        ``LRANGE`` by hand where the wire can); ``None`` when in doubt.
 
         The list is read from the offset this process saw last; a read that
         finds another offset (the list was compacted) is sent once more from
@@ -204,10 +201,8 @@ class FastPath:
             if isinstance(elements, Exception):
                 raise elements
             meta = _Meta(*values)
-            if meta.epoch is None:
+            if meta.epoch is None or meta.state is None:
                 return None
-            if meta.state is None:
-                return meta, None, elements
             state = decode_state(meta.state)
             if state.base == base:
                 return meta, state, elements
@@ -215,56 +210,20 @@ class FastPath:
             self._learn(session, tag, named, read, base)
         return None
 
-    def _foreign(self, cursor: Cursor, named: str | None, meta: _Meta) -> Failed | None:
-        """A cursor whose sequence the session does not have: another incarnation's, decided.
-
-        The epoch is compared before any sequence is looked at (check 2), so a
-        cursor of another incarnation is ``foreign`` whatever its sequence,
-        and the facts of that verdict are all in the meta hash. Decided here
-        only when no work the scripts do first could change them: no age
-        limit (without the sequence's newest stamp this clock cannot be
-        checked against the store's), no eviction by count, no TTL refresh
-        due. Anything else (the cursor's own epoch, above all) is in doubt.
-        """
-        epoch = meta.epoch
-        assert epoch is not None  # a read without one is in doubt (``_fetch``)
-        if epoch == cursor.epoch.encode() or self.retention.max_age_ms or self._due(meta, None):
-            return None
-        states = {}
-        if meta.named_state is not None:
-            other = decode_state(meta.named_state).public
-            states[other.tag] = other
-        facts = Facts(
-            epoch.decode(),
-            int(meta.top),
-            int(meta.floor),
-            int(meta.retained),
-            int(meta.nseq),  # sequence_count
-            states,
-            cursor.tag,  # chain_tag
-            0,  # chain_ordinal: no chain is read
-            [],
-        )
-        judgement = judge(facts, cursor, named)
-        return Failed(judgement, facts) if judgement.code == "foreign" else None
-
-    def _due(self, meta: _Meta, stamp: int | None) -> bool:
+    def _due(self, meta: _Meta, state: StoredState) -> bool:
         """Whether the read shows work the scripts do first: an eviction, a TTL refresh.
 
         Work that falls due by the clock (a TTL refresh, an age eviction) is
         read from the meta hash and compared with this process's clock, with a
         margin for the two clocks' difference; near either moment, or when the
-        newest event (``stamp``, of the sequence read) was stamped ahead of
-        this clock, the script decides.
+        newest event was stamped ahead of this clock, the script decides.
         """
         r = self.retention
         retained = int(meta.retained)
         if retained > r.max_events:
             return True
         now_ms = time.time() * 1000 + CLOCK_MARGIN_MS
-        if meta.refresh_at is None or now_ms >= int(meta.refresh_at):
-            return True
-        if stamp is not None and stamp > now_ms:
+        if meta.refresh_at is None or now_ms >= int(meta.refresh_at) or int(state.stamp) > now_ms:
             return True
         return bool(
             r.max_age_ms

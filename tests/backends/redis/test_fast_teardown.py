@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -551,74 +550,3 @@ async def test_callers_waiting_for_their_teardown_keep_the_connections_kept(
         # 200 fast reads and their batched teardowns: the pool hands out
         # about a connection per concurrent caller, not one per call.
         assert len(taken) <= 40, len(taken)
-
-
-@pytest.mark.parametrize("named", [None, "r", "z"])
-async def test_a_foreign_cursor_of_a_sequence_the_session_lacks_is_decided_on_the_fast_read(
-    scratch_server: ServerHandle, prefix: str, path: str, named: str | None
-) -> None:
-    """The cursor of another session names a sequence this one does not have:
-    the epoch decides ``foreign_cursor`` before any sequence is looked at, so
-    the fast read holds every fact of the verdict and the teardown follows it,
-    no facts script; the evidence is the script's (the meta hash's figures,
-    the named sequence's when it exists)."""
-    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix) as buf:
-        await buf.open_session("donor")
-        cursor = await buf.append("donor", "q", b"x")
-        await buf.open_session("s")
-        for _ in range(3):
-            await buf.append("s", "r", b"y")
-        info = await buf.session_info("s")
-        assert info is not None
-        seen = _before_teardown(buf, anyio.lowlevel.checkpoint)
-        res = await buf.resolve_and_replay("s", cursor, named)
-        assert seen == [_teardown(path)], seen
-        assert res.verdict is Verdict.FOREIGN_CURSOR, res
-        evidence = res.evidence.as_dict()
-        evidence.pop("reason")
-        expected = {
-            "session": "s",
-            "cursor": cursor,
-            "cursor_epoch": cursor.split("-")[0],
-            "cursor_position": 1,
-            "epoch": info.epoch,
-            "floor": 1,
-            "high_water": 3,
-            "retained": 3,
-            "sequence_count": 1,
-            "torn_down": True,
-        }
-        if named is not None:
-            expected["sequence"] = named
-        if named == "r":
-            expected |= {"sequence_floor": 1, "sequence_high_water": 3}
-        assert evidence == expected
-        gone = await buf.resolve("s", cursor)
-        assert gone.evidence.tombstone is not None
-        assert gone.evidence.tombstone.verdict is Verdict.FOREIGN_CURSOR
-
-
-async def test_a_cursor_of_a_sequence_the_session_lacks_goes_to_the_script_when_in_doubt(
-    scratch_server: ServerHandle, prefix: str, path: str
-) -> None:
-    """Another epoch under an age limit (this clock is not checked against the
-    store's without the sequence's newest stamp), or the session's own epoch
-    with a hint naming a sequence it does not have: the facts script judges,
-    as before (the hint is never trusted: the cursor's own event resumes)."""
-    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix, max_age=3600) as aged:
-        await aged.open_session("donor")
-        cursor = await aged.append("donor", "q", b"x")
-        await aged.open_session("s")
-        await aged.append("s", "r", b"y")
-        seen = _before_teardown(aged, anyio.lowlevel.checkpoint)
-        res = await aged.resolve_and_replay("s", cursor)
-        assert "facts" in seen and _teardown(path) not in seen, seen
-        assert res.verdict is Verdict.FOREIGN_CURSOR and res.evidence.torn_down, res
-    async with ReplayBuffer.from_url(scratch_server.url, prefix=prefix + "own:") as buf:
-        await buf.open_session("s")
-        own = await buf.append("s", "r", b"y")
-        other_tag = own.replace(sequence_tag("r"), sequence_tag("q"))
-        seen = _before_teardown(buf, anyio.lowlevel.checkpoint)
-        res = await buf.resolve_and_replay("s", other_tag)
-        assert seen and seen[0] == "facts", seen
-        assert res.verdict is Verdict.RESUMED and res.sequence == "r", res  # a hint, not trusted
