@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import time
 import uuid
 from typing import TYPE_CHECKING, Protocol
@@ -306,9 +305,8 @@ class SessionView(EventStore):
                 )
             self._observe(resumption.verdict.value, elapsed, 0)
         else:
-            # Priming events are not replayed: counted in C, not by a loop per event.
-            payloads = list(map(_PAYLOAD, resumption.events))
-            self._observe(resumption.verdict.value, elapsed, len(payloads) - payloads.count(None))
+            replayed = sum(1 for event in resumption.events if event.payload is not None)
+            self._observe(resumption.verdict.value, elapsed, replayed)
         return resumption
 
     async def open(self) -> None:
@@ -518,9 +516,6 @@ class SessionView(EventStore):
             observer.on_resumption(self.session_id, verdict, seconds, replayed)
         except Exception:  # metrics must never decide a resumption
             logger.exception("ResumptionObserver %r failed", observer)
-
-
-_PAYLOAD = operator.itemgetter(3)  # Event.payload
 
 
 def _message(event: Event) -> JSONRPCMessage | None:
