@@ -12,7 +12,7 @@ written down in ``docs/verdicts.md`` and implemented once, in
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from .cursor import Cursor
@@ -195,15 +195,27 @@ class Evidence:
     tombstone: Tombstone | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        # Field by field rather than through ``dataclasses.asdict``, whose deep
+        # copy asks every plain value whether it is a dataclass (an exception
+        # formatted and dropped per field): a failed resume builds this once.
         out: dict[str, Any] = {}
-        for key, value in asdict(self).items():
+        for key in _EVIDENCE_FIELDS:
+            value = getattr(self, key)
             if value is None or (key == "torn_down" and not value):
                 continue
             if key == "tombstone":
-                value = {k: (str(v) if k == "verdict" and v else v) for k, v in value.items()}
-                value = {k: v for k, v in value.items() if v is not None}
+                verdict = value.verdict
+                stone = {
+                    "reason": value.reason,
+                    "at": value.at,
+                    "verdict": verdict and str(verdict),
+                }
+                value = {k: v for k, v in stone.items() if v is not None}
             out[key] = value
         return out
+
+
+_EVIDENCE_FIELDS = tuple(f.name for f in fields(Evidence))
 
 
 @dataclass(frozen=True, slots=True)

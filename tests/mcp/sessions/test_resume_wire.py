@@ -27,7 +27,7 @@ from mcp_types import (
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from replaystore.mcp.sessions.messages import decode_message, encode_message, is_response_payload
-from replaystore.mcp.sessions.sse import _raw_headers, event_frame, sse_headers
+from replaystore.mcp.sessions.sse import _raw_headers, event_frame, sse_headers, whole_body
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
 from replaystore.verdicts import Event
@@ -69,6 +69,35 @@ def test_a_stored_message_is_framed_as_the_sdk_frames_it(
     event = Event("0:1:2:3", "7", 3, payload)
     assert event_frame(event) == _sdk_frame(event.event_id, payload)
     assert is_response_payload(payload) == isinstance(message, JSONRPCResponse | JSONRPCError)
+
+
+def test_a_whole_body_is_the_sdk_frames_of_its_events_in_order() -> None:
+    events = [
+        Event(f"0:1:2:{i}", "7", i, encode_message(message)) for i, message in enumerate(MESSAGES)
+    ]
+    expected = b"".join(_sdk_frame(event.event_id, event.payload or b"") for event in events)
+    assert whole_body(events) == expected
+    assert whole_body([]) == b""
+
+
+@pytest.mark.parametrize(
+    ("event_id", "payload"),
+    [
+        ("0:1:2:3", b'{"a":\n1}'),  # a raw line break no encoder writes, in the payload
+        ("0:1:2:3", b'{"a":\r1}'),
+        ("0:1:2:3", b'{"a":\r\n1}'),
+        ("0:1\r\n:2:3", b"{}"),  # and in an id
+        ("0:1\n:2:3", b"{}"),
+    ],
+)
+def test_a_line_break_in_a_stored_event_is_framed_as_event_frame_frames_it(
+    event_id: str, payload: bytes
+) -> None:
+    plain = Event("0:1:2:4", "7", 4, b'{"b":2}')
+    events = [plain, Event(event_id, "7", 3, payload), plain]
+    body = whole_body(events)
+    assert body == b"".join(map(event_frame, events))
+    assert body.count(b"\r\n\r\n") == 3  # one frame per event, no line break left unframed
 
 
 def test_a_whole_answer_has_the_headers_of_the_streaming_one() -> None:
