@@ -43,15 +43,15 @@ class Replicas:
         """Take the lease while the store stalls, as a POST answered 503 does; it lands late."""
         self.proxy.pause()
         try:
-            with pytest.raises(StorageError):
-                with bounded(0.3):
-                    await take_lease(self.stalling, stream)
+            with pytest.raises(StorageError), bounded(0.3):
+                await take_lease(self.stalling, stream)
         finally:
             self.proxy.resume()
         replica = self.stalling.replica
         assert replica is not None
         with anyio.fail_after(5):
-            while await replica.registry.owner(self.stalling.session_id, stream) != replica.id:
+            session = self.stalling.session_id
+            while await replica.registry.owner(session, stream) != replica.id:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
 
 
