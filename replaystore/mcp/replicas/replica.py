@@ -112,7 +112,8 @@ class Replica:
         #: Requests whose lease write went unanswered here (the store stalled), refused, never
         #: run, and when: a lease of theirs that lands late may be taken over by a copy.
         self._unrun: dict[tuple[str, str], float] = {}
-        #: Requests stopped here while they ran, and when: their leases are never taken over.
+        #: Requests whose lease this replica let go of unanswered, and when: stopped while
+        #: they ran, or given back (a drop that may land late): never taken over.
         self._stopped: dict[tuple[str, str], float] = {}
         self._touched: dict[str, float] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -194,8 +195,9 @@ class Replica:
         the request was answered 503: the lease names this replica, and a
         copy sent again would find the request received before, though it
         never ran. This replica knows it: the lease is its own, no request
-        here holds it, none stopped here while running it, and the one that
-        left it was refused. Taken over, it is renewed as any lease taken
+        here holds it, none here let go of it (stopped while running it, or
+        gave it back: a drop that may land late), and the one that left it
+        was refused. Taken over, it is renewed as any lease taken
         here; the caller still checks the request's stream is not stored.
         """
         key = (session, stream)
@@ -212,6 +214,7 @@ class Replica:
     async def give_back(self, session: str, stream: str) -> None:
         """Drop a lease just taken for a request that must not run here after all."""
         if self._leases.pop((session, stream), 0) is None:
+            _remember(self._stopped, (session, stream))
             await self.registry.abandon(session, stream, self.id)
 
     def release(self, session: str, stream: str) -> None:

@@ -25,7 +25,7 @@ from replaystore.errors import StorageError
 from replaystore.mcp import ReplayEventStore
 from replaystore.mcp.refusals import bounded
 from replaystore.mcp.sessions.event_store import SessionView
-from replaystore.mcp.sessions.leases import Lease, take_lease
+from replaystore.mcp.sessions.leases import Lease, give_back, take_lease
 from replaystore.mcp.sessions.manager import ReplaySessionManager
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import ServerHandle
@@ -120,3 +120,11 @@ async def test_a_request_stopped_here_while_it_ran_is_never_taken_over(
     replica.release_session("S")  # stopped (its session dropped here); the drop not sent
     await replicas.refused("10")  # a copy refused meanwhile: the lease is still the run's
     assert await take_lease(replicas.stalling, "10") is Lease.RECEIVED
+
+
+async def test_a_request_given_back_here_is_never_taken_over(replicas: Replicas) -> None:
+    """A lease given back here may have its drop land late, on whatever lease is there then."""
+    assert await take_lease(replicas.stalling, "11") is Lease.TAKEN
+    await give_back(replicas.stalling, "11")  # not run after all (a 503 as its event was stored)
+    await replicas.refused("11")  # a copy refused as the store stalled: its lease lands late
+    assert await take_lease(replicas.stalling, "11") is Lease.RECEIVED
