@@ -493,7 +493,8 @@ async def test_a_post_sent_again_after_its_replica_was_killed_is_answered_lost(
     request_id, events = found
     final = events[-1].message
     assert final is not None and final["error"]["message"] == (
-        "request lost: its server replica stopped"
+        "request lost: the server replica that took it stopped, "
+        "or lost its store, before answering it"
     ), final
     progress = [p for e in events if (p := progress_of(e)) is not None]
     assert progress and progress == [float(i) for i in range(1, len(progress) + 1)]

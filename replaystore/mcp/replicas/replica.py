@@ -109,6 +109,12 @@ class Replica:
         #: The live connections of each session served here, by session id.
         self.followers: dict[str, Followers] = {}
         self._leases: dict[tuple[str, str], None] = {}
+        #: Requests whose lease write went unanswered here (the store stalled), refused, never
+        #: run, and when: a lease of theirs that lands late may be taken over by a copy.
+        self._unrun: dict[tuple[str, str], float] = {}
+        #: Requests whose lease this replica let go of unanswered, and when: stopped while
+        #: they ran, or given back (a drop that may land late): never taken over.
+        self._stopped: dict[tuple[str, str], float] = {}
         self._touched: dict[str, float] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         #: Set once the process is shutting down: new requests are refused
@@ -162,9 +168,19 @@ class Replica:
         not run twice. Also keeps the session's record from expiring while the
         session is in use (at most one refresh per quarter of its lifetime).
         """
-        if not await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl):
+        key = (session, stream)
+        try:
+            taken = await self.registry.acquire(session, stream, self.id, self.settings.lease_ttl)
+        except BaseException:
+            # Unanswered: the write may land late and leave this replica's
+            # lease on a request that never runs here (see :meth:`take_over`).
+            if key not in self._leases and key not in self._stopped:
+                _remember(self._unrun, key)
+            raise
+        if not taken:
             return False
-        self._leases[(session, stream)] = None
+        self._unrun.pop(key, None)
+        self._leases[key] = None
         ttl = self.session_ttl
         now = time.monotonic()
         if ttl and now - self._touched.get(session, 0.0) > ttl / 4:
@@ -172,9 +188,33 @@ class Replica:
             await self.registry.touch_session(session, ttl)
         return True
 
+    async def take_over(self, session: str, stream: str) -> bool:
+        """Take the lease this replica left on a request it refused, never ran (True if taken).
+
+        A lease write sent as the store stalled lands when it wakes, after
+        the request was answered 503: the lease names this replica, and a
+        copy sent again would find the request received before, though it
+        never ran. This replica knows it: the lease is its own, no request
+        here holds it, none here let go of it (stopped while running it, or
+        gave it back: a drop that may land late), and the one that left it
+        was refused. Taken over, it is renewed as any lease taken
+        here; the caller still checks the request's stream is not stored.
+        """
+        key = (session, stream)
+        if key not in self._unrun or key in self._leases or key in self._stopped:
+            return False
+        if await self.registry.owner(session, stream) != self.id:
+            return False
+        # Checked again after the read: of two copies here, one takes it.
+        if self._unrun.pop(key, None) is None or key in self._leases or key in self._stopped:
+            return False
+        self._leases[key] = None
+        return True
+
     async def give_back(self, session: str, stream: str) -> None:
         """Drop a lease just taken for a request that must not run here after all."""
         if self._leases.pop((session, stream), 0) is None:
+            _remember(self._stopped, (session, stream))
             await self.registry.abandon(session, stream, self.id)
 
     def release(self, session: str, stream: str) -> None:
@@ -191,6 +231,7 @@ class Replica:
         self._touched.pop(session, None)
         for key in [key for key in self._leases if key[0] == session]:
             del self._leases[key]
+            _remember(self._stopped, key)
             self.spawn(self._abandon, *key)
 
     async def _release(self, session: str, stream: str) -> None:
@@ -229,6 +270,7 @@ class Replica:
         """
         for key in [key for key in self._leases if key[0] == session]:
             del self._leases[key]
+            _remember(self._stopped, key)
             self.spawn(self._end_after_outage, *key, message)
 
     async def _end_after_outage(self, session: str, stream: str, message: str) -> None:
@@ -337,3 +379,13 @@ class Replica:
 
     async def forward(self, replica: str, session: str, body: bytes) -> None:
         await self.bus.send(replica, Forward(session, body.decode("utf-8")))
+
+
+def _remember(memory: dict[tuple[str, str], float], key: tuple[str, str]) -> None:
+    """Note ``key`` now, forgetting the notes older than :data:`END_MEMORY`."""
+    now = time.monotonic()
+    if memory and next(iter(memory.values())) < now - END_MEMORY:
+        for old in [old for old, at in memory.items() if at < now - END_MEMORY]:
+            del memory[old]
+    memory.pop(key, None)
+    memory[key] = now

@@ -61,8 +61,12 @@ __all__ = [
 
 logger = logging.getLogger("replaystore.mcp")
 
-#: The error a client gets for a request whose server replica stopped mid-call.
-LOST_REQUEST = "request lost: its server replica stopped"
+#: The error a client gets for a request whose lease lapsed unanswered: the replica
+#: that took it stopped mid-call, or its lease write reached a stalled store late,
+#: after the request was refused (then it never ran).
+LOST_REQUEST = (
+    "request lost: the server replica that took it stopped, or lost its store, before answering it"
+)
 
 #: The error a client gets for a request that stopped because the store was out of reach.
 STORE_UNREACHABLE = (
@@ -127,12 +131,42 @@ async def take_lease(view: SessionView, stream: str) -> Lease:
         return Lease.TAKEN
     if taken and stream not in info.sequences:
         return Lease.TAKEN
+    if not taken and await replica.take_over(view.session_id, stream):
+        # A lease this replica left, late, on a copy it refused: the
+        # request never ran, unless its stream was stored since.
+        return await _taken_over(view, stream)
     if taken:
         # Its stream is stored but nobody holds its lease: it was answered
         # long ago, or its replica stopped (the lease lapsed): the connection
         # following its stream then answers it as lost.
         await replica.give_back(view.session_id, stream)
     return Lease.RECEIVED
+
+
+async def _taken_over(view: SessionView, stream: str) -> Lease:
+    """The lease of a request refused here before it ran is taken over: it runs, once.
+
+    The stream is read again after the lease is taken (a request that ran
+    here stores its response before it lets go of its lease): a stream
+    stored means it ran, and the lease is given back.
+    """
+    replica = view.replica
+    assert replica is not None
+    try:
+        info = await view.buffer.session_info(view.session_id)
+    except BaseException:
+        await give_back(view, stream)
+        raise
+    if info is not None and stream not in info.sequences:
+        logger.info(
+            "request %r of session %s sent again after it was refused unrun: "
+            "it runs here, its refused copy's lease taken over",
+            stream[:64],
+            view.session_id,
+        )
+        return Lease.TAKEN
+    await give_back(view, stream)
+    return Lease.GONE if info is None else Lease.RECEIVED
 
 
 async def give_back(view: SessionView, stream: str) -> None:
@@ -234,8 +268,8 @@ async def end_if_lost(view: SessionView, tail: Tail) -> None:
         if not await replica.claim_end(session, sequence):
             return
         logger.warning(
-            "request %r of session %s lost: the replica running it stopped "
-            "(its lease lapsed); ending its stream with an error",
+            "request %r of session %s lost: the replica that took it stopped or lost "
+            "its store (its lease lapsed); ending its stream with an error",
             sequence[:64],
             session,
         )

@@ -475,7 +475,11 @@ async def test_replica_killed_mid_call(mcp_redis: ServerHandle, tmp_path: Path) 
                                     final = message
                                     break
                 assert "error" in final
-                assert final["error"]["message"] == "request lost: its server replica stopped"
+                assert (
+                    final["error"]["message"]
+                    == "request lost: the server replica that took it stopped, "
+                    "or lost its store, before answering it"
+                )
                 # The session itself lives on at the survivor.
                 assert (
                     await on_survivor.run_tool("countdown", {"n": 2, "interval_ms": 0}) == "done 2"
@@ -522,7 +526,11 @@ async def test_a_replica_stopped_gracefully_hands_its_requests_over_at_once(
                             if message and message.get("id") == request_id:
                                 final = message
                                 break
-            assert final["error"]["message"] == "request lost: its server replica stopped"
+            assert (
+                final["error"]["message"]
+                == "request lost: the server replica that took it stopped, "
+                "or lost its store, before answering it"
+            )
     finally:
         stopping.stop()
         survivor.stop()
@@ -607,7 +615,11 @@ async def test_a_request_whose_replica_was_killed_sent_again_is_answered_lost(
             progress, _ = _progress_and_ids(events)
             final = events[-1].message
             assert final is not None
-            assert final["error"]["message"] == "request lost: its server replica stopped"
+            assert (
+                final["error"]["message"]
+                == "request lost: the server replica that took it stopped, "
+                "or lost its store, before answering it"
+            )
             assert progress[:3] == [1.0, 2.0, 3.0]
             assert progress == [float(i) for i in range(1, len(progress) + 1)]
             # What the store holds: one answer, and no progress after the kill's.
