@@ -502,6 +502,37 @@ def test_any_request_id_is_answered_and_the_session_kept(target: Target, request
     assert target.ping(session) == 200, "a bad request id must not end the session"
 
 
+@pytest.mark.parametrize(("first", "second"), [(0, "0"), ("5", 5), (-3, "-3")])
+def test_an_id_spelled_like_an_earlier_one_never_gets_its_answer(
+    target: Target, first: Any, second: Any
+) -> None:
+    """0 and "0" are two JSON-RPC ids, but the SDK names both streams "0".
+
+    The request sent second is refused with an error naming the reason (never
+    answered with the earlier request's answer, never run as a copy), and the
+    session stays; the earlier request sent again still gets its own answer.
+    """
+    session = target.new_session()
+    if first != 0:  # the initialize (id 0) is the earlier request otherwise
+        reply = target.request("POST", base_headers(session), tool_call(first))
+        assert reply.status == 200, reply.body[:300]
+    reply = target.request("POST", base_headers(session), tool_call(second))
+    assert reply.status == 400, (reply.status, reply.body[:300])
+    error = reply.json()["error"]
+    assert error["code"] == -32600
+    assert error["data"]["reason"] == "request_id_taken", error
+    assert target.ping(session) == 200, "a refused request id must not end the session"
+    if first != 0:
+        again = target.request("POST", base_headers(session), tool_call(first))
+        assert again.status == 200, again.body[:300]
+        answers = [
+            json.loads(line[5:])
+            for line in again.body.decode().splitlines()
+            if line.startswith("data:") and line[5:].strip()
+        ]
+        assert [m["id"] for m in answers if "result" in m or "error" in m] == [first]
+
+
 def test_a_request_id_over_256_bytes_works(target: Target) -> None:
     """The SDK names a request's stream after its id; a long id must not break the stream."""
     session = target.new_session()

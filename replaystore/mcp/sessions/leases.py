@@ -39,7 +39,7 @@ from ...backends.session_registry import FINISHED
 from ...errors import StorageError, UnknownSessionError
 from ...info import SessionInfo
 from ..refusals import bounded
-from .messages import GET_STREAM, encode_message, request_id_of
+from .messages import GET_STREAM, NO_RESPONSE, encode_message, request_id_of, response_id
 
 if TYPE_CHECKING:
     from ...buffer import ReplayBuffer
@@ -54,6 +54,7 @@ __all__ = [
     "end_if_lost",
     "end_unanswered",
     "give_back",
+    "names_another_request",
     "stopped_by_store",
     "stream_origin",
     "take_lease",
@@ -242,6 +243,36 @@ async def stream_origin(view: SessionView, stream: str) -> str | None:
             raise StorageError("the error response of a lost request was not stored")
         await anyio.sleep(pause)
         pause = min(pause * 2, settings.check_interval)
+
+
+async def names_another_request(
+    view: SessionView, origin: str, stream: str, request_id: str | int
+) -> bool:
+    """True when ``stream`` holds the answer of another request than ``request_id``.
+
+    The SDK names a request's stream ``str(id)``: the integer id ``0`` and
+    the string id ``"0"`` (two ids to JSON-RPC) share the stream ``"0"``. A
+    request whose stream is stored is taken for a copy received before, and
+    a copy gets the stored answer; so before a copy is answered so, the id
+    of the stored response, with its JSON type, must be the request's own.
+    Only a stream whose name spells an integer can be shared (an integer id
+    always spells one); for any other name this reads nothing. A stream
+    with no response stored yet (the earlier request still runs) cannot
+    tell: it is taken for a copy.
+    """
+    replica = view.replica
+    assert replica is not None
+    if not isinstance(request_id_of(stream), int):
+        return False
+    with bounded(replica.settings.store_timeout):
+        stored = await view.buffer.resolve_and_replay(view.session_id, origin, stream)
+    for event in stored.events:
+        if event.payload is None:
+            continue
+        found = response_id(event.payload)
+        if found is not NO_RESPONSE:
+            return type(found) is not type(request_id) or found != request_id
+    return False
 
 
 async def end_if_lost(view: SessionView, tail: Tail) -> None:

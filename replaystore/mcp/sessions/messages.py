@@ -17,11 +17,13 @@ from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse, jsonrpc_mes
 
 __all__ = [
     "GET_STREAM",
+    "NO_RESPONSE",
     "decode_message",
     "encode_message",
     "is_response",
     "is_response_payload",
     "request_id_of",
+    "response_id",
     "sequence_name",
 ]
 
@@ -86,6 +88,25 @@ def is_response_payload(payload: bytes) -> bool:
         and "id" in message
         and ("result" in message or "error" in message)
     )
+
+
+#: What :func:`response_id` gives for a payload that is no response.
+NO_RESPONSE = object()
+
+
+def response_id(payload: bytes) -> object:
+    """The id of a stored response, with its JSON type (``0`` or ``"0"``), else :data:`NO_RESPONSE`.
+
+    A stream's name cannot tell the two apart (see :func:`request_id_of`);
+    the response stored in it can.
+    """
+    if not is_response_payload(payload):
+        return NO_RESPONSE
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return NO_RESPONSE
+    return message.get("id") if isinstance(message, dict) else NO_RESPONSE
 
 
 def sequence_name(stream_id: str) -> str:

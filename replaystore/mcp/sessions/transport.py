@@ -67,7 +67,7 @@ from ..refusals import bounded, store_trouble, unavailable_error
 from ..replicas.forwarding import route
 from .error_responses import json_error, not_found, unavailable, unknown, why_gone
 from .event_store import SessionView
-from .leases import Lease, end_if_lost, give_back, stream_origin, take_lease
+from .leases import Lease, end_if_lost, give_back, names_another_request, stream_origin, take_lease
 from .live import Attachment
 from .messages import GET_STREAM, decode_message, is_response_payload, sequence_name
 from .sse import Handed, answer_whole, event_data, sse_headers
@@ -206,7 +206,8 @@ class ReplayTransport(TransportOverrides):
                 await self._unavailable(request, send, dropped=True)
                 return True
             if again is not None:
-                await self._answer_again(view, again, request, send)
+                assert message is not None
+                await self._answer_again(view, again, message["id"], request, send)
                 return True
             if destination is not None:
                 if await self._validate_request_headers(request, send):
@@ -317,13 +318,17 @@ class ReplayTransport(TransportOverrides):
         return _primes(request)
 
     async def _answer_again(
-        self, view: SessionView, stream: str, request: Request, send: Send
+        self, view: SessionView, stream: str, request_id: str | int, request: Request, send: Send
     ) -> None:
         """A request received before: attach the client to its stream, do not run it again.
 
         The client gets the request's stream from its start (replay, then
         live): the one response, or the "request lost" error if the replica
         that ran it stopped, exactly like a client resuming that stream.
+
+        Unless the stream answers another request (``"0"`` after ``0``, see
+        :func:`names_another_request`): that one is not run (its answer would
+        land in the earlier one's stream) and gets a 400, never that answer.
         """
         _, has_sse = check_accept_headers(request)
         if not has_sse:
@@ -345,6 +350,9 @@ class ReplayTransport(TransportOverrides):
         )
         try:
             origin = await stream_origin(view, stream)
+            other = origin is not None and await names_another_request(
+                view, origin, stream, request_id
+            )
         except StorageError as exc:
             await self._unavailable(request, send, error=exc)
             return
@@ -360,6 +368,17 @@ class ReplayTransport(TransportOverrides):
                 "Conflict: this request was received before and its stream can no longer "
                 "be replayed from its start (its events were evicted); it was not run again",
                 {"reason": "request_received"},
+            )
+            return
+        if other:
+            await self._json_error(
+                request,
+                send,
+                HTTPStatus.BAD_REQUEST,
+                INVALID_REQUEST,
+                "Bad Request: this request id names the same stream as an earlier request of "
+                'this session (as "0" and 0 do); it was not run: send it with another id',
+                {"reason": "request_id_taken"},
             )
             return
         prime = _primes(request)
