@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import httpx
 import httpx2
+import uvicorn
 
 from replaystore.cursor import Cursor
 from replaystore.testing import mcp
@@ -251,3 +252,25 @@ def no_keepalive_client() -> httpx2.AsyncClient:
         timeout=httpx2.Timeout(30.0, read=300.0),
         limits=httpx2.Limits(max_keepalive_connections=0),
     )
+
+
+@contextlib.asynccontextmanager
+async def served_in_loop(app: Any, **config: Any) -> AsyncIterator[int]:
+    """``app`` served by uvicorn in this event loop on a free loopback port (yielded).
+
+    In this loop, a test can reach into the app (drain its manager, pause it
+    at a seam, read its log records); ``config`` goes to ``uvicorn.Config``
+    (``log_level="error"`` unless given).
+    """
+    port = find_free_port()
+    config.setdefault("log_level", "error")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **config))
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        with anyio.fail_after(30):
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                await anyio.sleep(0.02)
+        try:
+            yield port
+        finally:
+            server.should_exit = True

@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 
 from replaystore.backends.redis import RedisBackend
 from replaystore.backends.redis.marker import StoreMarker
@@ -28,7 +27,7 @@ from replaystore.mcp.example import build_app
 from replaystore.testing.proxy import TcpProxy
 from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import sse_events
-from tests.mcp._support import RawSession
+from tests.mcp._support import RawSession, served_in_loop
 
 pytestmark = pytest.mark.anyio
 
@@ -40,19 +39,9 @@ BUG = "'Redis' object has no attribute 'moved_in_a_release'"
 async def _served(store_url: str) -> AsyncIterator[str]:
     """The example app on ``store_url``, served over HTTP in this process; its MCP URL."""
     app = build_app(store_url, drain_seconds=0.1)
-    port = find_free_port()
     # log_config=None: uvicorn leaves logging alone, so its records reach caplog.
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on")
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        with anyio.fail_after(30):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
-                await anyio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            server.should_exit = True
+    async with served_in_loop(app, log_config=None, lifespan="on") as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture

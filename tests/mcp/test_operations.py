@@ -29,6 +29,7 @@ from tests.mcp._support import (
     ServerProcess,
     progress_of,
     result_text,
+    served_in_loop,
     spawn_replica,
     sse_events,
     wait_ready,
@@ -44,17 +45,8 @@ HEADERS = {"accept": "application/json, text/event-stream", "content-type": "app
 async def served() -> AsyncIterator[tuple[str, object]]:
     """The example app in this event loop (so the test can drain its manager)."""
     app = build_app("memory://ops-drain")
-    port = find_free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(20):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
-                await anyio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}", manager_of(app)
-        finally:
-            server.should_exit = True
+    async with served_in_loop(app) as port:
+        yield f"http://127.0.0.1:{port}", manager_of(app)
 
 
 async def test_health_check_answers_without_the_transport_checks(

@@ -42,7 +42,6 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -61,6 +60,7 @@ from .answers import (
     retry_after,
     transient,
 )
+from .closing import Closing
 
 __all__ = ["EventsGoneError", "TaskEvent", "TaskEventStream", "TaskRequests", "TaskStreamError"]
 
@@ -123,7 +123,7 @@ class TaskStreamError(TaskError):
     """
 
 
-class TaskEventStream:
+class TaskEventStream(Closing):
     """The events of one task, from ``after`` (exclusive; None: the earliest kept) to its end.
 
     Iterate it once (``async for``); leave it early with ``async with`` or
@@ -169,17 +169,6 @@ class TaskEventStream:
         if self._iterator is None:
             self._iterator = self._events()
         return self._iterator
-
-    async def __aenter__(self) -> TaskEventStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop reading: close the open response (the task goes on)."""

@@ -40,7 +40,6 @@ import inspect
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 import anyio
@@ -57,6 +56,7 @@ from .answers import (
     retry_after,
     transient,
 )
+from .closing import Closing
 from .task_events import OnGone, TaskEventStream
 
 __all__ = [
@@ -130,7 +130,7 @@ class TaskCancelledError(TaskError):
         super().__init__(f"task {task.get('taskId')} was cancelled")
 
 
-class TaskClient:
+class TaskClient(Closing):
     """A 2026-07-28 client for tools that run as tasks (see the module docstring).
 
     ``http``: an ``httpx2.AsyncClient`` to use (not closed here); ``headers``
@@ -169,17 +169,6 @@ class TaskClient:
     def http(self) -> httpx2.AsyncClient:
         """The HTTP client the requests go through."""
         return self._http
-
-    async def __aenter__(self) -> TaskClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         if self._own:

@@ -15,33 +15,21 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx2
 import pytest
-import uvicorn
 
 from replaystore.mcp.client.once import OncePerStream
 from replaystore.mcp.client.resuming import DesyncWatch
 from replaystore.mcp.example import build_app
 from replaystore.testing.mcp import initialize_message
-from replaystore.testing.servers import find_free_port
 from replaystore.testing.sse import sse_events
-from tests.mcp._support import PV, progress_of, result_text
+from tests.mcp._support import PV, progress_of, result_text, served_in_loop
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 async def url() -> AsyncIterator[str]:
-    app = build_app("memory://once")
-    port = find_free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(20):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
-                await anyio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            server.should_exit = True
+    async with served_in_loop(build_app("memory://once")) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 async def _session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:

@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from fastmcp import Client as FastMCPClient
 from fastmcp.client.transports import StreamableHttpTransport
 
@@ -27,7 +26,8 @@ from replaystore.mcp import streamable_http_app
 from replaystore.mcp.client import DesyncWatch, ResumingSession, RetryBudget, RetryUnavailable
 from replaystore.mcp.example import build_server
 from replaystore.testing.proxy import TcpProxy
-from replaystore.testing.servers import ServerHandle, find_free_port
+from replaystore.testing.servers import ServerHandle
+from tests.mcp._support import served_in_loop
 
 pytestmark = pytest.mark.anyio
 
@@ -74,19 +74,12 @@ async def served(store_proxy: TcpProxy, mcp_redis: ServerHandle) -> AsyncIterato
     buffer = ReplayBuffer.from_url(f"{store_proxy.url()}?prefix=unavailable:")
     # A long lease: a tool whose appends wait for the store rides a paused proxy.
     app = streamable_http_app(server, buffer, retry_interval=300, lease_ttl=30.0, close_buffer=True)
-    port = find_free_port()
-    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
-        with anyio.fail_after(20):
-            while not web.started:  # noqa: ASYNC110 - uvicorn offers no event
-                await anyio.sleep(0.02)
+    async with served_in_loop(app) as port:
         served.url = f"http://127.0.0.1:{port}/mcp"
         try:
             yield served
         finally:
             served.back()
-            web.should_exit = True
 
 
 def _text(result: Any) -> str:
@@ -267,17 +260,8 @@ async def answering() -> AsyncIterator[tuple[str, list[str]]]:
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    port = find_free_port()
-    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
-        with anyio.fail_after(20):
-            while not web.started:  # noqa: ASYNC110 - uvicorn offers no event
-                await anyio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}", asked
-        finally:
-            web.should_exit = True
+    async with served_in_loop(app) as port:
+        yield f"http://127.0.0.1:{port}", asked
 
 
 async def _post(url: str, budget: RetryBudget, **request: Any) -> tuple[int, float]:

@@ -21,18 +21,18 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-import uvicorn
 
 from replaystore.mcp.example import build_app
 from replaystore.mcp.sessions.live import LiveStreams
 from replaystore.testing.mcp import initialize_message
-from replaystore.testing.servers import ServerHandle, find_free_port
+from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import SSE, sse_events
 from tests.mcp._support import (
     RawSession,
     ServerProcess,
     progress_of,
     result_text,
+    served_in_loop,
     spawn_replica,
     wait_ready,
 )
@@ -53,18 +53,8 @@ CUT_LINE = "the client disconnected before sending its whole body"
 async def in_process(request: pytest.FixtureRequest, mcp_redis: ServerHandle) -> AsyncIterator[str]:
     """The example app in this event loop, so a test can pause it at a seam."""
     url = "memory://races" if request.param == "memory" else f"{mcp_redis.url}?prefix=races-a:"
-    app = build_app(url)
-    port = find_free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(20):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
-                await anyio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            server.should_exit = True
+    async with served_in_loop(build_app(url)) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture(scope="module")
