@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Attachment", "LiveStreams", "SessionEvents"]
 
+#: Seconds between two saves of a GET stream's mark while it keeps delivering.
+MARK_SAVE_INTERVAL = 0.25
+
 logger = logging.getLogger("replaystore.mcp")
 
 
@@ -404,10 +407,17 @@ class LiveStreams:
         return stored if stored and _later(stored, self.get_mark) else self.get_mark
 
     async def _save_marks(self) -> None:
-        """Save the GET mark until the record holds the latest one (one write at a time)."""
+        """Save the GET mark until the record holds the latest one (one write at a time).
+
+        The first delivery is saved at once; later ones at most once per
+        :data:`MARK_SAVE_INTERVAL`, so a stream that keeps delivering costs the
+        store a few writes a second, never one per event.
+        """
         try:
-            while self.get_mark != self._saved_mark and await self._save_mark():
-                pass
+            while await self._save_mark():
+                await anyio.sleep(MARK_SAVE_INTERVAL)
+                if self.get_mark == self._saved_mark:
+                    break
         finally:
             self._saving = False
 
