@@ -28,6 +28,16 @@ __all__ = ["RedisBus"]
 logger = logging.getLogger("replaystore.mcp")
 
 
+#: What interrupts the pub/sub connection: the store's errors, and the
+#: ``RuntimeError`` redis-py's pub/sub raises when it reconnects while a
+#: subscription sent from another task reads the same new connection
+#: (asyncio's "read() called while another coroutine is already waiting"):
+#: the connection is lost and being replaced, so the listening loop and the
+#: subscribing requests treat it as the interruption it is (the loop
+#: reconnects, a tail re-reads the store on its timer), never as a bug.
+_INTERRUPTED: tuple[type[BaseException], ...] = (*STORE_ERRORS, RuntimeError)
+
+
 class RedisBus(Bus):
     """Classic pub/sub on one dedicated connection per replica."""
 
@@ -71,7 +81,7 @@ class RedisBus(Bus):
         while True:
             try:
                 raw = await self._pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
-            except STORE_ERRORS as exc:
+            except _INTERRUPTED as exc:
                 self._watch.failed("replica notifications interrupted; reconnecting", exc)
                 # A subscription sent meanwhile gets no confirmation (Redis may
                 # have refused it: busy, loading): whoever waits for one reads
@@ -122,8 +132,9 @@ class RedisBus(Bus):
         confirmed = self._confirmed[channel] = anyio.Event()
         try:
             await self._pubsub.subscribe(channel)
-        except STORE_ERRORS as exc:
-            logger.debug("%s", storage_error(f"subscribing to session {session}", exc))
+        except _INTERRUPTED as exc:
+            # The wake-ups of this session may be missed: its tails re-read the store on a timer.
+            logger.debug("subscribing to session %s interrupted: %r", session, exc)
             return
         # Subscribe first, then read the store: wait (briefly) for the
         # subscription to be active so no wake-up falls in between.
@@ -135,7 +146,7 @@ class RedisBus(Bus):
             return
         try:
             await self._pubsub.unsubscribe(self._channel(session))
-        except STORE_ERRORS as exc:
+        except _INTERRUPTED as exc:
             logger.debug("unsubscribing from session %s failed: %s", session, exc)
 
     def wake(self, session: str, stream: str) -> None:
