@@ -40,6 +40,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
 from mcp_types import SubscriptionsListenRequestParams
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from ..backends.coordination import Coordination, coordination_of
 from ..buffer import ReplayBuffer
@@ -61,6 +62,7 @@ from .process import (
 from .request_state import Secret, SingleUseBoundary, StoreKeyRing
 from .sessions.event_store import ReplayEventStore, as_event_store
 from .sessions.health import HEALTH_PATH, add_health_route
+from .sessions.lane import ResumeLane
 from .sessions.manager import ReplaySessionManager
 from .settings import (
     DEFAULT_CHECK_INTERVAL,
@@ -316,6 +318,9 @@ def wire(
             _adopt(app, manager, store, settings, shared, process.check_store, coordination)
         if tasks is not None:
             framework.advertise(tasks)
+    # Innermost of the app's middleware: every layer of the app's own (and the
+    # user's) still sees a resume first; only the routing is skipped.
+    app.user_middleware.append(Middleware(ResumeLane, starlette=app))
     app.state.replaystore = shared
     if metrics_path is not None:
         observer = serve_metrics(app, metrics_path)

@@ -1,4 +1,8 @@
-"""A bound on a request's head (request line and headers) when uvicorn parses with httptools.
+"""A request's head: a bound on its size under httptools, and its headers read once.
+
+:class:`Head` reads a request's headers in one step, for the code that
+answers a resume before any framework has looked at it.
+
 
 uvicorn picks httptools over h11 when it is installed (``uvicorn[standard]``).
 h11 refuses a head that grows past its buffer limit (``400``); uvicorn's
@@ -17,13 +21,43 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-__all__ = ["MAX_HEAD_BYTES", "http_protocol"]
+from starlette.types import Scope
+
+__all__ = ["MAX_HEAD_BYTES", "Head", "http_protocol"]
 
 #: Bytes of a request head accepted: a 60 KB ``Last-Event-ID`` or session id
 #: still reaches the application (and gets its verdict), a larger head does not.
 MAX_HEAD_BYTES = 64 * 1024
 
 _TOO_LARGE = b"Request header fields too large."
+
+
+class Head:
+    """A request's headers, read once: each name's first value, as Starlette reads it (Latin-1).
+
+    Built in one step from the ASGI scope, where a Starlette ``Request``
+    scans and decodes every header again for each one it is asked for. It
+    also stands in for a ``Request`` where only ``request.headers.get`` is
+    read (the SDK's host, origin and ``Accept`` checks).
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, scope: Scope) -> None:
+        # Reversed, so the first of repeated names wins, as with Starlette.
+        self._raw: dict[bytes, bytes] = dict(reversed(scope["headers"]))
+
+    @property
+    def headers(self) -> Head:
+        return self
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        value = self._raw.get(name.lower().encode("latin-1"))
+        return default if value is None else value.decode("latin-1")
+
+    def has(self, name: bytes) -> bool:
+        """Whether the header ``name`` (lower case, as ASGI servers give it) was sent."""
+        return name in self._raw
 
 
 def http_protocol() -> Any:
@@ -49,21 +83,29 @@ def _bounded_class() -> type:
         parsed, so that a body read with its head is not counted).
         """
 
-        _head_bytes = 0
+        _head_bytes = 0  # received since the head began (reads that began in it)
+        _carry = 0  # the read in which the last request ended: the head may begin in it
+        _read = 0
         _in_head = True
         _too_large = False
 
         def data_received(self, data: bytes) -> None:
+            self._read = len(data)
             if self._in_head:
-                self._head_bytes += len(data)
+                self._head_bytes += self._read
             super().data_received(data)
             if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
                 self._too_large = True
                 self.send_400_response("")
 
         def on_headers_complete(self) -> None:
-            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-            if size > MAX_HEAD_BYTES:
+            # The head came in the reads counted, and maybe in part of the one
+            # that ended the request before: only when those could exceed the
+            # bound is the head itself measured.
+            if self._head_bytes + self._carry > MAX_HEAD_BYTES and (
+                len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+                > MAX_HEAD_BYTES
+            ):
                 self._too_large = True
                 raise _HeadTooLarge  # uvicorn answers (send_400_response below); the app is not run
             self._in_head = False
@@ -71,7 +113,7 @@ def _bounded_class() -> type:
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._in_head, self._head_bytes = True, 0
+            self._in_head, self._head_bytes, self._carry = True, 0, self._read
 
         def send_400_response(self, msg: str) -> None:
             if not self._too_large:

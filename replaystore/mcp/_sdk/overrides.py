@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..replicas.forwarding import server_request_id
 
-__all__ = ["ManagerOverrides", "ReplicaDispatcher", "TransportOverrides"]
+__all__ = ["UNSERVED", "ManagerOverrides", "ReplicaDispatcher", "TransportOverrides"]
 
 logger = logging.getLogger("replaystore.mcp")
 
@@ -106,6 +106,12 @@ class TransportOverrides(StreamableHTTPServerTransport):
         raise NotImplementedError
 
 
+#: Set in a request's scope once ``answer_unserved`` has looked at it and left
+#: it to the SDK (the resume lane calls it before the app's routing): the
+#: manager's usual entry then does not call it again.
+UNSERVED = "replaystore.unserved"
+
+
 class ManagerOverrides(StreamableHTTPSessionManager):
     """The private methods of the SDK's session manager that the package's manager replaces."""
 
@@ -116,7 +122,7 @@ class ManagerOverrides(StreamableHTTPSessionManager):
         first (or the request answered 503 when the store cannot say); then
         the SDK serves the request, or answers 404 for a session nobody knows.
         """
-        if not await self.answer_unserved(scope, receive, send):
+        if scope.get(UNSERVED) or not await self.answer_unserved(scope, receive, send):
             await super()._handle_stateful_request(scope, receive, send)
 
     def _admit_session(

@@ -49,7 +49,9 @@ from mcp.server.streamable_http import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR, InitializeRequestParams
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -59,7 +61,8 @@ from ...buffer import ReplayBuffer
 from ...errors import StorageError
 from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
-from .._sdk.overrides import ManagerOverrides, ReplicaDispatcher
+from .._sdk.overrides import UNSERVED, ManagerOverrides, ReplicaDispatcher
+from ..http_head import Head
 from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
 from ..refusals import answer_in_stream, bounded, store_trouble, unavailable_error
@@ -76,6 +79,8 @@ from .transport import ReplayTransport, header_text
 __all__ = ["ReplaySessionManager"]
 
 logger = logging.getLogger("replaystore.mcp")
+
+_VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 _COMBINED: dict[type, type[ReplaySessionManager]] = {}
 
@@ -338,17 +343,39 @@ class ReplaySessionManager(ManagerOverrides):
 
     # (called by the overrides of the SDK's private methods, in overrides.py)
 
+    async def answer_resume(self, head: Head, scope: Scope, receive: Receive, send: Send) -> bool:
+        """:meth:`answer_unserved` for the resume lane, which reaches it before the SDK's entry.
+
+        Only where that entry would have come to it: a stateful manager that
+        runs, and a protocol version its session transport speaks (the SDK
+        sends any other to its own handler). Otherwise, and when it leaves
+        the request to the SDK, False: the request goes the usual way.
+        """
+        if self.stateless or self._task_group is None:
+            return False
+        version = head.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return False
+        if await self._answer_unserved(head, scope, receive, send):
+            return True
+        scope[UNSERVED] = True
+        return False
+
     async def answer_unserved(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer what needs no SDK session; adopt a session the store knows before the SDK
         looks it up in this process."""
-        request = Request(scope, receive)
-        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        return await self._answer_unserved(Head(scope), scope, receive, send)
+
+    async def _answer_unserved(
+        self, head: Head, scope: Scope, receive: Receive, send: Send
+    ) -> bool:
+        session_id = head.get(MCP_SESSION_ID_HEADER)
         if session_id is None:
             return False
         served = self._transport(session_id)
         refused = None
         try:
-            read = await self._resume_from_store(request, session_id, served, send)
+            read = await self._resume_from_store(head, scope, receive, session_id, served, send)
             if read is True:
                 return True
             if session_id not in self._server_instances:
@@ -397,7 +424,13 @@ class ReplaySessionManager(ManagerOverrides):
         return True
 
     async def _resume_from_store(
-        self, request: Request, session_id: str, served: ReplayTransport | None, send: Send
+        self,
+        head: Head,
+        scope: Scope,
+        receive: Receive,
+        session_id: str,
+        served: ReplayTransport | None,
+        send: Send,
     ) -> bool | _Read | None:
         """A resume answered from the store alone when its replay is the whole answer.
 
@@ -413,9 +446,11 @@ class ReplaySessionManager(ManagerOverrides):
         session's resume to go on from (a stream that goes on live), or None
         (the usual path).
         """
-        cursor = request.headers.get(LAST_EVENT_ID_HEADER)
+        cursor = head.get(LAST_EVENT_ID_HEADER)
+        # The SDK's checks read only ``headers.get`` of the request: the head serves.
+        request = cast(Request, head)
         if (
-            request.method != "GET"
+            scope["method"] != "GET"
             or not cursor
             or len(session_id) > 256
             or not SESSION_ID_PATTERN.fullmatch(session_id)
@@ -424,7 +459,7 @@ class ReplaySessionManager(ManagerOverrides):
         ):
             return None
         replica = self._replica
-        requestor = _requestor(request.scope)
+        requestor = _requestor(scope)
         record = None
         if served is not None:
             view = served.view
@@ -450,7 +485,7 @@ class ReplaySessionManager(ManagerOverrides):
             if exc.permanent:
                 replica.refused = exc
             message, data = unavailable_error(exc, resumption=True)
-            await unavailable(session_id, message, data)(request.scope, request.receive, send)
+            await unavailable(session_id, message, data)(scope, receive, send)
             return True
         if attachment.ok and not attachment.finished:
             return _Read(cursor, attachment, record)
@@ -458,12 +493,12 @@ class ReplaySessionManager(ManagerOverrides):
             await answer_whole(send, session_id, attachment.replay)
             return True
         if served is not None:
-            await served.fail_closed(attachment.resumption, request, send)
+            await served.fail_closed(attachment.resumption, Request(scope, receive), send)
             return True
         if attachment.resumption.verdict is Verdict.UNKNOWN_SESSION:
             return None  # nothing to end; the usual path answers it
         await view.end_everywhere(failed=True)
-        await not_found(session_id, attachment.resumption)(request.scope, request.receive, send)
+        await not_found(session_id, attachment.resumption)(scope, receive, send)
         return True
 
     async def _adopt_session(
