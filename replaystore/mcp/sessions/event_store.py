@@ -46,7 +46,14 @@ from ..metrics import STORAGE_ERROR, ResumptionObserver, time_store
 from ..refusals import note_refusal, store_trouble
 from ..settings import Settings
 from .live import LiveStreams
-from .messages import GET_STREAM, decode_message, encode_message, is_response, sequence_name
+from .messages import (
+    GET_STREAM,
+    decode_message,
+    encode_message,
+    is_response,
+    payloads_of,
+    sequence_name,
+)
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
@@ -305,7 +312,8 @@ class SessionView(EventStore):
                 )
             self._observe(resumption.verdict.value, elapsed, 0)
         else:
-            replayed = sum(1 for event in resumption.events if event.payload is not None)
+            payloads = payloads_of(resumption.events)
+            replayed = len(payloads) - payloads.count(None)  # priming events are not replayed
             self._observe(resumption.verdict.value, elapsed, replayed)
         return resumption
 

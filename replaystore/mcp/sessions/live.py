@@ -29,7 +29,7 @@ from ...cursor import Cursor
 from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Evidence, Resumption, Verdict
 from .error_responses import unknown
-from .messages import GET_STREAM, is_response_payload
+from .messages import GET_STREAM, first_response, is_response_payload, payloads_of
 from .tail import Tail
 
 if TYPE_CHECKING:
@@ -506,6 +506,23 @@ def _add_replay(
 
     Returns the id of the last event taken and whether the response was among them.
     """
+    if not events:
+        return last, False
+    payloads = payloads_of(events)
+    if None in payloads:  # priming events (a stream's first): taken one by one
+        return _add_each(replay, events, stream, last)
+    end = len(events)
+    response = None if stream == GET_STREAM else first_response(payloads)  # type: ignore[arg-type]
+    if response is not None:
+        end = response + 1
+    replay.extend(events[:end] if response is not None else events)
+    return events[end - 1].event_id, response is not None
+
+
+def _add_each(
+    replay: list[Event], events: Sequence[Event], stream: str, last: str
+) -> tuple[str, bool]:
+    """:func:`_add_replay`, event by event."""
     for event in events:
         last = event.event_id
         if event.payload is None:

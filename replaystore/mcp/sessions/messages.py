@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TypeGuard
+from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, TypeGuard
 
 from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse, jsonrpc_message_adapter
+
+if TYPE_CHECKING:
+    from ...verdicts import Event
 
 __all__ = [
     "GET_STREAM",
     "NO_RESPONSE",
     "decode_message",
     "encode_message",
+    "first_response",
     "is_response",
     "is_response_payload",
+    "payloads_of",
     "request_id_of",
     "response_id",
     "sequence_name",
@@ -60,6 +68,31 @@ _NOTIFICATION = b'{"jsonrpc":"2.0","method":'
 #: How every stored response and request begins: the id comes next.
 _WITH_ID = b'{"jsonrpc":"2.0","id":'
 _ID = json.JSONDecoder()
+
+
+def payloads_of(events: Sequence[Event]) -> list[bytes | None]:
+    """The stored payloads of events, in order (``None`` for a priming event)."""
+    return list(map(_PAYLOAD, events))
+
+
+_PAYLOAD = itemgetter(3)  # Event.payload
+
+
+def first_response(payloads: Sequence[bytes]) -> int | None:
+    """The index of the first response among stored payloads, or None.
+
+    A replay asks it of every request stream it sends: the notifications,
+    nearly all of what a stream holds, are told apart by their beginning all
+    at once (one C call each, no Python code per payload); only the others
+    are asked :func:`is_response_payload`.
+    """
+    notes = list(map(bytes.startswith, payloads, repeat(_NOTIFICATION)))
+    if False not in notes:
+        return None
+    for index in range(notes.index(False), len(notes)):
+        if not notes[index] and is_response_payload(payloads[index]):
+            return index
+    return None
 
 
 def is_response_payload(payload: bytes) -> bool:
