@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -152,49 +154,112 @@ class PrometheusObserver:
             raise ImportError(
                 "PrometheusObserver needs prometheus_client: pip install 'replaystore[prometheus]'"
             ) from exc
-        options: dict[str, Any] = {} if registry is None else {"registry": registry}
         self.registry = registry if registry is not None else prometheus_client.REGISTRY
-        self.resumptions = prometheus_client.Counter(
+        self.resumptions = _Counts(
             f"{namespace}_resumptions",
             "Resumption attempts (GET with Last-Event-ID, or a plain GET catching up), by verdict.",
-            ["verdict"],
-            **options,
+            "verdict",
         )
-        self.latency = prometheus_client.Histogram(
+        self.latency = _Timings(
             f"{namespace}_replay_seconds",
             "Time of the atomic resolve-and-replay, by outcome (resumed, failed, storage_error).",
-            ["outcome"],
-            buckets=buckets,
-            **options,
+            "outcome",
+            buckets,
         )
-        self.replayed = prometheus_client.Counter(
-            f"{namespace}_replayed_events",
-            "Messages sent again to resuming clients.",
-            **options,
+        self.replayed = _Counts(
+            f"{namespace}_replayed_events", "Messages sent again to resuming clients."
         )
-        self._children: dict[str, tuple[Any, Any]] = {}
+        self.registry.register(_Collector(self.resumptions, self.latency, self.replayed))
 
     def on_resumption(self, session: str, verdict: str, seconds: float, replayed: int) -> None:
-        children = self._children.get(verdict)
-        if children is None:
-            # A labelled child is looked up under a lock on every call; a
-            # replica observes every resume, so each verdict's pair is kept.
-            if verdict == "resumed":
-                outcome = "resumed"
-            elif verdict == STORAGE_ERROR:
-                outcome = STORAGE_ERROR
-            else:
-                outcome = "failed"
-            children = (
-                self.resumptions.labels(verdict=verdict),
-                self.latency.labels(outcome=outcome),
-            )
-            self._children[verdict] = children
-        counted, timed = children
-        counted.inc()
-        timed.observe(seconds)
+        outcome = verdict if verdict in _OWN_OUTCOMES else "failed"
+        self.resumptions.add(verdict)
+        self.latency.observe(outcome, seconds)
         if replayed:
-            self.replayed.inc(replayed)
+            self.replayed.add("", replayed)
+
+
+_OWN_OUTCOMES = frozenset({"resumed", STORAGE_ERROR})
+
+
+class _Counts:
+    """A counter by one label (or none), kept as plain numbers and written out when scraped.
+
+    prometheus_client's own instruments look a labelled child up, and take a
+    lock per value, on every call: a histogram's observation runs a dozen
+    Python calls. A replica counts every resume, so the instruments it
+    counts them with keep a number per label value under one lock instead,
+    and a collector writes them out as metric families at each scrape.
+    """
+
+    def __init__(self, name: str, documentation: str, label: str | None = None) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self.values: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, label: str, amount: float = 1) -> None:
+        with self._lock:
+            self.values[label] = self.values.get(label, 0) + amount
+
+    def family(self) -> Metric:
+        from prometheus_client.core import CounterMetricFamily
+
+        labels = [] if self.label is None else [self.label]
+        family = CounterMetricFamily(self.name, self.documentation, labels=labels)
+        with self._lock:
+            values = sorted(self.values.items())
+        if self.label is None:
+            family.add_metric([], values[0][1] if values else 0)
+        for label, value in values if self.label is not None else ():
+            family.add_metric([label], value)
+        return family
+
+
+class _Timings:
+    """A histogram of seconds by one label, kept as :class:`_Counts` keeps a counter."""
+
+    def __init__(
+        self, name: str, documentation: str, label: str, buckets: tuple[float, ...]
+    ) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self.bounds = sorted(buckets)
+        #: Per label value: the count of each bucket (the last one +Inf), then the sum.
+        self.rows: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, label: str, seconds: float) -> None:
+        with self._lock:
+            row = self.rows.get(label)
+            if row is None:
+                row = self.rows[label] = [0] * (len(self.bounds) + 2)
+            row[bisect_left(self.bounds, seconds)] += 1  # the first bound at or above it
+            row[-1] += seconds
+
+    def family(self) -> Metric:
+        from prometheus_client.core import HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        names = [*map(floatToGoString, self.bounds), "+Inf"]
+        with self._lock:
+            rows = sorted((label, list(row)) for label, row in self.rows.items())
+        for label, row in rows:
+            family.add_metric([label], list(zip(names, accumulate(row[:-1]), strict=True)), row[-1])
+        return family
+
+
+class _Collector:
+    """What Prometheus reads of :class:`_Counts` and :class:`_Timings` at each scrape."""
+
+    def __init__(self, *instruments: _Counts | _Timings) -> None:
+        self._instruments = instruments
+
+    def describe(self) -> list[Metric]:
+        return [each.family() for each in self._instruments]  # names, checked when registered
+
+    def collect(self) -> Iterator[Metric]:
+        for each in self._instruments:
+            yield each.family()
 
 
 # ---------------------------------------------------------------- the replica's state
@@ -214,13 +279,13 @@ class _Instruments:
         self.unavailable = prometheus_client.Counter(
             UNAVAILABLE, "Requests answered 503, by reason.", ["reason"], registry=registry
         )
-        self.store_seconds = prometheus_client.Histogram(
+        self.store_seconds = _Timings(
             STORE_SECONDS,
             "Seconds of one store round trip, by operation (failed ones included).",
-            ["operation"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-            registry=registry,
+            "operation",
+            (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
+        registry.register(_Collector(self.store_seconds))
         self.drains = prometheus_client.Counter(
             DRAINS, "Drains of this replica, by stage.", ["stage"], registry=registry
         )
@@ -299,7 +364,7 @@ def count_unavailable(data: Mapping[str, Any] | None) -> None:
 def time_store(operation: str, seconds: float) -> None:
     """One store round trip of ``operation`` took ``seconds``."""
     if _instruments is not None:
-        _instruments.store_seconds.labels(operation=operation).observe(seconds)
+        _instruments.store_seconds.observe(operation, seconds)
 
 
 def count_drain(stage: str) -> None:

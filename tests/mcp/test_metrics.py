@@ -202,3 +202,53 @@ async def test_a_drain_is_counted_from_start_to_end() -> None:
         metric(before, refused, reason="draining") + 1
     )
     assert metric(after, drains, stage="finished") == metric(before, drains, stage="finished") + 1
+
+
+def test_resumption_metrics_read_as_prometheus_clients_own_would() -> None:
+    """The observer's plain-number instruments expose what prometheus_client's own
+    Counter and Histogram expose for the same observations (bucket edges included)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    observer = metrics.PrometheusObserver(ours, buckets=(0.001, 0.01, 0.1))
+    counted = Counter("replaystore_mcp_resumptions", "x", ["verdict"], registry=theirs)
+    timed = Histogram(
+        "replaystore_mcp_replay_seconds",
+        "x",
+        ["outcome"],
+        buckets=(0.001, 0.01, 0.1),
+        registry=theirs,
+    )
+    replayed = Counter("replaystore_mcp_replayed_events", "x", registry=theirs)
+    seen = [
+        ("resumed", 0.0005, 3),
+        ("resumed", 0.001, 2),  # on a bucket's edge: counted in it
+        ("below_floor", 0.05, 0),
+        (metrics.STORAGE_ERROR, 7.0, 0),  # past every bound: +Inf only
+        ("resumed", 0.01, 1),
+    ]
+    for verdict, seconds, count in seen:
+        observer.on_resumption("s", verdict, seconds, count)
+        outcome = verdict if verdict in ("resumed", metrics.STORAGE_ERROR) else "failed"
+        counted.labels(verdict=verdict).inc()
+        timed.labels(outcome=outcome).observe(seconds)
+        if count:
+            replayed.inc(count)
+
+    def samples(
+        registry: CollectorRegistry,
+    ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in registry.collect()
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(ours) == samples(theirs)
+    assert (
+        samples(ours)[
+            ("replaystore_mcp_replay_seconds_bucket", (("le", "0.001"), ("outcome", "resumed")))
+        ]
+        == 2
+    )
