@@ -7,8 +7,9 @@ and the session is kept. They are told apart in the words, so that an
 operator reading a client's error or the log knows what to fix.
 
 A store call that takes too long is given up after a deadline
-(:func:`bounded`): the client is then told what the store last said, when it
-refused a call being tried again, not only that it did not answer.
+(:func:`bounded`, or :func:`read_within` for a resume's reads): the client is
+then told what the store last said, when it refused a call being tried
+again, not only that it did not answer.
 
 A request whose stream is already open (its ``200`` sent) cannot be answered
 ``503``: its events that the store took went out with their ids, and the
@@ -22,6 +23,8 @@ not a verdict.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
@@ -34,7 +37,14 @@ from ..errors import StorageError
 from ._sdk.checked import take_request_stream
 from .sessions.messages import request_id_of
 
-__all__ = ["answer_in_stream", "bounded", "note_refusal", "store_trouble", "unavailable_error"]
+__all__ = [
+    "answer_in_stream",
+    "bounded",
+    "note_refusal",
+    "read_within",
+    "store_trouble",
+    "unavailable_error",
+]
 
 #: Longest text of the store's error repeated to a client or the log.
 _LIMIT = 256
@@ -90,10 +100,111 @@ class _Bounded:
             _REFUSED.reset(self._token)
         if not self._scope.cancelled_caught:
             return swallowed
-        if self._refused:  # the deadline came while a refused call was being tried again
-            last = self._refused[-1]
-            raise StorageError(str(last), kind=last.kind, permanent=last.permanent) from exc
-        raise StorageError(f"the replay store did not answer within {self._seconds:g} s") from exc
+        raise _gave_up(self._seconds, self._refused) from exc
+
+
+def _gave_up(seconds: float, refused: list[StorageError]) -> StorageError:
+    """Why a bounded block was given up: what the store last said, or that it did not answer."""
+    if refused:  # the deadline came while a refused call was being tried again
+        last = refused[-1]
+        return StorageError(str(last), kind=last.kind, permanent=last.permanent)
+    return StorageError(f"the replay store did not answer within {seconds:g} s")
+
+
+def read_within(seconds: float) -> _ReadWithin | _Bounded:
+    """:func:`bounded` for a block that only reads the store and holds no cancel scope.
+
+    A resume's reads are the most frequent bounded block, and an anyio cancel
+    scope with a deadline costs more than the whole read's own work. So
+    under asyncio the block is registered with its event loop's one timer
+    (:class:`_Deadlines`), which cancels its task once the deadline has
+    passed; the block turns that cancellation into the same
+    :class:`StorageError` as :func:`bounded`. The deadline is kept to within
+    :attr:`_Deadlines.TICK`. A native cancellation does not stop at a
+    shielded anyio scope, hence "holds no cancel scope". Elsewhere (trio),
+    :func:`bounded` itself.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return _Bounded(seconds)
+    return _ReadWithin(seconds, loop)
+
+
+class _ReadWithin:
+    """:func:`read_within`'s block under asyncio."""
+
+    __slots__ = ("__weakref__", "_deadlines", "_expired", "_refused", "_seconds", "_task", "_token")
+
+    def __init__(self, seconds: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._seconds = seconds
+        deadlines = _DEADLINES.get(loop)
+        if deadlines is None:
+            deadlines = _DEADLINES[loop] = _Deadlines(loop)
+        self._deadlines = deadlines
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # a block of a task's own
+        self._task = task
+        self._expired = False
+        self._refused: list[StorageError] = []
+        self._token = _REFUSED.set(self._refused)
+        self._deadlines.add(self, self._seconds)
+
+    def expire(self) -> None:
+        self._expired = True
+        self._task.cancel()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._deadlines.blocks.pop(self, None)
+        _REFUSED.reset(self._token)
+        if self._expired:
+            pending = self._task.uncancel()  # this block's own cancellation taken back
+            if pending == 0 and isinstance(exc, asyncio.CancelledError):
+                raise _gave_up(self._seconds, self._refused) from exc
+
+
+class _Deadlines:
+    """One event loop's :func:`read_within` blocks and the one timer that checks them.
+
+    The timer runs only while a block is open, every :attr:`TICK` seconds:
+    one callback for every read under way, where a timer per read would cost
+    each read a timer handle made and cancelled.
+    """
+
+    TICK = 0.05
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.blocks: dict[_ReadWithin, float] = {}
+        self._ticking = False
+
+    def add(self, block: _ReadWithin, seconds: float) -> None:
+        self.blocks[block] = self.loop.time() + seconds
+        if not self._ticking:
+            self._ticking = True
+            self.loop.call_later(self.TICK, self._tick)
+
+    def _tick(self) -> None:
+        now = self.loop.time()
+        for block, deadline in list(self.blocks.items()):
+            if deadline <= now:
+                del self.blocks[block]
+                block.expire()
+        self._ticking = bool(self.blocks)
+        if self._ticking:
+            self.loop.call_later(self.TICK, self._tick)
+
+
+_DEADLINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def note_refusal(exc: StorageError) -> None:

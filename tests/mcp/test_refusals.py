@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from replaystore.cursor import Cursor
+from replaystore.errors import StorageError
 from replaystore.testing.mcp import initialize_message
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
@@ -194,3 +195,67 @@ def _ordinal(event_id: str) -> int:
     ordinal = Cursor.parse(event_id).ordinal
     assert ordinal is not None
     return ordinal
+
+
+# ---------------------------------------------------------------- read_within
+
+
+async def test_a_read_past_its_deadline_is_given_up_as_bounded_gives_it_up() -> None:
+    """``read_within`` answers a hung read with the same StorageError as ``bounded``, and
+    the task goes on uncancelled; a read in time is left alone."""
+    import asyncio
+
+    from replaystore.mcp.refusals import bounded, read_within
+
+    async def hang() -> None:
+        await asyncio.sleep(30)
+
+    texts = []
+    for bound in (bounded, read_within):
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(StorageError) as caught, bound(0.2):
+            await hang()
+        texts.append(str(caught.value))
+        took = asyncio.get_running_loop().time() - started
+        assert 0.2 <= took < 5  # given up, not waited out
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        await asyncio.sleep(0)  # no cancellation left pending for later
+    assert texts[0] == texts[1] == "the replay store did not answer within 0.2 s"
+    with read_within(5):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # the timer found nothing to give up
+
+
+async def test_a_cancellation_from_outside_passes_through_a_read_within() -> None:
+    """A request cancelled while it reads is cancelled, not told the store was slow."""
+    import asyncio
+
+    from replaystore.mcp.refusals import read_within
+
+    async def read(bound: float) -> None:
+        with read_within(bound):
+            await asyncio.sleep(30)
+
+    task = asyncio.ensure_future(read(5.0))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_refusal_being_tried_again_is_what_read_within_reports() -> None:
+    """As with ``bounded``: the deadline that ends a retried refusal reports the refusal."""
+    import asyncio
+
+    from replaystore.mcp.refusals import note_refusal, read_within
+
+    async def refused_then_hung() -> None:
+        with read_within(0.1):
+            note_refusal(StorageError("OOM command not allowed", kind="oom"))
+            await asyncio.sleep(30)
+
+    with pytest.raises(StorageError) as caught:
+        await refused_then_hung()
+    assert caught.value.kind == "oom"
+    assert "OOM" in str(caught.value)

@@ -65,7 +65,13 @@ from .._sdk.overrides import UNSERVED, ManagerOverrides, ReplicaDispatcher
 from ..http_head import Head
 from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
-from ..refusals import answer_in_stream, bounded, store_trouble, unavailable_error
+from ..refusals import (
+    answer_in_stream,
+    bounded,
+    read_within,
+    store_trouble,
+    unavailable_error,
+)
 from ..replicas.replica import Replica
 from ..settings import DEFAULT_CHECK_INTERVAL, DEFAULT_LEASE_TTL, DEFAULT_STORE_TIMEOUT, Settings
 from .error_responses import json_error, not_found, unavailable, unknown, why_gone
@@ -471,7 +477,7 @@ class ReplaySessionManager(ManagerOverrides):
             ):
                 return None  # the usual path answers it
         else:
-            with bounded(replica.settings.store_timeout):
+            with read_within(replica.settings.store_timeout):
                 record = await replica.registry.get_session(session_id)
             if record is None or record.get("owner", "") != _fingerprint(requestor):
                 return None  # the usual path answers it (and logs why)
@@ -479,7 +485,7 @@ class ReplaySessionManager(ManagerOverrides):
             view.adopted(record)
         cursor = header_text(cursor)
         try:
-            with bounded(replica.settings.store_timeout):
+            with read_within(replica.settings.store_timeout):
                 attachment = await view.live.read(cursor)
         except StorageError as exc:
             if exc.permanent:
