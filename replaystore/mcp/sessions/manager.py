@@ -86,6 +86,9 @@ __all__ = ["ReplaySessionManager"]
 
 logger = logging.getLogger("replaystore.mcp")
 
+#: Creators of sessions served from the store kept at most (then forgotten, and read again).
+_OWNERS_KEPT = 10_000
+
 _VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 _COMBINED: dict[type, type[ReplaySessionManager]] = {}
@@ -181,6 +184,8 @@ class ReplaySessionManager(ManagerOverrides):
         session_ttl = store.buffer.retention.session_ttl
         self._replica = Replica(coordination, self, settings, session_ttl=session_ttl)
         self._adopting = {}
+        #: The creator (fingerprint) of each session a resume read from the store.
+        self._store_owners: dict[str, str] = {}
         self._guard = TransportSecurityMiddleware(self.security_settings)
         self._replicating = False
         self.store_checked = False
@@ -477,12 +482,23 @@ class ReplaySessionManager(ManagerOverrides):
             ):
                 return None  # the usual path answers it
         else:
-            with read_within(replica.settings.store_timeout):
-                record = await replica.registry.get_session(session_id)
-            if record is None or record.get("owner", "") != _fingerprint(requestor):
+            # A session's creator never changes: once read, its record need not be
+            # read again to check it. Whether the session still lives, the resume's
+            # own read says (a session that ended is unknown there, as here).
+            owner = self._store_owners.get(session_id)
+            if owner is None:
+                with read_within(replica.settings.store_timeout):
+                    record = await replica.registry.get_session(session_id)
+                if record is None:
+                    return None  # the usual path answers it (and logs why)
+                owner = record.get("owner", "")
+                if len(self._store_owners) >= _OWNERS_KEPT:
+                    self._store_owners.clear()
+                self._store_owners[session_id] = owner
+            if owner != _fingerprint(requestor):
                 return None  # the usual path answers it (and logs why)
             view = self._replay_store.for_session(session_id, replica)
-            view.adopted(record)
+            view.adopted(record or {})
         cursor = header_text(cursor)
         try:
             with read_within(replica.settings.store_timeout):

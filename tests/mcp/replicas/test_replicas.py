@@ -637,3 +637,28 @@ async def test_a_request_whose_replica_was_killed_sent_again_is_answered_lost(
     finally:
         doomed.stop()
         survivor.stop()
+
+
+async def test_a_session_ended_after_another_replica_resumed_it_is_404_there_too(
+    replica_sets: dict[str, ReplicaSet], fresh: httpx.AsyncClient
+) -> None:
+    """A replica that served resumes of a session from the store (and kept its creator)
+    still learns from the store that it ended: a resume after the DELETE is 404."""
+    a, b, _ = replica_sets["sdk"].replicas
+    session = await RawSession(fresh, a.url).initialize()
+    ids: list[str] = []
+    _, call = session.call("countdown", {"n": 3, "interval_ms": 0}, token="t")
+    async with session.post(call) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("id:"):
+                ids.append(line[3:].strip())
+    on_b = RawSession(fresh, b.url, session_id=session.session_id)
+    for _ in range(2):  # the second one finds the session's creator known on b
+        async with on_b.get(ids[1]) as resumed:
+            assert resumed.status_code == 200
+            assert "done" in (await resumed.aread()).decode()
+    deleted = await fresh.delete(a.url, headers=session.headers())
+    assert deleted.status_code == 200
+    async with on_b.get(ids[1]) as gone:
+        assert gone.status_code == 404
