@@ -89,6 +89,9 @@ logger = logging.getLogger("replaystore.mcp")
 #: Creators of sessions served from the store kept at most (then forgotten, and read again).
 _OWNERS_KEPT = 10_000
 
+#: Combinations of headers that passed the SDK's checks kept at most.
+_CHECKS_KEPT = 1_000
+
 _VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 _COMBINED: dict[type, type[ReplaySessionManager]] = {}
@@ -115,6 +118,11 @@ def _fingerprint(requestor: Any) -> str:
         return ""
     text = json.dumps(requestor, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _valid_session_id(session_id: str) -> bool:
+    """A session id the SDK could have issued (a served one was: it is not checked again)."""
+    return len(session_id) <= 256 and SESSION_ID_PATTERN.fullmatch(session_id) is not None
 
 
 def _requestor(scope: Scope) -> Any:
@@ -186,6 +194,8 @@ class ReplaySessionManager(ManagerOverrides):
         self._adopting = {}
         #: The creator (fingerprint) of each session a resume read from the store.
         self._store_owners: dict[str, str] = {}
+        #: The (Accept, Host, Origin) of resumes the SDK's checks let through.
+        self._checked: set[tuple[str | None, str | None, str | None]] = set()
         self._guard = TransportSecurityMiddleware(self.security_settings)
         self._replicating = False
         self.store_checked = False
@@ -458,15 +468,11 @@ class ReplaySessionManager(ManagerOverrides):
         (the usual path).
         """
         cursor = head.get(LAST_EVENT_ID_HEADER)
-        # The SDK's checks read only ``headers.get`` of the request: the head serves.
-        request = cast(Request, head)
         if (
             scope["method"] != "GET"
             or not cursor
-            or len(session_id) > 256
-            or not SESSION_ID_PATTERN.fullmatch(session_id)
-            or not check_accept_headers(request)[1]
-            or await self._guard.validate_request(request, is_post=False) is not None
+            or (served is None and not _valid_session_id(session_id))
+            or not await self._passes_sdk_checks(head)
         ):
             return None
         replica = self._replica
@@ -523,6 +529,28 @@ class ReplaySessionManager(ManagerOverrides):
         await not_found(session_id, attachment.resumption)(scope, receive, send)
         return True
 
+    async def _passes_sdk_checks(self, head: Head) -> bool:
+        """Whether the SDK would let this GET through: ``Accept``, then host and origin.
+
+        Both checks are the SDK's own, and depend on those three headers only:
+        each combination that passed is kept, so a client's resumes run them
+        once (at most :data:`_CHECKS_KEPT` kept, then forgotten and run again).
+        """
+        key = (head.get("accept"), head.get("host"), head.get("origin"))
+        if key in self._checked:
+            return True
+        # The SDK's checks read only ``headers.get`` of the request: the head serves.
+        request = cast(Request, head)
+        if (
+            not check_accept_headers(request)[1]
+            or await self._guard.validate_request(request, is_post=False) is not None
+        ):
+            return False
+        if len(self._checked) >= _CHECKS_KEPT:
+            self._checked.clear()
+        self._checked.add(key)
+        return True
+
     async def _adopt_session(
         self, session_id: str, requestor: Any, known: dict[str, str] | None = None
     ) -> Response | None:
@@ -531,7 +559,7 @@ class ReplaySessionManager(ManagerOverrides):
         ``known``: its record, read already and proven live by a resume that
         the store just answered, so neither is read again.
         """
-        if len(session_id) > 256 or not SESSION_ID_PATTERN.fullmatch(session_id):
+        if not _valid_session_id(session_id):
             return None
         lock = self._adopting.setdefault(session_id, anyio.Lock())
         try:
