@@ -21,9 +21,23 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from mcp.server.streamable_http import LAST_EVENT_ID_HEADER, MCP_SESSION_ID_HEADER
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from starlette.types import Scope
 
-__all__ = ["MAX_HEAD_BYTES", "Head", "http_protocol"]
+__all__ = [
+    "LAST_EVENT_ID",
+    "MAX_HEAD_BYTES",
+    "PROTOCOL_VERSION",
+    "SESSION_ID",
+    "Head",
+    "http_protocol",
+]
+
+#: The MCP headers :meth:`Head.text` is asked for, as ASGI servers give names.
+LAST_EVENT_ID = LAST_EVENT_ID_HEADER.lower().encode("ascii")
+SESSION_ID = MCP_SESSION_ID_HEADER.lower().encode("ascii")
+PROTOCOL_VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 #: Bytes of a request head accepted: a 60 KB ``Last-Event-ID`` or session id
 #: still reaches the application (and gets its verdict), a larger head does not.
@@ -54,6 +68,11 @@ class Head:
     def get(self, name: str, default: str | None = None) -> str | None:
         value = self._raw.get(name.lower().encode("latin-1"))
         return default if value is None else value.decode("latin-1")
+
+    def text(self, name: bytes) -> str | None:
+        """The header ``name`` (lower case, as ASGI servers give it) as text, or None."""
+        value = self._raw.get(name)
+        return None if value is None else value.decode("latin-1")
 
     def has(self, name: bytes) -> bool:
         """Whether the header ``name`` (lower case, as ASGI servers give it) was sent."""

@@ -22,17 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp.server.streamable_http import LAST_EVENT_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..http_head import Head
+from ..http_head import LAST_EVENT_ID, Head
 from .manager import ReplaySessionManager
 
 __all__ = ["ResumeLane"]
-
-_CURSOR = LAST_EVENT_ID_HEADER.lower().encode("ascii")
 
 
 class ResumeLane:
@@ -50,7 +47,7 @@ class ResumeLane:
             if manager is not None:
                 head = Head(scope)
                 if (
-                    head.has(_CURSOR)
+                    head.has(LAST_EVENT_ID)
                     and not head.has(b"content-length")
                     and not head.has(b"transfer-encoding")
                     and await manager.answer_resume(head, scope, receive, send)

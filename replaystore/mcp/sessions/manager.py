@@ -41,15 +41,12 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorizat
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import (
-    LAST_EVENT_ID_HEADER,
-    MCP_SESSION_ID_HEADER,
     SESSION_ID_PATTERN,
     StreamableHTTPServerTransport,
     check_accept_headers,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR, InitializeRequestParams
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
@@ -62,7 +59,7 @@ from ...errors import StorageError
 from ...verdicts import Verdict
 from .._sdk.checked import lowlevel_server  # importing sdk checks the SDK's private names
 from .._sdk.overrides import UNSERVED, ManagerOverrides, ReplicaDispatcher
-from ..http_head import Head
+from ..http_head import LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID, Head
 from ..metrics import ResumptionObserver, count_drain, time_store
 from ..preflight import Problem, check_store, probe
 from ..refusals import (
@@ -92,7 +89,6 @@ _OWNERS_KEPT = 10_000
 #: Combinations of headers that passed the SDK's checks kept at most.
 _CHECKS_KEPT = 1_000
 
-_VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 _COMBINED: dict[type, type[ReplaySessionManager]] = {}
 
@@ -374,7 +370,7 @@ class ReplaySessionManager(ManagerOverrides):
         """
         if self.stateless or self._task_group is None:
             return False
-        version = head.get(MCP_PROTOCOL_VERSION_HEADER)
+        version = head.text(PROTOCOL_VERSION)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return False
         if await self._answer_unserved(head, scope, receive, send):
@@ -390,7 +386,7 @@ class ReplaySessionManager(ManagerOverrides):
     async def _answer_unserved(
         self, head: Head, scope: Scope, receive: Receive, send: Send
     ) -> bool:
-        session_id = head.get(MCP_SESSION_ID_HEADER)
+        session_id = head.text(SESSION_ID)
         if session_id is None:
             return False
         served = self._transport(session_id)
@@ -467,7 +463,7 @@ class ReplaySessionManager(ManagerOverrides):
         session's resume to go on from (a stream that goes on live), or None
         (the usual path).
         """
-        cursor = head.get(LAST_EVENT_ID_HEADER)
+        cursor = head.text(LAST_EVENT_ID)
         if (
             scope["method"] != "GET"
             or not cursor
@@ -536,7 +532,7 @@ class ReplaySessionManager(ManagerOverrides):
         each combination that passed is kept, so a client's resumes run them
         once (at most :data:`_CHECKS_KEPT` kept, then forgotten and run again).
         """
-        key = (head.get("accept"), head.get("host"), head.get("origin"))
+        key = (head.text(b"accept"), head.text(b"host"), head.text(b"origin"))
         if key in self._checked:
             return True
         # The SDK's checks read only ``headers.get`` of the request: the head serves.
