@@ -68,6 +68,7 @@ _NOTIFICATION = b'{"jsonrpc":"2.0","method":'
 #: How every stored response and request begins: the id comes next.
 _WITH_ID = b'{"jsonrpc":"2.0","id":'
 _ID = json.JSONDecoder()
+_AFTER_ID = len(_WITH_ID)
 
 
 def payloads_of(events: Sequence[Event]) -> list[bytes | None]:
@@ -105,6 +106,9 @@ def is_response_payload(payload: bytes) -> bool:
         return False
     if payload.startswith(_WITH_ID):
         # What follows the id says it: a response's result or error, or a request's method.
+        end = payload.find(b",", _AFTER_ID)
+        if end > _AFTER_ID and payload[_AFTER_ID:end].lstrip(b"-").isdigit():  # a number
+            return payload.startswith(b',"result":', end) or payload.startswith(b',"error":', end)
         text = payload.decode("utf-8", "surrogatepass")
         try:
             _, end = _ID.raw_decode(text, len(_WITH_ID))

@@ -11,6 +11,7 @@ UNSUBSCRIBE for such a resume, on the replica that ran the call or another.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +223,15 @@ async def test_a_failed_resume_on_a_replica_that_never_served_the_session_ends_i
     mine.url = a.url
     assert await mine.ping_status() == 404  # ended on every replica, not only the one asked
     assert await other.ping_status() == 200  # the cursor's owner goes on
+
+
+@pytest.mark.parametrize("request_id", [0, 7, -3, 12345678901234, "7", "a,b", 'q"x', "-1", 1.5])
+@pytest.mark.parametrize(
+    "tail", ['"result":{}', '"error":{"code":1,"message":"m"}', '"method":"x"']
+)
+def test_any_id_followed_by_any_field_is_told_a_response_or_not(
+    request_id: object, tail: str
+) -> None:
+    """Numbers are told apart on the bytes, anything else by parsing the id: the same answers."""
+    payload = ('{"jsonrpc":"2.0","id":' + json.dumps(request_id) + "," + tail + "}").encode()
+    assert is_response_payload(payload) == (not tail.startswith('"method"'))
