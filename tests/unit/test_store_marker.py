@@ -7,6 +7,8 @@ with real processes and a real Redis restarted from an older snapshot, is in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import anyio
 import pytest
 from fakeredis import FakeAsyncRedis, FakeServer
@@ -152,13 +154,18 @@ async def test_a_session_ended_is_counted_in_the_same_step_and_ends_even_if_the_
     await backend.marker.look()
     sent: list[tuple[object, ...]] = []
     wire = backend._wire
-    command = wire.command
+    command, call = wire.command, wire.call
 
     async def spy(parts: tuple[object, ...]) -> object:
         sent.append(parts)
         return await command(parts)
 
+    async def spy_call(packet: bytes, parts: Callable[[], Sequence[object]]) -> object:
+        sent.append(tuple(parts()))
+        return await call(packet, parts)
+
     wire.command = spy  # type: ignore[method-assign]
+    wire.call = spy_call  # type: ignore[method-assign]
     assert await registry.end_session("s") == frozenset({"r2"})
     # one call, naming the record and the marker (the count is not a call of its own)
     assert len(sent) == 1 and sent[0][2:4] == (2, keys.registry(backend.key_base("s")))

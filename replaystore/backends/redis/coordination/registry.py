@@ -19,7 +19,7 @@ from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, 
 from .. import keys
 from ..errors import mapped, storage_error
 from ..marker import COUNT_LUA, StoreMarker
-from ..wire import Wire
+from ..wire import Wire, pack_args
 
 __all__ = ["RedisRegistry"]
 
@@ -70,6 +70,7 @@ _END_COUNTED = (
     "if ok then return {r, seen} end "
     "return {r, 0, type(seen) == 'table' and seen.err or tostring(seen)}"
 )
+_END_COUNTED_HEAD = b"*6\r\n" + pack_args(("EVAL", _END_COUNTED, 2))  # packed once
 
 
 class RedisRegistry(Registry):
@@ -189,9 +190,12 @@ class RedisRegistry(Registry):
         marker, record = self._marker, self._record(session)
         if marker is not None and self._one_server:
             # Ended and counted in one step: one round trip, not two.
-            out = await self._call(
-                "drop", "EVAL", _END_COUNTED, 2, record, marker.key, marker.fresh()
-            )
+            fresh = marker.fresh()
+            packet = _END_COUNTED_HEAD + pack_args((record, marker.key, fresh))
+            with mapped("session registry drop", self._wire.client):
+                out = await self._wire.call(
+                    packet, lambda: ("EVAL", _END_COUNTED, 2, record, marker.key, fresh)
+                )
             if not out:
                 return None
             raw = out[0]
