@@ -61,7 +61,7 @@ _LOOK = (
 #: Lua counting one more lasting fact (the marker created if need be) on the marker
 #: at key ``m`` (a local the enclosing script sets), ``ARGV[1]`` a fresh id: it
 #: returns the marker's ``HMGET id n at``. Another script of the same server may
-#: count in the step that makes the fact (:meth:`StoreMarker.counting`).
+#: count in the step that makes the fact (the registry's end of a session does).
 COUNT_LUA = (
     "redis.call('HSETNX', m, 'id', ARGV[1]) redis.call('HINCRBY', m, 'n', 1) "
     "return redis.call('HMGET', m, 'id', 'n', 'at')"
