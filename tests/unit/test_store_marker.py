@@ -7,6 +7,8 @@ with real processes and a real Redis restarted from an older snapshot, is in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import anyio
 import pytest
 from fakeredis import FakeAsyncRedis, FakeServer
@@ -138,3 +140,43 @@ async def test_records_from_before_a_step_back_are_refused_and_tasks_never_run_a
     assert ended is not None and ended.status == "failed", ended
     assert ended.error == RESTORED_ERROR
     assert await client.hget(task_key, "att") == b"1"  # run once
+
+
+async def test_a_session_ended_is_counted_in_the_same_step_and_ends_even_if_the_count_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On one server the record's end and its count are one script: one round trip."""
+    client = FakeAsyncRedis(server=FakeServer())
+    backend = RedisBackend(Retention(), client, prefix="rs")
+    registry = backend.coordination().registry()
+    await registry.put_session("s", {"version": "v"}, 60)
+    await registry.hold("s", "r2")
+    await backend.marker.look()
+    sent: list[tuple[object, ...]] = []
+    wire = backend._wire
+    command, call = wire.command, wire.call
+
+    async def spy(parts: tuple[object, ...]) -> object:
+        sent.append(parts)
+        return await command(parts)
+
+    async def spy_call(packet: bytes, parts: Callable[[], Sequence[object]]) -> object:
+        sent.append(tuple(parts()))
+        return await call(packet, parts)
+
+    wire.command = spy  # type: ignore[method-assign]
+    wire.call = spy_call  # type: ignore[method-assign]
+    assert await registry.end_session("s") == frozenset({"r2"})
+    # one call, naming the record and the marker (the count is not a call of its own)
+    assert len(sent) == 1 and sent[0][2:4] == (2, keys.registry(backend.key_base("s")))
+    assert sent[0][4] == KEY and backend.marker.count == 1
+    assert int(await client.hget(KEY, "n") or 0) == 1
+    assert await registry.end_session("s") is None  # nothing left: nothing counted
+    assert int(await client.hget(KEY, "n") or 0) == 1
+
+    await registry.put_session("s", {"version": "v"}, 60)
+    await registry.hold("s", "r3")
+    await client.hset(KEY, "n", "not a count")
+    assert await registry.end_session("s") == frozenset({"r3"})  # ended all the same
+    assert await registry.get_session("s") is None
+    assert "was not counted" in caplog.text

@@ -44,7 +44,7 @@ import anyio
 from ...errors import StorageError
 from . import keys
 
-__all__ = ["FRESH", "StoreMarker"]
+__all__ = ["COUNT_LUA", "FRESH", "StoreMarker"]
 
 #: Seconds a read of the marker stays fresh: a read made anyway (a session
 #: record, a task) carries one only when the last is older, so a storm of
@@ -58,11 +58,15 @@ _LOOK = (
     "redis.call('HSETNX', KEYS[1], 'id', ARGV[1]) "
     "return redis.call('HMGET', KEYS[1], 'id', 'n', 'at')"
 )
-# One more lasting fact counted (the marker created if need be).
-_COUNT = (
-    "redis.call('HSETNX', KEYS[1], 'id', ARGV[1]) redis.call('HINCRBY', KEYS[1], 'n', 1) "
-    "return redis.call('HMGET', KEYS[1], 'id', 'n', 'at')"
+#: Lua counting one more lasting fact (the marker created if need be) on the marker
+#: at key ``m`` (a local the enclosing script sets), ``ARGV[1]`` a fresh id: it
+#: returns the marker's ``HMGET id n at``. Another script of the same server may
+#: count in the step that makes the fact (the registry's end of a session does).
+COUNT_LUA = (
+    "redis.call('HSETNX', m, 'id', ARGV[1]) redis.call('HINCRBY', m, 'n', 1) "
+    "return redis.call('HMGET', m, 'id', 'n', 'at')"
 )
+_COUNT = "local m = KEYS[1] " + COUNT_LUA
 # ARGV: the era the caller holds, its count, its era's declaration time, a new id.
 # Declares the new era only if the store went back: the caller's era with a
 # lower count, an older era, or no marker. A newer era (declared by another
@@ -149,6 +153,11 @@ class StoreMarker:
     async def counted(self) -> None:
         """Count one more lasting fact (a session ended, a task ended) and take the reply in."""
         await self.seen(await self._command(("EVAL", _COUNT, 1, self.key, _fresh())))
+
+    @staticmethod
+    def fresh() -> str:
+        """A new era's id, for a script that counts with :data:`COUNT_LUA` (``ARGV[1]``)."""
+        return _fresh()
 
     async def known(self) -> str:
         """The era, read first if this process has not read it yet."""

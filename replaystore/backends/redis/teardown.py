@@ -307,6 +307,11 @@ Drop = Callable[[list[str], list[Any]], Awaitable[Any]]
 class Leftovers:
     """Lists of torn-down sessions, deleted in batches: after ``delay`` seconds or ``size`` keys.
 
+    The delay is what lets failures share a call: those of a reconnect storm
+    come a few milliseconds apart and go in a handful of calls, not one
+    each; nothing reads the lists meanwhile, they only hold memory a moment
+    longer.
+
     ``slot`` (on a cluster: a key's hash slot) splits the batches by slot,
     since a script's keys must share one; without it one call takes any
     sessions. A batch that
@@ -318,7 +323,7 @@ class Leftovers:
         drop: Drop,
         *,
         slot: Callable[[str], int] | None = None,
-        delay: float = 0.05,
+        delay: float = 0.25,
         size: int = 1000,
     ) -> None:
         self._drop = drop

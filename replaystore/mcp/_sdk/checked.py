@@ -74,6 +74,7 @@ _OWNERS: dict[str, Callable[[], Any]] = {
     "StreamableHTTPServerTransport()": lambda: StreamableHTTPServerTransport(mcp_session_id=None),
     "StreamableHTTPServerTransport.__init__": lambda: StreamableHTTPServerTransport.__init__,
     "JSONRPCDispatcher": lambda: JSONRPCDispatcher,
+    "JSONRPCDispatcher()": lambda: JSONRPCDispatcher(None, None),  # type: ignore[arg-type]
     "Connection.for_loop": lambda: Connection.for_loop,
     "serve_connection": lambda: serve_connection,
     "streamable_http_manager": lambda: streamable_http_manager,
@@ -249,6 +250,12 @@ _REQUIREMENTS: tuple[Requirement, ...] = (
         "method",
         "server-to-client request ids name the replica that sent them",
         source="a6f0d6f2cb32f4ff",
+    ),
+    Requirement(
+        "JSONRPCDispatcher()",
+        "_tg",
+        "attribute",
+        "the loop's task group, cancelled from a callback as a failed resume ends the session",
     ),
     Requirement(
         "Connection.for_loop",

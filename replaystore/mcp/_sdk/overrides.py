@@ -15,6 +15,7 @@ override here is read again against the new code instead of drifting from it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 from typing import Any
@@ -223,3 +224,19 @@ class ReplicaDispatcher(JSONRPCDispatcher[Any]):
         """Replaces ``JSONRPCDispatcher._allocate_id``: the id names this replica."""
         self._next_id += 1
         return server_request_id(self._next_id, self.replica)
+
+    def end_quietly(self) -> None:
+        """Cancel the loop's handlers from a callback of the event loop: call before its
+        streams are closed.
+
+        The SDK's ``run`` cancels its task group on the way out in any case
+        (its handlers' callers are gone), and anyio writes the task that
+        cancels a scope into the scope's reason: the session task's repr (its
+        coroutine, its callbacks), formatted for nobody. A callback runs in no
+        task, and, scheduled before the streams close, ahead of the loop's
+        wake-up to their end; the SDK's own cancel then finds the scope
+        cancelled already. Its handlers are cancelled as the SDK cancels them.
+        """
+        group = self._tg
+        if group is not None:
+            asyncio.get_running_loop().call_soon(group.cancel_scope.cancel)

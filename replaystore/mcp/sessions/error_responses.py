@@ -16,6 +16,7 @@ from typing import Any
 from mcp.server.streamable_http import CONTENT_TYPE_JSON, MCP_SESSION_ID_HEADER
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ...buffer import ReplayBuffer
 from ...errors import StorageError
@@ -24,7 +25,7 @@ from ..metrics import count_unavailable
 from ..refusals import bounded
 from ..unavailable import RETRY_AFTER
 
-__all__ = ["json_error", "not_found", "unavailable", "unknown", "why_gone"]
+__all__ = ["JSONAnswer", "json_error", "not_found", "unavailable", "unknown", "why_gone"]
 
 
 def json_error(
@@ -36,14 +37,48 @@ def json_error(
     extra_headers: dict[str, str] | None = None,
 ) -> Response:
     """A JSON-RPC error without an id, answered with ``status`` (and the session's id header)."""
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    body = {"jsonrpc": "2.0", "id": None, "error": error}
     headers = {"Content-Type": CONTENT_TYPE_JSON, **(extra_headers or {})}
     if session_id:
         headers[MCP_SESSION_ID_HEADER] = session_id
-    return Response(json.dumps(body, default=str), status_code=int(status), headers=headers)
+    return Response(_error_body(code, message, data), status_code=int(status), headers=headers)
+
+
+def _error_body(code: int, message: str, data: dict[str, Any] | None) -> bytes:
+    """The JSON-RPC error object without an id, as the body of an error response."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, default=str).encode()
+
+
+class JSONAnswer:
+    """An error response sent as two ASGI messages, its headers as the server sends them.
+
+    What :func:`json_error` answers (the same status, headers and body),
+    without a Starlette :class:`Response` built to be sent once: a refused
+    resume answers with it.
+    """
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, session_id: str | None, status: HTTPStatus, body: bytes) -> None:
+        self.status = int(status)
+        self.body = body
+        length = (b"content-length", b"%d" % len(body))
+        if session_id:
+            session = (_RAW_SESSION_HEADER, session_id.encode("latin-1"))
+            self.headers = [_RAW_JSON, session, length]
+        else:
+            self.headers = [_RAW_JSON, length]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+# Encoded once, as Starlette encodes a response's headers (names lower-cased).
+_RAW_JSON = (b"content-type", CONTENT_TYPE_JSON.encode("latin-1"))
+_RAW_SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode("latin-1")
 
 
 def unavailable(session_id: str | None, message: str, data: dict[str, Any] | None) -> Response:
@@ -58,7 +93,7 @@ def unavailable(session_id: str | None, message: str, data: dict[str, Any] | Non
     )
 
 
-def not_found(session_id: str | None, resumption: Resumption) -> Response:
+def not_found(session_id: str | None, resumption: Resumption) -> JSONAnswer:
     """404 with the failed verdict and its evidence: the session is gone, initialize again.
 
     The one answer for every session the server ended or does not know (a
@@ -75,13 +110,8 @@ def not_found(session_id: str | None, resumption: Resumption) -> Response:
             f"Not Found: cannot resume ({verdict}: {reason}); the session was terminated, "
             "initialize a new one"
         )
-    return json_error(
-        session_id,
-        HTTPStatus.NOT_FOUND,
-        INVALID_REQUEST,
-        message,
-        {"verdict": verdict, "evidence": resumption.evidence.as_dict()},
-    )
+    data = {"verdict": verdict, "evidence": resumption.evidence.as_dict()}
+    return JSONAnswer(session_id, HTTPStatus.NOT_FOUND, _error_body(INVALID_REQUEST, message, data))
 
 
 async def why_gone(

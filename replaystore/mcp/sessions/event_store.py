@@ -267,7 +267,7 @@ class SessionView(EventStore):
         not to tear down on failure), so it is not closed there again.
         """
         self.close_local()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+        with anyio.move_on_after(2.0, shield=True):
             try:
                 if self._opened and not (failed and self.buffer.teardown_on_failure):
                     await self.buffer.close_session(self.session_id)

@@ -61,7 +61,7 @@ from starlette.types import Send
 
 from ...errors import StorageError, UnknownSessionError
 from ...verdicts import Resumption, Verdict
-from .._sdk.overrides import TransportOverrides
+from .._sdk.overrides import ReplicaDispatcher, TransportOverrides
 from ..preflight import probe
 from ..refusals import bounded, store_trouble, unavailable_error
 from ..replicas.forwarding import route
@@ -486,6 +486,9 @@ class ReplayTransport(TransportOverrides):
             # Gone under this live session: why, if the store still says.
             resumption = await self._why_gone(resumption.evidence.session)
         await view.end_everywhere(failed=True)
+        loop = view.connection.outbound if view.connection is not None else None
+        if isinstance(loop, ReplicaDispatcher):
+            loop.end_quietly()  # before its streams close (discard closes them)
         await view.discard()
         if not self.is_terminated:
             with anyio.CancelScope(shield=True):

@@ -478,6 +478,16 @@ async def test_replicas_on_real_redis_and_cluster_hear_each_other(
                 await one.acquire(session, "7")
                 assert await two.registry.owner(session, "7") == one.id
                 assert not await two.lease_lapsed(session, "7")
+            # The end reads the replicas named and counts it in the store's marker (one
+            # script on one server; two calls on a cluster, the marker in another slot).
+            assert await two.registry.hold("T", two.id) is not None
+            counted = first.backend.marker.count  # type: ignore[attr-defined]
+            assert await one.registry.end_session("T") == frozenset({two.id})
+            assert first.backend.marker.count == counted + 1  # type: ignore[attr-defined]
+            assert await two.registry.get_session("T") is None
+            assert await one.registry.end_session("T") is None  # ended already: not counted
+            assert first.backend.marker.count == counted + 1  # type: ignore[attr-defined]
+            await one.registry.put_session("T", {"version": "v"}, 60)
             two.followers["T"] = heard
             await two.bus.watch("T")
             with anyio.fail_after(10):

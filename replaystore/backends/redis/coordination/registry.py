@@ -12,12 +12,14 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
+
 from ....errors import StorageError
 from ...session_registry import FINISHED, FINISHED_TTL, Registry, holder_field, holders
 from .. import keys
 from ..errors import mapped, storage_error
-from ..marker import StoreMarker
-from ..wire import Wire
+from ..marker import COUNT_LUA, StoreMarker
+from ..wire import Wire, pack_args
 
 __all__ = ["RedisRegistry"]
 
@@ -58,6 +60,17 @@ _HOLD = (
 # The record read and dropped in one step: a replica adopting the session either
 # named itself before (and is told of the end) or finds no record to name itself in.
 _END = "local r = redis.call('HGETALL', KEYS[1]) redis.call('DEL', KEYS[1]) return r"
+# The same, and the end counted in the store's marker (KEYS[2]) in that step
+# when there was a record: {record, the marker's reply}, or {record, 0, error}
+# when only the count failed (the session ended all the same); {} for no record.
+_END_COUNTED = (
+    "local r = redis.call('HGETALL', KEYS[1]) if #r == 0 then return {} end "
+    "redis.call('DEL', KEYS[1]) local m = KEYS[2] "
+    f"local ok, seen = pcall(function() {COUNT_LUA} end) "
+    "if ok then return {r, seen} end "
+    "return {r, 0, type(seen) == 'table' and seen.err or tostring(seen)}"
+)
+_END_COUNTED_HEAD = b"*6\r\n" + pack_args(("EVAL", _END_COUNTED, 2))  # packed once
 
 
 class RedisRegistry(Registry):
@@ -81,6 +94,9 @@ class RedisRegistry(Registry):
         self._wire = wire
         self._marker = marker
         self._end_restored = end_restored
+        # One server holds the record and the marker: a script may touch both (a
+        # cluster keeps them in two slots, so the end and its count are two calls).
+        self._one_server = not isinstance(wire.client, RedisCluster)
 
     def _base(self, session: str) -> str:
         """The backend's hash-tagged base of the session's keys: ours land in the same slot."""
@@ -171,11 +187,31 @@ class RedisRegistry(Registry):
         return await self._trusted(session, await self._with_marker("adopt", command))
 
     async def end_session(self, session: str) -> frozenset[str] | None:
-        raw = await self._call("drop", "EVAL", _END, 1, self._record(session))
-        if raw and self._marker is not None:
+        marker, record = self._marker, self._record(session)
+        if marker is not None and self._one_server:
+            # Ended and counted in one step: one round trip, not two.
+            fresh = marker.fresh()
+            packet = _END_COUNTED_HEAD + pack_args((record, marker.key, fresh))
+            with mapped("session registry drop", self._wire.client):
+                out = await self._wire.call(
+                    packet, lambda: ("EVAL", _END_COUNTED, 2, record, marker.key, fresh)
+                )
+            if not out:
+                return None
+            raw = out[0]
+            try:
+                with mapped("counting an ended session"):
+                    if len(out) > 2:
+                        raise StorageError(_text(out[2]))
+                    await marker.seen(out[1])
+            except StorageError as exc:  # the session ended; only the count is missing
+                logger.warning("the end of session %s was not counted: %s", session, exc)
+            return holders(_pairs(raw)) or None
+        raw = await self._call("drop", "EVAL", _END, 1, record)
+        if raw and marker is not None:
             try:  # a lasting fact: a store restored to before it lost it
                 with mapped("counting an ended session"):
-                    await self._marker.counted()
+                    await marker.counted()
             except StorageError as exc:  # the session ended; only the count is missing
                 logger.warning("the end of session %s was not counted: %s", session, exc)
         return (holders(_pairs(raw)) or None) if raw else None
