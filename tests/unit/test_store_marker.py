@@ -7,6 +7,7 @@ with real processes and a real Redis restarted from an older snapshot, is in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -146,6 +147,16 @@ async def test_a_session_ended_is_counted_in_the_same_step_and_ends_even_if_the_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """On one server the record's end and its count are one script: one round trip."""
+    disabled = logging.root.manager.disable  # an in-process bench may have turned warnings off
+    logging.disable(logging.NOTSET)
+    try:
+        await _counted_in_the_same_step(caplog)
+    finally:
+        logging.disable(disabled)
+
+
+async def _counted_in_the_same_step(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="replaystore.backends.redis.coordination.registry")
     client = FakeAsyncRedis(server=FakeServer())
     backend = RedisBackend(Retention(), client, prefix="rs")
     registry = backend.coordination().registry()
