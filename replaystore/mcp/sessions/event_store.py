@@ -169,7 +169,7 @@ class SessionView(EventStore):
         self._opened = False
         self._recorded = False
         self._said_closed = False
-        self._incarnation = uuid.uuid4().hex[:12]
+        self._incarnation = ""  # drawn at the first append: a view that only reads needs none
         self._appends = 0
         self.live = LiveStreams(self)
 
@@ -476,6 +476,8 @@ class SessionView(EventStore):
 
     def _key(self) -> str:
         """A key unique to this append: the store retries a lost reply without storing twice."""
+        if not self._incarnation:
+            self._incarnation = uuid.uuid4().hex[:12]
         self._appends += 1
         return f"{self._incarnation}.{self._appends}"
 
