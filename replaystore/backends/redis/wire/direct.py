@@ -31,6 +31,7 @@ class DirectWire:
         self.client = client
         self._pool = KeptConnections(client, self._settle)
         self._batch = Batcher(self._pool)
+        self._deadlines = exchange.Deadlines()  # the timers of its exchanges
         #: This transport holds a connection between two packets (:meth:`watched`).
         self.transactions = self
 
@@ -115,10 +116,15 @@ class DirectWire:
         failed = True
         try:
             crowded = not gathered and pool.in_flight > 1  # gathered: yielded already
-            out = await exchange.exchange(conn, packet, replies, slack, crowded=crowded)
+            out = await exchange.exchange(
+                conn, packet, replies, slack, crowded=crowded, deadlines=self._deadlines
+            )
             if then is not None:
                 packet, count = then(out)
-                out = await exchange.exchange(conn, packet, count, 0.0, crowded=pool.in_flight > 1)
+                crowded = pool.in_flight > 1
+                out = await exchange.exchange(
+                    conn, packet, count, 0.0, crowded=crowded, deadlines=self._deadlines
+                )
             failed = False
         finally:
             if failed:

@@ -33,7 +33,7 @@ _PUSH: Any = getattr(_hiredis, "PushNotification", None)
 #: message (a list of a class of its own) and a connection error Redis reports.
 _SPECIAL: tuple[type, ...] = (list, RedisConnectionError)
 
-__all__ = ["drop", "exchange", "sound"]
+__all__ = ["Deadlines", "drop", "exchange", "sound"]
 
 
 def sound(conn: Any) -> bool:
@@ -48,17 +48,70 @@ def sound(conn: Any) -> bool:
     )
 
 
+class Deadlines:
+    """The timers of one wire's exchanges, kept by one event-loop callback at a time.
+
+    At an exchange's deadline its connection's reader gets a timeout as its
+    exception, which wakes the read waiting on it, or fails the next one. A
+    timer of the event loop's own per exchange, armed and then cancelled,
+    costs the loop more than the rest of a short call's client time (uvloop
+    opens and closes a libuv handle for each); here an exchange only notes
+    its deadline, and one callback, armed for the earliest deadline noted,
+    expires the readers whose deadline it reached and arms itself again for
+    the next. So each exchange still times out at its own deadline, and the
+    loop holds one timer per wire, armed about once per socket timeout.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[StreamReader, float] = {}  # the readers of exchanges under way
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._at = math.inf  # when the timer fires (inf: not armed)
+
+    def start(self, reader: StreamReader, timeout: float) -> None:
+        """An exchange on ``reader`` begins: it times out ``timeout`` seconds from now."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + timeout
+        self._due[reader] = at
+        if at < self._at or loop is not self._loop:
+            self._arm(loop, at)
+
+    def stop(self, reader: StreamReader) -> None:
+        """The exchange on ``reader`` ended (or timed out)."""
+        self._due.pop(reader, None)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        timer, old = self._timer, self._loop
+        if timer is not None and old is not None and not old.is_closed():
+            timer.cancel()
+        self._loop, self._at = loop, at
+        self._timer = loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        reached = max(self._at, loop.time())  # the loop may run a timer a little early
+        self._timer, self._at = None, math.inf
+        due = self._due
+        for reader, at in list(due.items()):
+            if at <= reached:
+                del due[reader]
+                _expire(reader)
+        if due:
+            self._arm(loop, min(due.values()))
+
+
 async def exchange(
-    conn: Any, packet: bytes, replies: int, slack: float, *, crowded: bool
+    conn: Any, packet: bytes, replies: int, slack: float, *, crowded: bool, deadlines: Deadlines
 ) -> list[Any]:
     """Send a packet and read its replies, error replies as values, under one timer.
 
-    The timer is one event-loop callback for the whole exchange: at the socket
-    timeout (plus ``slack``) it sets a timeout as the exception of the
-    connection's reader, which wakes the read waiting on it, or fails the next
-    one. (A connection that times out is dropped, so nothing reads it again.)
-    Wrapping the reads in ``asyncio.timeout`` instead costs a context manager,
-    a task-cancellation round and a reschedule per call.
+    The timer (kept by ``deadlines``, the wire's) sets, at the socket timeout
+    (plus ``slack``), a timeout as the exception of the connection's reader,
+    which wakes the read waiting on it, or fails the next one. (A connection
+    that times out is dropped, so nothing reads it again.) Wrapping the reads
+    in ``asyncio.timeout`` instead costs a context manager, a
+    task-cancellation round and a reschedule per call.
 
     The common cases of :func:`_send` (an open connection, alone, the socket
     takes the packet at once) and of :func:`_read_hiredis` (every reply a
@@ -80,10 +133,8 @@ async def exchange(
             await _pass()  # see _send: the reply takes longer than one loop iteration
     reader: StreamReader = conn._reader
     timeout = conn.socket_timeout
-    timer = None
     if timeout is not None:
-        loop = asyncio.get_running_loop()
-        timer = loop.call_at(loop.time() + timeout + slack, _expire, reader)
+        deadlines.start(reader, timeout + slack)
     try:
         parser = conn._parser
         if type(parser) is not HIREDIS_PARSER:
@@ -111,8 +162,8 @@ async def exchange(
             raise RedisTimeoutError("timeout reading pipelined replies") from exc
         raise RedisConnectionError(f"error while reading from socket: {exc}") from exc
     finally:
-        if timer is not None:
-            timer.cancel()
+        if timeout is not None:
+            deadlines.stop(reader)
 
 
 @types.coroutine
