@@ -179,6 +179,17 @@ class ReplayBuffer:
         start). Never raises for bad input: any string gives a verdict. A failed
         verdict tears the session down (unless ``teardown_on_failure`` is off).
         """
+        if sequence is None and type(last_event_id) is str and is_valid_session(session):
+            # Every resume of a client's Last-Event-ID: handed to the backend at
+            # once, as :meth:`_resolve` would hand it (one layer less per step).
+            return await self.backend.resolve(
+                session,
+                Cursor.try_parse(last_event_id),
+                last_event_id,
+                None,
+                replay=True,
+                teardown=self.teardown_on_failure,
+            )
         return await self._resolve(session, last_event_id, sequence, replay=True)
 
     async def resolve(

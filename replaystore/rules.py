@@ -21,10 +21,10 @@ session moved in between.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._frozen import builder
 from .cursor import MAX_CURSOR_LENGTH, Cursor, event_id_format, sequence_tag
@@ -123,32 +123,61 @@ class Chain:
     def events(self, epoch: str) -> list[Event]:
         """The replayed events, with their ids: a replay's other hot loop.
 
-        Written as ``map`` over C functions (no Python code runs per event),
-        cheaper than a comprehension (``docs/benchmarks.md``).
+        The events are built by ``map`` over C functions, no Python code run
+        per event (cheaper than a comprehension, ``docs/benchmarks.md``).
+        From text positions and stamps, every id is spelled in one join of
+        their pieces, then split apart (:func:`_ids`): a join per id, or a
+        number turned into text per ordinal, would cost more than the rest.
         """
-        if not self.positions:
+        positions = self.positions
+        if not positions:
             return []
         name = self.sequence
-        ordinals = range(self.first_ordinal, self.first_ordinal + len(self.positions))
-        ids: Iterator[str]
-        if self.texts is None:
+        texts = self.texts
+        ids: Iterable[str]
+        if texts is None:
             event_id = event_id_format(epoch, sequence_tag(name)).__mod__
-            ids = map(event_id, zip(self.positions, ordinals, self.stamps, strict=True))
-        else:  # every part text already: joining is cheaper than formatting numbers
-            ids = map(
-                "".join,
-                zip(
-                    repeat(f"{epoch}-"),
-                    self.texts,
-                    repeat(f".{sequence_tag(name)}."),
-                    map(str, ordinals),
-                    repeat("."),
-                    self.stamps,  # text, as the positions are
-                    strict=False,  # repeat: no end
-                ),
-            )
-        rows = zip(ids, repeat(name), self.positions, self.payloads, strict=False)  # repeat: no end
+            ordinals = range(self.first_ordinal, self.first_ordinal + len(positions))
+            ids = map(event_id, zip(positions, ordinals, self.stamps, strict=True))
+        else:
+            stamps: Any = self.stamps  # text, as the positions are
+            ids = _ids(f"{epoch}-", f".{sequence_tag(name)}.", texts, self.first_ordinal, stamps)
+        rows = zip(ids, repeat(name), positions, self.payloads, strict=False)  # repeat: no end
         return list(map(_new_tuple, repeat(Event), rows))
+
+
+def _ids(head: str, middle: str, texts: list[str], first: int, stamps: list[str]) -> list[str]:
+    """``head + text + middle + ordinal + "." + stamp`` for each event, ordinals from ``first``.
+
+    One join of every piece, split at the line break that starts each next
+    id (no piece holds one: an epoch, a tag and decimal texts). The ordinals
+    come with their dot from :data:`_ORDINALS`: below 1000 as they are, above
+    as their three last digits behind the rest, which all the ordinals of one
+    thousand share (spelled once, into the middle piece); ordinals across
+    thousands are spelled one by one.
+    """
+    count = len(texts)
+    end = first + count
+    ordinals: list[str]
+    if end <= 1000:
+        ordinals = _ORDINALS[first:end]
+    elif first // 1000 == (end - 1) // 1000:
+        thousands, first = divmod(first, 1000)
+        middle = f"{middle}{thousands}"
+        ordinals = _ORDINALS_3[first : first + count]
+    else:
+        ordinals = list(map("{}.".format, range(first, end)))
+    pieces: list[str | None] = [None, middle, None, None, f"\n{head}"] * count
+    pieces[0::5] = texts
+    pieces[2::5] = ordinals
+    pieces[3::5] = stamps
+    pieces.pop()  # no id after the last
+    return (head + "".join(pieces)).split("\n")  # type: ignore[arg-type]  # every piece set
+
+
+#: ``"0."`` to ``"999."``, and the same on three digits (``"007."``): the ordinals of ids.
+_ORDINALS = [f"{n}." for n in range(1000)]
+_ORDINALS_3 = [f"{n:03d}." for n in range(1000)]
 
 
 _new_tuple = tuple.__new__  # builds an Event from a row without its Python-level __new__

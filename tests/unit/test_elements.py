@@ -7,6 +7,7 @@ element exactly as the element format says, whatever Redis hands back.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -100,3 +101,15 @@ def test_event_ids_are_cursors_naming_each_event(
             assert cursor.ordinal == first + i
             assert cursor.stamp == int(rows[i][1])
             assert event.sequence == "seq, with a comma"
+
+
+@pytest.mark.parametrize("first", [0, 988, 995, 999, 1000, 1994, 12_000, 999_990, 10**6])
+def test_event_ids_spell_each_ordinal_across_thousands(first: int) -> None:
+    """Ordinals below a thousand, within one thousand above it, and across a thousand: each
+    id names its own."""
+    count = 12
+    positions = list(range(5, 5 + count))
+    texts, stamps = [str(p) for p in positions], [str(1000 + p) for p in positions]
+    events = Chain("s", first, positions, [b"x"] * count, stamps, texts).events("0123456789ab")
+    assert [Cursor.parse(e.event_id).ordinal for e in events] == list(range(first, first + count))
+    assert events == Chain("s", first, positions, [b"x"] * count, stamps).events("0123456789ab")

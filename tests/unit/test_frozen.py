@@ -129,3 +129,32 @@ def test_evidence_for_fills_every_field_by_name() -> None:
         9,
     )
     assert evidence.cursor_epoch is None and evidence.tombstone is None
+
+
+def test_a_class_its_twin_cannot_stand_for_is_built_through_its_slots() -> None:
+    """A subclass (slots of its own on a base's) is built as the class itself builds it."""
+
+    @dataclass(frozen=True, slots=True)
+    class Base:
+        x: int
+
+    @dataclass(frozen=True, slots=True)
+    class Derived(Base):
+        y: int = 0
+
+    built = builder(Derived)(1, 2)
+    assert built == Derived(1, 2) and type(built) is Derived
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.y = 3  # type: ignore[misc]
+
+
+def test_built_objects_are_of_the_class_with_no_twin_left_behind() -> None:
+    """The twin a builder stores into is never seen: what it returns is of the class, and
+    pickles, copies and compares as one built by the class does."""
+    import copy
+    import pickle
+
+    built = builder(Point)(1, 2, ["a"], [])
+    assert type(built) is Point and isinstance(built, Point)
+    assert pickle.loads(pickle.dumps(built)) == built == copy.copy(built) == copy.deepcopy(built)
+    assert repr(built) == "Point(x=1, y=2, tags=['a'], checked=[])"

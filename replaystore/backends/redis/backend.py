@@ -188,6 +188,14 @@ class RedisBackend(Backend):
                     raise
                 return await call()
 
+    async def _again(self, what: str, exc: BaseException, call: Callable[[], Awaitable[T]]) -> T:
+        """What :meth:`_call` (``retry=True``) makes of a first try of ``call`` that raised
+        ``exc`` (one of the store's errors), for a caller that made that try itself."""
+        if not isinstance(exc, _RETRYABLE):
+            raise storage_error(what, exc, self.client) from exc
+        self._disconnected = True
+        return await self._call(what, call, retry=False)
+
     async def _run(
         self, name: str, session: str, tags: Sequence[str], args: Sequence[Any], *, retry: bool
     ) -> Any:
@@ -504,7 +512,22 @@ class RedisBackend(Backend):
         # The fence as it was before the read: any position in it was issued
         # before the read began, so a high-water read below it is a regression.
         fence = self._fences.get(session)
-        out = await self._resolve(session, cursor, raw_cursor, sequence, replay, teardown)
+        fast: Resumption | Failed | None = None
+        if replay and cursor is not None and cursor.tag is not None:
+            # The fast read, awaited here rather than through ``_call`` (a
+            # layer per step of every resume): its errors take the same way.
+            try:
+                fast = await self._fast.snapshot(session, cursor, raw_cursor, sequence)
+            except FOREIGN as exc:
+                fast = await self._again(
+                    "resolve",
+                    exc,
+                    lambda: self._fast.snapshot(session, cursor, raw_cursor, sequence),
+                )
+        if isinstance(fast, Resumption):
+            out = fast
+        else:
+            out = await self._resolve(session, cursor, raw_cursor, sequence, replay, teardown, fast)
         if not regressed(out, fence):
             return out
         if replay and teardown:
@@ -542,24 +565,20 @@ class RedisBackend(Backend):
         sequence: str | None,
         replay: bool,
         teardown: bool,
+        fast: Failed | None,
     ) -> Resumption:
+        """A resume the fast read did not answer: ``fast``, a failure it decided (torn down
+        here), else the facts script judges (see :meth:`resolve`)."""
         # On a cluster too: the pipelined read follows MOVED and ASK while a
         # slot moves, and needs no transaction (see ``FastPath.snapshot``), so the
         # two reads may even be served by the two nodes of a moving slot.
         r = self.retention
         named_tag = sequence_tag(sequence) if sequence is not None else ""
-        if replay and cursor is not None and cursor.tag is not None:
-            fast = await self._call(
-                "resolve",
-                lambda: self._fast.snapshot(session, cursor, raw_cursor, sequence),
-                retry=True,
-            )
-            if isinstance(fast, Resumption):
-                return fast
-            if isinstance(fast, Failed):
-                done = await self._fail_fast(session, cursor, raw_cursor, named_tag, fast, teardown)
-                if done is not None:
-                    return done
+        if fast is not None:
+            assert cursor is not None  # a fast read needs one
+            done = await self._fail_fast(session, cursor, raw_cursor, named_tag, fast, teardown)
+            if done is not None:
+                return done
         declared = [t for t in (cursor.tag if cursor else None, named_tag) if t]
         torn_down = replay and teardown
         nonce = secrets.token_hex(8)

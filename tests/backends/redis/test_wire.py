@@ -465,3 +465,32 @@ async def test_each_call_of_a_failed_shared_packet_gets_its_error(error: Excepti
     else:
         assert all(e is error for e in got)
     await batcher.settle()
+
+
+async def test_each_exchange_times_out_at_its_own_deadline_on_one_timer() -> None:
+    """The wire's one timer expires each reader at its own deadline (a later deadline noted
+    first, an earlier one after it), never a reader whose exchange ended, and is armed again
+    for the next deadline after it fires."""
+    deadlines = exchange.Deadlines()
+    early, late, ended, next_ = (asyncio.StreamReader() for _ in range(4))
+    began = time.monotonic()
+    deadlines.start(late, 0.30)
+    deadlines.start(early, 0.05)  # earlier than the one armed: armed again for it
+    deadlines.start(ended, 0.05)
+    deadlines.stop(ended)
+
+    async def expired(reader: asyncio.StreamReader) -> float:
+        """When the read waiting on ``reader`` was woken by its timeout."""
+        with pytest.raises(redis.exceptions.TimeoutError):
+            async with asyncio.timeout(2):  # a timer not armed again: a failure, not a hang
+                await reader.read(1)
+        return time.monotonic() - began
+
+    assert 0.04 <= await expired(early) < 0.25
+    assert late.exception() is None
+    assert 0.29 <= await expired(late) < 0.6
+    assert ended.exception() is None
+    deadlines.start(next_, 0.05)  # nothing under way: the timer is armed anew
+    assert 0.3 <= await expired(next_) < 0.9
+    assert ended.exception() is None
+    deadlines.stop(next_)

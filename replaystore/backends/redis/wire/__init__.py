@@ -24,7 +24,7 @@ through redis-py's public API instead (slower, same results), with one
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import ConnectionPool, Redis
@@ -112,7 +112,9 @@ class Wire(Protocol):
         the transport can, else one at a time (a cluster routes a pipeline by keys)."""
         ...
 
-    async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
+    def read(
+        self, key: str, packet: bytes, replies: int, commands: Commands
+    ) -> Awaitable[list[Any]]:
         """Reads on ``key``'s slot, shared with the other reads ready at the same moment where
         the transport can; given both packed and as a builder of the commands."""
         ...

@@ -59,8 +59,17 @@ class Batcher:
         self._gathering: dict[str | None, list[tuple[bytes, int, Any]]] = {}
         self._sending: set[asyncio.Task[None]] = set()  # shared packets under way
 
-    async def gather(self, to: str | None, packet: bytes, replies: int, send: Send) -> Any:
-        """``send`` this packet with the others for ``to`` ready in this event-loop iteration."""
+    def gather(self, to: str | None, packet: bytes, replies: int, send: Send) -> Awaitable[Any]:
+        """``send`` this packet with the others for ``to`` ready in this event-loop iteration.
+
+        With no other call in flight and none gathering, ``send``'s own
+        coroutine, without one of this layer around it (every lone call's case).
+        """
+        if not self._busy.in_flight and to not in self._gathering:
+            return send(packet, replies, False)  # alone: nobody to wait for
+        return self._gather(to, packet, replies, send)
+
+    async def _gather(self, to: str | None, packet: bytes, replies: int, send: Send) -> Any:
         gathering = self._gathering.get(to)
         if gathering is not None and len(gathering) < SHARED_CALLS and len(packet) <= SHARED_BYTES:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -13,7 +13,7 @@ holds a connection between two packets, for an optimistic transaction
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from . import exchange
@@ -31,6 +31,7 @@ class DirectWire:
         self.client = client
         self._pool = KeptConnections(client, self._settle)
         self._batch = Batcher(self._pool)
+        self._deadlines = exchange.Deadlines()  # the timers of its exchanges
         #: This transport holds a connection between two packets (:meth:`watched`).
         self.transactions = self
 
@@ -58,8 +59,13 @@ class DirectWire:
     async def keyless(self, commands: Sequence[tuple[Any, ...]]) -> None:
         await self.pipeline(commands)
 
-    async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
-        return await self.shared(packet, replies)
+    def read(
+        self, key: str, packet: bytes, replies: int, commands: Commands
+    ) -> Awaitable[list[Any]]:
+        # A plain function handing on the coroutine of :meth:`shared` (so are
+        # :meth:`shared` and :meth:`roundtrip`'s): a resume's read awaits no
+        # layer of its own on the way to the connection.
+        return self.shared(packet, replies)
 
     async def give_back(self) -> None:
         await self._pool.give_back()
@@ -69,7 +75,7 @@ class DirectWire:
     async def roundtrip(self, packet: bytes) -> Any:
         """One packed command, its reply as Redis sent it (errors raised); it shares its packet
         with the other calls ready at the same moment (:meth:`shared`)."""
-        (reply,) = await self._batch.gather(None, packet, 1, self._send_here)
+        (reply,) = await self._batch.gather(None, packet, 1, self._packet)
         if isinstance(reply, Exception):
             raise reply  # an error reply: the connection stayed in step
         return reply
@@ -83,41 +89,48 @@ class DirectWire:
         cannot hold the call longer. ``slack``: how long a command may block in
         Redis beyond the socket timeout (a ``WAIT``), added to the replies' timer.
         """
-        return await self._packet(packet, replies, slack)
+        return await self._packet(packet, replies, False, slack)
 
-    async def shared(self, packet: bytes, replies: int) -> list[Any]:
+    def shared(self, packet: bytes, replies: int) -> Awaitable[list[Any]]:
         """A packet of ``replies`` commands, sent with the others ready at the same moment
         (:mod:`.batching`); replies in order, error replies as values, as :meth:`pipelined`."""
-        out: list[Any] = await self._batch.gather(None, packet, replies, self._send_here)
-        return out
-
-    async def _send_here(self, packet: bytes, replies: int, gathered: bool) -> list[Any]:
-        return await self._packet(packet, replies, 0.0, gathered=gathered)
+        return self._batch.gather(None, packet, replies, self._packet)
 
     async def _packet(
         self,
         packet: bytes,
         replies: int,
-        slack: float,
-        *,
         gathered: bool = False,
+        slack: float = 0.0,
         then: Callable[[list[Any]], tuple[bytes, int]] | None = None,
     ) -> list[Any]:
-        """A packet on a connection of the pool (and ``then``'s on the same one, if given)."""
+        """A packet on a connection of the pool (and ``then``'s on the same one, if given).
+
+        Its first three parameters are a :data:`.batching.Send`'s: the batcher
+        calls it directly.
+        """
         pool = self._pool
-        conn = await pool.take()
+        conn = pool.kept_one()
+        if conn is None:
+            conn = await pool.take()
         failed = True
         try:
             crowded = not gathered and pool.in_flight > 1  # gathered: yielded already
-            out = await exchange.exchange(conn, packet, replies, slack, crowded=crowded)
+            out = await exchange.exchange(
+                conn, packet, replies, slack, crowded=crowded, deadlines=self._deadlines
+            )
             if then is not None:
                 packet, count = then(out)
-                out = await exchange.exchange(conn, packet, count, 0.0, crowded=pool.in_flight > 1)
+                crowded = pool.in_flight > 1
+                out = await exchange.exchange(
+                    conn, packet, count, 0.0, crowded=crowded, deadlines=self._deadlines
+                )
             failed = False
         finally:
             if failed:
                 await pool.lose(conn)
-        await pool.give(conn)
+        if not pool.keep(conn):
+            await pool.release(conn)
         return out
 
     # -- transactions -------------------------------------------------------------
@@ -134,7 +147,7 @@ class DirectWire:
         Returns the second packet's replies. A connection that fails halfway is
         dropped, and the watch ends with it.
         """
-        return await self._packet(reads, replies, 0.0, then=then)
+        return await self._packet(reads, replies, False, 0.0, then)
 
     def held(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Count a caller as in flight while it waits on something else of this backend.

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import types
 from asyncio import StreamReader
+from collections.abc import Generator
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -27,8 +29,11 @@ except ImportError:  # redis-py parses in Python, and replies are read through i
     _hiredis = None  # type: ignore[assignment]
 #: A RESP3 push message's type (hiredis 3.2 on); before, pushes come as plain lists.
 _PUSH: Any = getattr(_hiredis, "PushNotification", None)
+#: Beside plain lists, the replies :func:`_read_hiredis` looks at more closely: a push
+#: message (a list of a class of its own) and a connection error Redis reports.
+_SPECIAL: tuple[type, ...] = (list, RedisConnectionError)
 
-__all__ = ["drop", "exchange", "sound"]
+__all__ = ["Deadlines", "drop", "exchange", "sound"]
 
 
 def sound(conn: Any) -> bool:
@@ -43,36 +48,138 @@ def sound(conn: Any) -> bool:
     )
 
 
+class Deadlines:
+    """The timers of one wire's exchanges, kept by one event-loop callback at a time.
+
+    At an exchange's deadline its connection's reader gets a timeout as its
+    exception, which wakes the read waiting on it, or fails the next one. A
+    timer of the event loop's own per exchange, armed and then cancelled,
+    costs the loop more than the rest of a short call's client time (uvloop
+    opens and closes a libuv handle for each); here an exchange only notes
+    its deadline, and one callback, armed for the earliest deadline noted,
+    expires the readers whose deadline it reached and arms itself again for
+    the next. So each exchange still times out at its own deadline, and the
+    loop holds one timer per wire, armed about once per socket timeout.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[StreamReader, float] = {}  # the readers of exchanges under way
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._at = math.inf  # when the timer fires (inf: not armed)
+
+    def start(self, reader: StreamReader, timeout: float) -> None:
+        """An exchange on ``reader`` begins: it times out ``timeout`` seconds from now."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + timeout
+        self._due[reader] = at
+        if at < self._at or loop is not self._loop:
+            self._arm(loop, at)
+
+    def stop(self, reader: StreamReader) -> None:
+        """The exchange on ``reader`` ended (or timed out)."""
+        self._due.pop(reader, None)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        timer, old = self._timer, self._loop
+        if timer is not None and old is not None and not old.is_closed():
+            timer.cancel()
+        self._loop, self._at = loop, at
+        self._timer = loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        reached = max(self._at, loop.time())  # the loop may run a timer a little early
+        self._timer, self._at = None, math.inf
+        due = self._due
+        for reader, at in list(due.items()):
+            if at <= reached:
+                del due[reader]
+                _expire(reader)
+        if due:
+            self._arm(loop, min(due.values()))
+
+
 async def exchange(
-    conn: Any, packet: bytes, replies: int, slack: float, *, crowded: bool
+    conn: Any, packet: bytes, replies: int, slack: float, *, crowded: bool, deadlines: Deadlines
 ) -> list[Any]:
     """Send a packet and read its replies, error replies as values, under one timer.
 
-    The timer is one event-loop callback for the whole exchange: at the socket
-    timeout (plus ``slack``) it sets a timeout as the exception of the
-    connection's reader, which wakes the read waiting on it, or fails the next
-    one. (A connection that times out is dropped, so nothing reads it again.)
-    Wrapping the reads in ``asyncio.timeout`` instead costs a context manager,
-    a task-cancellation round and a reschedule per call.
+    The timer (kept by ``deadlines``, the wire's) sets, at the socket timeout
+    (plus ``slack``), a timeout as the exception of the connection's reader,
+    which wakes the read waiting on it, or fails the next one. (A connection
+    that times out is dropped, so nothing reads it again.) Wrapping the reads
+    in ``asyncio.timeout`` instead costs a context manager, a
+    task-cancellation round and a reschedule per call.
+
+    The common cases of :func:`_send` (an open connection, alone, the socket
+    takes the packet at once) and of :func:`_read_hiredis` (every reply a
+    plain one) run here inline: each coroutine a resume goes through costs
+    it a frame on every step, and this is every call's path.
     """
-    await _send(conn, packet, crowded=crowded)
+    writer = conn._writer
+    if crowded or writer is None or not conn.is_connected:
+        await _send(conn, packet, crowded=crowded)
+    else:
+        try:
+            writer.write(packet)
+            waits = writer.transport.get_write_buffer_size()
+        except OSError as exc:
+            raise RedisConnectionError(f"error while writing to socket: {exc}") from exc
+        if waits:
+            await _drain(conn, writer)
+        else:
+            await _pass()  # see _send: the reply takes longer than one loop iteration
     reader: StreamReader = conn._reader
     timeout = conn.socket_timeout
-    timer = None
     if timeout is not None:
-        loop = asyncio.get_running_loop()
-        timer = loop.call_at(loop.time() + timeout + slack, _expire, reader)
+        deadlines.start(reader, timeout + slack)
     try:
-        if type(conn._parser) is HIREDIS_PARSER:
-            return await _read_hiredis(conn._parser, reader, replies)
-        return [await _reply(conn) for _ in range(replies)]
+        parser = conn._parser
+        if type(parser) is not HIREDIS_PARSER:
+            return [await _reply(conn) for _ in range(replies)]
+        hiredis = parser._reader
+        gets = hiredis.gets
+        out: list[Any] = []
+        while len(out) < replies:
+            reply = gets()
+            if reply is NOT_ENOUGH_DATA:
+                data = await reader.read(_READ_SIZE)
+                if not data:
+                    raise RedisConnectionError("Connection closed by server.")
+                hiredis.feed(data)
+                continue
+            if type(reply) is list:  # the common case: checked here as _read_hiredis would
+                if reply and isinstance(reply[0], RedisConnectionError):
+                    raise reply[0]
+            elif isinstance(reply, _SPECIAL):  # a push message, a connection error reply
+                return await _read_hiredis(parser, reader, replies, out, reply)
+            out.append(reply)
+        return out
     except OSError as exc:  # a socket error the reader raised
         if isinstance(exc, TimeoutError):
             raise RedisTimeoutError("timeout reading pipelined replies") from exc
         raise RedisConnectionError(f"error while reading from socket: {exc}") from exc
     finally:
-        if timer is not None:
-            timer.cancel()
+        if timeout is not None:
+            deadlines.stop(reader)
+
+
+@types.coroutine
+def _pass() -> Generator[None, None, None]:
+    """Let the event loop run one iteration (what ``asyncio.sleep(0)`` does, one frame less)."""
+    yield
+
+
+async def _drain(conn: Any, writer: Any) -> None:
+    """Wait, under the socket timeout, until the socket took a packet it could not take at once."""
+    try:
+        await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+    except TimeoutError:
+        raise RedisTimeoutError("timeout writing to socket") from None
+    except OSError as exc:
+        raise RedisConnectionError(f"error while writing to socket: {exc}") from exc
 
 
 def _expire(reader: StreamReader) -> None:
@@ -83,8 +190,11 @@ def _expire(reader: StreamReader) -> None:
 _READ_SIZE = 65536
 
 
-async def _read_hiredis(parser: Any, reader: StreamReader, replies: int) -> list[Any]:
-    """``replies`` replies fed from the socket to the parser's hiredis reader and taken from it.
+async def _read_hiredis(
+    parser: Any, reader: StreamReader, replies: int, out: list[Any], reply: Any
+) -> list[Any]:
+    """The rest of ``replies`` replies, from ``reply`` (just taken from the parser's hiredis
+    reader) on, after :func:`exchange` met one that is not a plain reply.
 
     What redis-py's hiredis parser does per reply, once per packet: an error
     reply is a value (``ResponseError``), a connection error Redis reports
@@ -93,24 +203,23 @@ async def _read_hiredis(parser: Any, reader: StreamReader, replies: int) -> list
     """
     gets = parser._reader.gets
     feed = parser._reader.feed
-    out: list[Any] = []
-    while len(out) < replies:
-        reply = gets()
+    while True:
         if reply is NOT_ENOUGH_DATA:
             data = await reader.read(_READ_SIZE)
             if not data:
                 raise RedisConnectionError("Connection closed by server.")
             feed(data)
-            continue
-        if _PUSH is not None and isinstance(reply, _PUSH):
+        elif _PUSH is not None and isinstance(reply, _PUSH):
             await parser.handle_push_response(reply)
-            continue
-        if isinstance(reply, RedisConnectionError):
+        elif isinstance(reply, RedisConnectionError):
             raise reply
-        if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
+        elif isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
             raise reply[0]
-        out.append(reply)
-    return out
+        else:
+            out.append(reply)
+            if len(out) >= replies:
+                return out
+        reply = gets()
 
 
 async def _reply(conn: Any) -> Any:
@@ -153,12 +262,12 @@ async def _send(conn: Any, packet: bytes, *, crowded: bool) -> None:
         return
     try:
         if crowded:
-            await asyncio.sleep(0)
+            await _pass()
         writer.write(packet)
         if writer.transport.get_write_buffer_size():
             await asyncio.wait_for(writer.drain(), conn.socket_timeout)
         elif not crowded:
-            await asyncio.sleep(0)
+            await _pass()
     except TimeoutError:
         raise RedisTimeoutError("timeout writing to socket") from None
     except OSError as exc:

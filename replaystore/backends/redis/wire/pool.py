@@ -54,6 +54,15 @@ class KeptConnections:
         self._idle: asyncio.TimerHandle | None = None  # gives them back unless a call comes
         self._giving: set[asyncio.Task[None]] = set()
 
+    def kept_one(self) -> Any:
+        """A kept connection that is still sound, taken for one call as :meth:`take` would
+        take it, or None when :meth:`take` has more to do (no await: the common case)."""
+        kept = self.kept
+        if kept and sound(kept[-1]):
+            self.in_flight += 1
+            return kept.pop()
+        return None
+
     async def take(self) -> Any:
         """A connection for one call: a kept one if any is still sound, else the pool's."""
         self.in_flight += 1
@@ -73,15 +82,27 @@ class KeptConnections:
             if not taken:
                 self.in_flight -= 1
 
-    async def give(self, conn: Any) -> None:
-        """After a call: keep its connection for the next one, unless the pool has none left."""
+    def keep(self, conn: Any) -> bool:
+        """After a call: keep its connection for the next one; False when the pool has none
+        left (others wait for one): the caller then hands it to them with :meth:`release`."""
         self.in_flight -= 1
         if self._pool.can_get_connection():
             self.kept.append(conn)
-        else:  # others wait for a connection: this one goes to them
-            await self._pool.release(conn)
+            if not self.in_flight:
+                self._idle_soon()
+            return True
+        return False
+
+    async def release(self, conn: Any) -> None:
+        """A connection :meth:`keep` did not keep, back to the pool."""
+        await self._pool.release(conn)
         if not self.in_flight:
             self._idle_soon()
+
+    async def give(self, conn: Any) -> None:
+        """After a call: keep its connection for the next one, unless the pool has none left."""
+        if not self.keep(conn):
+            await self.release(conn)
 
     async def lose(self, conn: Any) -> None:
         """After a failed call: its connection is dropped, then given back (the pool reopens it)."""

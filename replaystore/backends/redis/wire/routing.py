@@ -41,6 +41,7 @@ class ClusterWire(PublicWire):
         super().__init__(client)
         self.in_flight = 0  # reads between taking a master's connection and giving it back
         self._batch = Batcher(self)
+        self._deadlines = exchange.Deadlines()  # the timers of its exchanges
 
     async def read(self, key: str, packet: bytes, replies: int, commands: Commands) -> list[Any]:
         got = await self.pipelined_at(key, packet, replies)
@@ -88,7 +89,7 @@ class ClusterWire(PublicWire):
                 sound = False
                 try:
                     out: list[Any] = await exchange.exchange(
-                        conn, packet, replies, 0.0, crowded=False
+                        conn, packet, replies, 0.0, crowded=False, deadlines=self._deadlines
                     )
                     sound = True
                 except (RedisConnectionError, RedisTimeoutError):
