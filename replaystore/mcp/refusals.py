@@ -33,6 +33,7 @@ import anyio
 from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError
 
+from ..deadlines import Deadlines
 from ..errors import StorageError
 from ._sdk.checked import take_request_stream
 from .sessions.messages import request_id_of
@@ -117,10 +118,9 @@ def read_within(seconds: float) -> _ReadWithin | _Bounded:
     A resume's reads are the most frequent bounded block, and an anyio cancel
     scope with a deadline costs more than the whole read's own work. So
     under asyncio the block is registered with its event loop's one timer
-    (:class:`_Deadlines`), which cancels its task once the deadline has
-    passed; the block turns that cancellation into the same
-    :class:`StorageError` as :func:`bounded`. The deadline is kept to within
-    :attr:`_Deadlines.TICK`. A native cancellation does not stop at a
+    (:class:`~replaystore.deadlines.Deadlines`), which cancels its task at
+    the deadline; the block turns that cancellation into the same
+    :class:`StorageError` as :func:`bounded`. A native cancellation does not stop at a
     shielded anyio scope, hence "holds no cancel scope". Elsewhere (trio),
     :func:`bounded` itself.
     """
@@ -134,13 +134,13 @@ def read_within(seconds: float) -> _ReadWithin | _Bounded:
 class _ReadWithin:
     """:func:`read_within`'s block under asyncio."""
 
-    __slots__ = ("__weakref__", "_deadlines", "_expired", "_refused", "_seconds", "_task", "_token")
+    __slots__ = ("_deadlines", "_expired", "_refused", "_seconds", "_task", "_token")
 
     def __init__(self, seconds: float, loop: asyncio.AbstractEventLoop) -> None:
         self._seconds = seconds
         deadlines = _DEADLINES.get(loop)
         if deadlines is None:
-            deadlines = _DEADLINES[loop] = _Deadlines(loop)
+            deadlines = _DEADLINES[loop] = Deadlines(_ReadWithin.expire)
         self._deadlines = deadlines
 
     def __enter__(self) -> None:
@@ -150,7 +150,7 @@ class _ReadWithin:
         self._expired = False
         self._refused: list[StorageError] = []
         self._token = _REFUSED.set(self._refused)
-        self._deadlines.add(self, self._seconds)
+        self._deadlines.start(self, self._seconds)
 
     def expire(self) -> None:
         self._expired = True
@@ -162,7 +162,7 @@ class _ReadWithin:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._deadlines.blocks.pop(self, None)
+        self._deadlines.stop(self)
         _REFUSED.reset(self._token)
         if self._expired:
             pending = self._task.uncancel()  # this block's own cancellation taken back
@@ -170,39 +170,7 @@ class _ReadWithin:
                 raise _gave_up(self._seconds, self._refused) from exc
 
 
-class _Deadlines:
-    """One event loop's :func:`read_within` blocks and the one timer that checks them.
-
-    The timer runs only while a block is open, every :attr:`TICK` seconds:
-    one callback for every read under way, where a timer per read would cost
-    each read a timer handle made and cancelled.
-    """
-
-    TICK = 0.05
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.blocks: dict[_ReadWithin, float] = {}
-        self._ticking = False
-
-    def add(self, block: _ReadWithin, seconds: float) -> None:
-        self.blocks[block] = self.loop.time() + seconds
-        if not self._ticking:
-            self._ticking = True
-            self.loop.call_later(self.TICK, self._tick)
-
-    def _tick(self) -> None:
-        now = self.loop.time()
-        for block, deadline in list(self.blocks.items()):
-            if deadline <= now:
-                del self.blocks[block]
-                block.expire()
-        self._ticking = bool(self.blocks)
-        if self._ticking:
-            self.loop.call_later(self.TICK, self._tick)
-
-
-_DEADLINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = (
+_DEADLINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines[_ReadWithin]] = (
     weakref.WeakKeyDictionary()
 )
 

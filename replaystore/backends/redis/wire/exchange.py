@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .... import deadlines
 from ..redispy import HIREDIS_PARSER, NOT_ENOUGH_DATA
 
 try:
@@ -48,57 +49,13 @@ def sound(conn: Any) -> bool:
     )
 
 
-class Deadlines:
-    """The timers of one wire's exchanges, kept by one event-loop callback at a time.
-
-    At an exchange's deadline its connection's reader gets a timeout as its
-    exception, which wakes the read waiting on it, or fails the next one. A
-    timer of the event loop's own per exchange, armed and then cancelled,
-    costs the loop more than the rest of a short call's client time (uvloop
-    opens and closes a libuv handle for each); here an exchange only notes
-    its deadline, and one callback, armed for the earliest deadline noted,
-    expires the readers whose deadline it reached and arms itself again for
-    the next. So each exchange still times out at its own deadline, and the
-    loop holds one timer per wire, armed about once per socket timeout.
-    """
+class Deadlines(deadlines.Deadlines[StreamReader]):
+    """The deadlines of one wire's exchanges (:mod:`replaystore.deadlines`): at its deadline a
+    connection's reader gets a timeout as its exception, which wakes the read waiting on it,
+    or fails the next one."""
 
     def __init__(self) -> None:
-        self._due: dict[StreamReader, float] = {}  # the readers of exchanges under way
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._at = math.inf  # when the timer fires (inf: not armed)
-
-    def start(self, reader: StreamReader, timeout: float) -> None:
-        """An exchange on ``reader`` begins: it times out ``timeout`` seconds from now."""
-        loop = asyncio.get_running_loop()
-        at = loop.time() + timeout
-        self._due[reader] = at
-        if at < self._at or loop is not self._loop:
-            self._arm(loop, at)
-
-    def stop(self, reader: StreamReader) -> None:
-        """The exchange on ``reader`` ended (or timed out)."""
-        self._due.pop(reader, None)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        timer, old = self._timer, self._loop
-        if timer is not None and old is not None and not old.is_closed():
-            timer.cancel()
-        self._loop, self._at = loop, at
-        self._timer = loop.call_at(at, self._fire)
-
-    def _fire(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        reached = max(self._at, loop.time())  # the loop may run a timer a little early
-        self._timer, self._at = None, math.inf
-        due = self._due
-        for reader, at in list(due.items()):
-            if at <= reached:
-                del due[reader]
-                _expire(reader)
-        if due:
-            self._arm(loop, min(due.values()))
+        super().__init__(_expire)
 
 
 async def exchange(
