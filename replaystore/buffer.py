@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -179,17 +179,6 @@ class ReplayBuffer:
         start). Never raises for bad input: any string gives a verdict. A failed
         verdict tears the session down (unless ``teardown_on_failure`` is off).
         """
-        if sequence is None and type(last_event_id) is str and is_valid_session(session):
-            # Every resume of a client's Last-Event-ID: handed to the backend at
-            # once, as :meth:`_resolve` would hand it (one layer less per step).
-            return await self.backend.resolve(
-                session,
-                Cursor.try_parse(last_event_id),
-                last_event_id,
-                None,
-                replay=True,
-                teardown=self.teardown_on_failure,
-            )
         return await self._resolve(session, last_event_id, sequence, replay=True)
 
     async def resolve(
@@ -198,9 +187,11 @@ class ReplayBuffer:
         """The verdict :meth:`resolve_and_replay` would give, without replay or side effects."""
         return await self._resolve(session, last_event_id, sequence, replay=False)
 
-    async def _resolve(
+    def _resolve(
         self, session: str, last_event_id: object, sequence: object, *, replay: bool
-    ) -> Resumption:
+    ) -> Awaitable[Resumption]:
+        """The checks of both calls, then the backend's own call handed back to be awaited:
+        the usual resume goes to the backend through no coroutine of the buffer's."""
         if isinstance(last_event_id, Cursor):
             last_event_id = str(last_event_id)
         raw = last_event_id if isinstance(last_event_id, str) else repr(last_event_id)
@@ -210,7 +201,7 @@ class ReplayBuffer:
                 reason=reason_text("invalid_session"),
                 cursor=raw[:EVIDENCE_CURSOR],
             )
-            return Resumption(Verdict.UNKNOWN_SESSION, evidence)
+            return _given(Resumption(Verdict.UNKNOWN_SESSION, evidence))
         named: str | None
         if sequence is None:
             named = None
@@ -219,7 +210,7 @@ class ReplayBuffer:
             named = sequence
         else:
             named = _NO_SUCH_SEQUENCE
-        resumption = await self.backend.resolve(
+        call = self.backend.resolve(
             session,
             Cursor.try_parse(last_event_id),
             raw,
@@ -227,7 +218,15 @@ class ReplayBuffer:
             replay=replay,
             teardown=self.teardown_on_failure,
         )
-        if named is _NO_SUCH_SEQUENCE:  # do not leak the placeholder
-            evidence = dataclasses.replace(resumption.evidence, sequence=None)
-            return dataclasses.replace(resumption, sequence=None, evidence=evidence)
-        return resumption
+        return _placeholder_hidden(call) if named is _NO_SUCH_SEQUENCE else call
+
+
+async def _given(resumption: Resumption) -> Resumption:
+    return resumption
+
+
+async def _placeholder_hidden(call: Awaitable[Resumption]) -> Resumption:
+    """The verdict on a sequence name no sequence can have, its placeholder left out."""
+    resumption = await call
+    evidence = dataclasses.replace(resumption.evidence, sequence=None)
+    return dataclasses.replace(resumption, sequence=None, evidence=evidence)

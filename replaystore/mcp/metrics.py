@@ -208,10 +208,11 @@ class _Counts:
         family = CounterMetricFamily(self.name, self.documentation, labels=labels)
         with self._lock:
             values = sorted(self.values.items())
-        if self.label is None:
-            family.add_metric([], values[0][1] if values else 0)
-        for label, value in values if self.label is not None else ():
-            family.add_metric([label], value)
+        if self.label is None:  # one value, under the label ""
+            family.add_metric([], dict(values).get("", 0))
+        else:
+            for label, value in values:
+                family.add_metric([label], value)
         return family
 
 
