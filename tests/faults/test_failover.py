@@ -151,12 +151,19 @@ async def test_a_resume_on_the_writer_is_refused_with_store_regressed(
         ReplayBuffer.from_url(service.url(), prefix=prefix) as other,
     ):
         kept, lost = await _lose_two(pair, service, writer)
+        # Whether the writer ends the session before it is asked depends on
+        # whether its pooled connection was found cut first (it then checks
+        # its fences on its next call, which ends every session behind one):
+        # either way, the loss is what each answer names.
         for cursor in lost:  # a probe judges without ending anything
             probe = await writer.resolve("s", cursor)
-            assert probe.verdict is Verdict.STORE_REGRESSED, (cursor, probe)
+            if probe.verdict is not Verdict.STORE_REGRESSED:
+                _ended_by_the_loss(probe)
         out = await writer.resolve_and_replay("s", kept[0])
-        assert out.verdict is Verdict.STORE_REGRESSED and out.events == [], out
-        assert out.evidence.torn_down, out
+        if out.verdict is Verdict.STORE_REGRESSED:
+            assert out.events == [] and out.evidence.torn_down, out
+        else:
+            _ended_by_the_loss(out)
         _ended_by_the_loss(await other.resolve_and_replay("s", kept[0]))
 
 
