@@ -25,6 +25,9 @@ epochs = st.text(alphabet=HEX, min_size=EPOCH_LENGTH, max_size=EPOCH_LENGTH)
 positions = st.integers(min_value=0, max_value=MAX_POSITION)
 cursors = st.builds(Cursor, epochs, positions)
 CANONICAL = re.compile(r"[0-9a-f]{12}-(0|[1-9][0-9]{0,13})")
+#: The whole grammar of a cursor, hint included, as one pattern: the parser is held to it.
+_NUMBER = "(0|[1-9][0-9]{0,13})"
+GRAMMAR = re.compile(rf"[0-9a-f]{{12}}-{_NUMBER}(?:\.[0-9a-f]{{16}}\.{_NUMBER}\.{_NUMBER})?")
 
 
 @given(cursors)
@@ -334,3 +337,45 @@ def test_text_and_cursor_subclasses():
     assert Mine.try_parse(f"{E}-07") is None
     with pytest.raises(CursorError):
         Mine.parse(f"{E}-0.{'a' * TAG_LENGTH}.0.5")
+
+
+_PIECES = st.sampled_from(
+    ["", "0", "1", "07", "12", "9" * 14, "9" * 15, "a", "f", "g", "A", ".", "-", "+", " ",
+     "\n", "\x00", "\u0663", "\u00b2", "\uff11", "ab" * 6, "0123456789ab", "c" * 16, "c" * 15,
+     "0123456789aA", "c" * 15 + "C", "c" * 15 + "g", "0123456789a\u0663", "1\u0663", "\u00b2" * 3]
+)
+
+
+@settings(max_examples=1500)
+@given(
+    st.one_of(
+        st.lists(_PIECES, max_size=12).map("".join),
+        st.builds(
+            lambda epoch, position, tag, ordinal, stamp, seps: (
+                f"{epoch}{seps[0]}{position}{seps[1]}{tag}{seps[2]}{ordinal}{seps[3]}{stamp}"
+            ),
+            st.one_of(st.just("0123456789ab"), _PIECES),
+            st.one_of(st.integers(0, 10**15).map(str), _PIECES),
+            st.one_of(st.just("0123456789abcdef"), _PIECES),
+            st.one_of(st.integers(0, 10**15).map(str), _PIECES),
+            st.one_of(st.integers(0, 10**15).map(str), _PIECES),
+            st.tuples(
+                st.sampled_from(["-", "-", "-", ".", ""]),
+                *[st.sampled_from([".", ".", ".", "", "..", ":"])] * 3,
+            ),
+        ),
+        st.builds(
+            lambda epoch, position: f"{epoch}-{position}",
+            st.one_of(st.just("0123456789ab"), _PIECES),
+            st.one_of(st.integers(0, 10**15).map(str), _PIECES),
+        ),
+    )
+)
+def test_the_parser_accepts_exactly_the_grammar(text):
+    """Every text the grammar's pattern matches parses (bar a hint on the origin), and no other."""
+    cursor = Cursor.try_parse(text)
+    matched = GRAMMAR.fullmatch(text) is not None
+    origin_with_hint = matched and text.split("-", 1)[1].split(".")[0] == "0" and "." in text
+    assert (cursor is not None) == (matched and not origin_with_hint), text
+    if cursor is not None:
+        assert str(cursor) == text

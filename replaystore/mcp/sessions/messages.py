@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -84,16 +83,25 @@ def first_response(payloads: Sequence[bytes]) -> int | None:
 
     A replay asks it of every request stream it sends: the notifications,
     nearly all of what a stream holds, are told apart by their beginning all
-    at once (one C call each, no Python code per payload); only the others
-    are asked :func:`is_response_payload`.
+    at once (one slice each, compared in one ``count``, no Python code per
+    payload); only the others are asked :func:`is_response_payload`. A
+    stream's response is its last event, so one that holds notifications
+    and then one other message is answered without looking further.
     """
-    notes = list(map(bytes.startswith, payloads, repeat(_NOTIFICATION)))
-    if False not in notes:
+    heads = list(map(_HEAD, payloads))
+    count = len(heads)
+    notes = heads.count(_NOTIFICATION)
+    if notes == count:
         return None
-    for index in range(notes.index(False), len(notes)):
-        if not notes[index] and is_response_payload(payloads[index]):
+    if notes == count - 1 and heads[-1] != _NOTIFICATION:
+        return count - 1 if is_response_payload(payloads[-1]) else None
+    for index, head in enumerate(heads):
+        if head != _NOTIFICATION and is_response_payload(payloads[index]):
             return index
     return None
+
+
+_HEAD = itemgetter(slice(len(_NOTIFICATION)))  # a payload's first bytes, as long as a notification's
 
 
 def is_response_payload(payload: bytes) -> bool:

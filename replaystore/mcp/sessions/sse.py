@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, repeat
-from operator import itemgetter
 from typing import Any
 
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -91,32 +89,36 @@ def whole_body(events: Sequence[Event]) -> bytes:
     """The events as one SSE body, joined in one step: :func:`event_frame` of each, in order.
 
     Stored JSON and the ids issued here hold no line break, so each frame is
-    ``id: <id>`` CRLF ``event: message`` CRLF ``data: <payload>`` CRLF CRLF,
-    joined with the others in one buffer; whether any id or payload holds a
-    CR or an LF is asked once of them all (a byte search, not a test and a
-    pattern substitution per event). One that does is framed event by event,
-    as :func:`event_frame` frames it (line breaks split or dropped).
+    ``id: <id>`` CRLF ``event: message`` CRLF ``data: <payload>`` CRLF CRLF.
+    A replay's cost is in the steps taken per event, not in the bytes: the
+    events are taken apart in one step (``zip``), whether any id or payload
+    holds a CR or an LF is asked of all of them at once (a byte search of
+    each joined text, not a test per event), and the frames are laid out by
+    slice into one list of pieces, joined once. A replay holding a line
+    break (or a priming event, which has no payload) is framed event by
+    event, as :func:`event_frame` frames it (line breaks split or dropped).
     """
-    ids = "".join(map(_EVENT_ID, events))
-    payloads = b"".join(map(_PAYLOAD, events))
+    if not events:
+        return b""
+    ids, _, _, payloads = zip(*events, strict=True)
+    text = "\n".join(ids)
+    if None in payloads:
+        return b"".join(map(event_frame, events))
+    joined = b"".join(payloads)
+    id_bytes = text.encode().split(b"\n")  # one more piece than ids if an id holds an LF
     if (
-        payloads.find(b"\n") >= 0
-        or payloads.find(b"\r") >= 0
-        or ids.find("\n") >= 0
-        or ids.find("\r") >= 0
+        joined.find(b"\n") >= 0
+        or joined.find(b"\r") >= 0
+        or text.find("\r") >= 0
+        or len(id_bytes) != len(ids)
     ):
         return b"".join(map(event_frame, events))
-    frames = zip(
-        repeat(b"id: "),
-        map(str.encode, map(_EVENT_ID, events)),
-        repeat(_FRAME_MIDDLE),
-        map(_PAYLOAD, events),
-        repeat(b"\r\n\r\n"),
-    )
-    return b"".join(chain.from_iterable(frames))
+    pieces: list[bytes | None] = [b"id: ", None, _FRAME_MIDDLE, None, b"\r\n\r\n"] * len(ids)
+    pieces[1::5] = id_bytes
+    pieces[3::5] = payloads
+    return b"".join(pieces)  # type: ignore[arg-type]  # every piece set
 
 
-_EVENT_ID, _PAYLOAD = itemgetter(0), itemgetter(3)
 _FRAME_MIDDLE = b"\r\nevent: message\r\ndata: "
 
 

@@ -27,7 +27,12 @@ from mcp_types import (
 )
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from replaystore.mcp.sessions.messages import decode_message, encode_message, is_response_payload
+from replaystore.mcp.sessions.messages import (
+    decode_message,
+    encode_message,
+    first_response,
+    is_response_payload,
+)
 from replaystore.mcp.sessions.sse import _raw_headers, event_frame, sse_headers, whole_body
 from replaystore.testing.servers import ServerHandle
 from replaystore.testing.sse import sse_events
@@ -89,6 +94,7 @@ def test_a_whole_body_is_the_sdk_frames_of_its_events_in_order() -> None:
         ("0:1:2:3", b'{"a":\r\n1}'),
         ("0:1\r\n:2:3", b"{}"),  # and in an id
         ("0:1\n:2:3", b"{}"),
+        ("0:1\r:2:3", b"{}"),
     ],
 )
 def test_a_line_break_in_a_stored_event_is_framed_as_event_frame_frames_it(
@@ -235,3 +241,21 @@ def test_any_id_followed_by_any_field_is_told_a_response_or_not(
     """Numbers are told apart on the bytes, anything else by parsing the id: the same answers."""
     payload = ('{"jsonrpc":"2.0","id":' + json.dumps(request_id) + "," + tail + "}").encode()
     assert is_response_payload(payload) == (not tail.startswith('"method"'))
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    ["", "n", "r", "nnnr", "nnnnq", "nrn", "qnr", "rr", "nnn", "xr", "nnx", "q", "nqnnr", "nnqr"],
+)
+def test_first_response_is_the_first_payload_a_response(kinds: str) -> None:
+    """n: a notification, r: a response (or error), q: a request, x: not JSON at all."""
+    made = {
+        "n": b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}',
+        "r": b'{"jsonrpc":"2.0","id":7,"result":{}}',
+        "q": b'{"jsonrpc":"2.0","id":8,"method":"ping"}',
+        "x": b'{"jsonrpc":"2.0","method":',  # exactly a notification's beginning, and no more
+    }
+    payloads = [made[kind] for kind in kinds]
+    expected = next((i for i, p in enumerate(payloads) if is_response_payload(p)), None)
+    assert first_response(payloads) == expected
+    assert expected == (kinds.index("r") if "r" in kinds else None)
