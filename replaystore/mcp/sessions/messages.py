@@ -101,7 +101,8 @@ def first_response(payloads: Sequence[bytes]) -> int | None:
     return None
 
 
-_HEAD = itemgetter(slice(len(_NOTIFICATION)))  # a payload's first bytes, as long as a notification's
+#: A payload's first bytes, as many as a notification's beginning has.
+_HEAD = itemgetter(slice(len(_NOTIFICATION)))
 
 
 def is_response_payload(payload: bytes) -> bool:
