@@ -65,6 +65,11 @@ MAX_POSITION = 10**14 - 1
 #: Anything longer is rejected before any regular expression runs on it.
 MAX_CURSOR_LENGTH = EPOCH_LENGTH + 1 + 14 + 1 + TAG_LENGTH + 1 + 14 + 1 + 14
 
+_NUMBER = "(0|[1-9][0-9]{0,13})"
+_CURSOR_RE = re.compile(
+    rf"([0-9a-f]{{{EPOCH_LENGTH}}})-{_NUMBER}"
+    rf"(?:\.([0-9a-f]{{{TAG_LENGTH}}})\.{_NUMBER}\.{_NUMBER})?"
+)
 _EPOCH_RE = re.compile(rf"[0-9a-f]{{{EPOCH_LENGTH}}}")
 _TAG_RE = re.compile(rf"[0-9a-f]{{{TAG_LENGTH}}}")
 
@@ -199,12 +204,10 @@ def _parse(value: object) -> Cursor | str:
     """A cursor, or why ``value`` is not one (a message, not an exception: ``try_parse``
     of a bad id raises nothing).
 
-    Every field is proven here (lowercase hex of the right length, decimal
+    The pattern proves every field (lowercase hex of the right length, decimal
     numbers without a sign or a leading zero, at most 14 digits), so the
-    fields go into the cursor without its constructor's checks. Checked by
-    string methods, each asked of a whole field: every resume parses a cursor,
-    and a regular expression over it costs twice as much. (The tests hold it
-    to the grammar written as one regular expression.)
+    fields go into the cursor without its constructor's checks; only "the
+    origin carries no hint" is left to check here.
     """
     if type(value) is not str:
         if isinstance(value, bytes):
@@ -216,41 +219,15 @@ def _parse(value: object) -> Cursor | str:
             return f"cursor must be a string, not {type(value).__name__}"
     if len(value) > MAX_CURSOR_LENGTH:
         return f"cursor longer than {MAX_CURSOR_LENGTH} characters"
-    epoch, dash, rest = value.partition("-")
-    if not (dash and len(epoch) == EPOCH_LENGTH and value.isascii() and _hex(epoch)):
+    match = _CURSOR_RE.fullmatch(value)
+    if match is None:
         return _FORM
-    fields = rest.split(".")
-    if len(fields) == 1:
-        if not _decimal(rest):
-            return _FORM
-        return _build(epoch, int(rest), None, None, None)
-    if len(fields) != 4:
-        return _FORM
-    position, tag, ordinal, stamp = fields
-    if not (
-        _decimal(position)
-        and len(tag) == TAG_LENGTH
-        and _hex(tag)
-        and _decimal(ordinal)
-        and _decimal(stamp)
-    ):
-        return _FORM
+    epoch, position, tag, ordinal, stamp = match.groups()
+    if tag is None:
+        return _build(epoch, int(position), None, None, None)
     if position == "0":
         return "the origin carries no hint"
     return _build(epoch, int(position), tag, int(ordinal), int(stamp))
-
-
-def _hex(text: str) -> bool:
-    """Lowercase hex digits only (``text`` is ASCII and not empty)."""
-    return not text.strip(_HEX_DIGITS)
-
-
-def _decimal(text: str) -> bool:
-    """A number as cursors spell it: 1 to 14 digits, no leading zero (``text`` is ASCII)."""
-    return text.isdigit() and len(text) <= 14 and (text[0] != "0" or text == "0")
-
-
-_HEX_DIGITS = "0123456789abcdef"
 
 
 def _parse_as(cls: type[Cursor], value: object) -> Cursor | str:
