@@ -95,15 +95,14 @@ def whole_body(events: Sequence[Event]) -> bytes:
     holds a CR or an LF is asked of all of them at once (a byte search of
     each joined text, not a test per event), and the frames are laid out by
     slice into one list of pieces, joined once. A replay holding a line
-    break (or a priming event, which has no payload) is framed event by
-    event, as :func:`event_frame` frames it (line breaks split or dropped).
+    break is framed event by event, as :func:`event_frame` frames it (line
+    breaks split or dropped). Priming events are never given: they are not
+    replayed.
     """
     if not events:
         return b""
     ids, _, _, payloads = zip(*events, strict=True)
     text = "\n".join(ids)
-    if None in payloads:
-        return b"".join(map(event_frame, events))
     joined = b"".join(payloads)
     id_bytes = text.encode().split(b"\n")  # one more piece than ids if an id holds an LF
     if (
