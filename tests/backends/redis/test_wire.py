@@ -150,9 +150,38 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
                 first = checkouts
                 assert first > 1  # the calls did run side by side
         assert checkouts == first  # the later bursts took the kept ones
-        await asyncio.sleep(idle * 1.5)
+        await asyncio.sleep(idle * 2.5)  # given back IDLE_S to twice that after the last call
         assert backend._wire._pool.kept == [] and not pool._in_use_connections
         assert len(pool._available_connections) > 1
+
+
+async def test_calls_spaced_under_the_idle_wait_keep_their_connection(
+    redis_server: ServerHandle, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call at a time, each a little less than ``IDLE_S`` after the last: the connection
+    stays kept throughout (the wait starts again after each call), never checked out again."""
+    idle = 0.3
+    monkeypatch.setattr(wire_pool, "IDLE_S", idle)
+    async with ReplayBuffer.from_url(redis_server.url, prefix=prefix) as buf:
+        backend: Any = buf.backend
+        pool = _pool(buf)
+        ping = wire.pack_one(("PING",))
+        assert await backend._wire.pipelined(ping, 1) == [b"PONG"]
+        checkouts = 0
+        take = pool.get_connection
+
+        async def counted() -> Any:
+            nonlocal checkouts
+            checkouts += 1
+            return await take()
+
+        pool.get_connection = counted
+        for _ in range(8):  # 1.6 s: five times the wait, a call every two thirds of it
+            await asyncio.sleep(idle * 2 / 3)
+            assert await backend._wire.pipelined(ping, 1) == [b"PONG"]
+        assert checkouts == 0
+        await asyncio.sleep(idle * 2.5)
+        assert backend._wire._pool.kept == []  # and back once the calls stop
 
 
 async def test_a_client_passed_in_gets_its_connections_back_at_close(

@@ -3,8 +3,8 @@
 A call's connection is kept, not given back to the pool: the next call takes
 it without the pool's locks, condition and bookkeeping, which cost more client
 time than a short resume's own work. Every kept connection goes back
-:data:`IDLE_S` after the last call in flight ends unless a call takes it first
-(calls come in bursts that end together: given back as the last one ends,
+:data:`IDLE_S` to twice that after the last call in flight ends (the wait
+starts again while calls keep coming), unless a call takes it first (calls come in bursts that end together: given back as the last one ends,
 each burst took most of its connections from the pool again), and a
 connection is not kept at all while the pool has none left to give (a call of
 this or any other user of the client waits for one), so the pool's bound and
@@ -50,6 +50,8 @@ class KeptConnections:
         self._pool = client.connection_pool
         self._settle = settle
         self.in_flight = 0
+        self.ends = 0  # calls ended so far: the idle timer tells from it whether any came
+        self._ends_armed = 0  # ``ends`` when the idle timer was set
         self.kept: list[Any] = []
         self._idle: asyncio.TimerHandle | None = None  # gives them back unless a call comes
         self._giving: set[asyncio.Task[None]] = set()
@@ -86,6 +88,7 @@ class KeptConnections:
         """After a call: keep its connection for the next one; False when the pool has none
         left (others wait for one): the caller then hands it to them with :meth:`release`."""
         self.in_flight -= 1
+        self.ends += 1
         if self._pool.can_get_connection():
             self.kept.append(conn)
             if not self.in_flight:
@@ -107,6 +110,7 @@ class KeptConnections:
     async def lose(self, conn: Any) -> None:
         """After a failed call: its connection is dropped, then given back (the pool reopens it)."""
         self.in_flight -= 1
+        self.ends += 1
         try:
             await drop(conn)
         finally:
@@ -122,18 +126,27 @@ class KeptConnections:
             yield
         finally:
             self.in_flight -= 1
+            self.ends += 1
             if not self.in_flight:
                 self._idle_soon()
 
     def _idle_soon(self) -> None:
         """Give every kept connection back unless a call takes one within :data:`IDLE_S`."""
         if self.kept and self._idle is None:
+            self._ends_armed = self.ends
             self._idle = asyncio.get_running_loop().call_later(IDLE_S, self._idle_over)
 
     def _idle_over(self) -> None:
         self._idle = None
         if self.in_flight or not self.kept:
             return  # calls under way again: they use the kept ones
+        if self.ends != self._ends_armed:
+            # Calls came and went meanwhile: the wait starts again from now, so
+            # connections go back IDLE_S to twice that after the last call ends,
+            # not at a moment that falls between two calls of a steady stream
+            # (one timer per period, not one per call).
+            self._idle_soon()
+            return
         task = asyncio.get_running_loop().create_task(self.give_back())
         self._giving.add(task)
         task.add_done_callback(self._giving.discard)
