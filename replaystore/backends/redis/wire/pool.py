@@ -4,7 +4,8 @@ A call's connection is kept, not given back to the pool: the next call takes
 it without the pool's locks, condition and bookkeeping, which cost more client
 time than a short resume's own work. Every kept connection goes back
 :data:`IDLE_S` to twice that after the last call in flight ends (the wait
-starts again while calls keep coming), unless a call takes it first (calls come in bursts that end together: given back as the last one ends,
+starts again while calls keep coming), unless a call takes it first
+(calls come in bursts that end together: given back as the last one ends,
 each burst took most of its connections from the pool again), and a
 connection is not kept at all while the pool has none left to give (a call of
 this or any other user of the client waits for one), so the pool's bound and
