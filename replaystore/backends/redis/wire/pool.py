@@ -9,7 +9,7 @@ starts again while calls keep coming), unless a call takes it first
 each burst took most of its connections from the pool again), and a
 connection is not kept at all while the pool has none left to give (a call of
 this or any other user of the client waits for one), so the pool's bound and
-its waiters see what they would see without the keeping, at most
+its waiters see what they would see without the keeping, at most twice
 :data:`IDLE_S` late. (Figures: ``docs/benchmarks.md``, "The wire's choices".)
 """
 
@@ -32,7 +32,7 @@ __all__ = ["IDLE_S", "KeptConnections"]
 #: wait gave the connection back after nearly every resume, and each give-back
 #: cost a timer wake-up, a task and two trips through the pool's locks. The
 #: price of a longer wait: another user of the client that finds the pool
-#: empty waits for a kept connection at most this long (none is kept while
+#: empty waits for a kept connection at most twice this long (none is kept while
 #: the pool has none left to give).
 IDLE_S = 0.05
 
