@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,15 +132,7 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
         backend: Any = buf.backend
         cursors = await _sessions(buf, 40)
         pool = _pool(buf)
-        checkouts = 0
-        take = pool.get_connection
-
-        async def counted() -> Any:
-            nonlocal checkouts
-            checkouts += 1
-            return await take()
-
-        pool.get_connection = counted
+        checkouts = _counted_checkouts(pool)
         ping = wire.pack_one(("PING",))
         for burst in range(3):  # pipelines: each its own packet (``shared`` calls share one)
             pongs = await asyncio.gather(*(backend._wire.pipelined(ping, 1) for _ in cursors))
@@ -147,9 +140,9 @@ async def test_kept_connections_serve_the_next_burst_then_go_back_to_the_pool(
             assert backend._wire._pool.in_flight == 0
             assert len(backend._wire._pool.kept) == len(pool._in_use_connections) > 1
             if burst == 0:
-                first = checkouts
+                first = checkouts()
                 assert first > 1  # the calls did run side by side
-        assert checkouts == first  # the later bursts took the kept ones
+        assert checkouts() == first  # the later bursts took the kept ones
         await asyncio.sleep(idle * 2.5)  # given back IDLE_S to twice that after the last call
         assert backend._wire._pool.kept == [] and not pool._in_use_connections
         assert len(pool._available_connections) > 1
@@ -167,21 +160,27 @@ async def test_calls_spaced_under_the_idle_wait_keep_their_connection(
         pool = _pool(buf)
         ping = wire.pack_one(("PING",))
         assert await backend._wire.pipelined(ping, 1) == [b"PONG"]
-        checkouts = 0
-        take = pool.get_connection
-
-        async def counted() -> Any:
-            nonlocal checkouts
-            checkouts += 1
-            return await take()
-
-        pool.get_connection = counted
+        checkouts = _counted_checkouts(pool)
         for _ in range(8):  # 1.6 s: five times the wait, a call every two thirds of it
             await asyncio.sleep(idle * 2 / 3)
             assert await backend._wire.pipelined(ping, 1) == [b"PONG"]
-        assert checkouts == 0
+        assert checkouts() == 0
         await asyncio.sleep(idle * 2.5)
         assert backend._wire._pool.kept == []  # and back once the calls stop
+
+
+def _counted_checkouts(pool: Any) -> Callable[[], int]:
+    """Count the connections taken from ``pool`` from now on; the function returned reads it."""
+    count = 0
+    take = pool.get_connection
+
+    async def counted() -> Any:
+        nonlocal count
+        count += 1
+        return await take()
+
+    pool.get_connection = counted
+    return lambda: count
 
 
 async def test_a_client_passed_in_gets_its_connections_back_at_close(
