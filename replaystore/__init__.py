@@ -20,7 +20,15 @@ from .errors import (
 )
 from .info import SequenceInfo, SessionInfo
 from .retention import Retention
-from .verdicts import Event, Evidence, Resumption, ResumptionDesyncError, Tombstone, Verdict
+from .verdicts import (
+    Event,
+    Evidence,
+    Replay,
+    Resumption,
+    ResumptionDesyncError,
+    Tombstone,
+    Verdict,
+)
 
 __version__ = "0.1.0"
 
@@ -32,6 +40,7 @@ __all__ = [
     "Evidence",
     "IdempotencyKeyReusedError",
     "InvalidInputError",
+    "Replay",
     "ReplayBuffer",
     "ReplayStoreError",
     "Resumption",

@@ -21,15 +21,13 @@ session moved in between.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, Protocol
 
 from ._frozen import builder
 from .cursor import MAX_CURSOR_LENGTH, Cursor, event_id_format, sequence_tag
 from .info import SequenceInfo
-from .verdicts import REASONS, Event, Evidence, Tombstone, Verdict, reason_text
+from .verdicts import REASONS, Evidence, Replay, Tombstone, Verdict, reason_text
 
 __all__ = [
     "EVIDENCE_CURSOR",
@@ -120,30 +118,29 @@ class Chain:
     def __len__(self) -> int:
         return len(self.positions)
 
-    def events(self, epoch: str) -> list[Event]:
+    def events(self, epoch: str) -> Replay:
         """The replayed events, with their ids: a replay's other hot loop.
 
-        The events are built by ``map`` over C functions, no Python code run
-        per event (cheaper than a comprehension, ``docs/benchmarks.md``).
-        From text positions and stamps, every id is spelled in one join of
-        their pieces, then split apart (:func:`_ids`): a join per id, or a
-        number turned into text per ordinal, would cost more than the rest.
+        Returned as columns (:class:`~replaystore.verdicts.Replay`): an event
+        tuple is built only for a caller that asks for one. From text
+        positions and stamps, every id is spelled in one join of their
+        pieces, then split apart (:func:`_ids`): a join per id, or a number
+        turned into text per ordinal, would cost more than the rest.
         """
         positions = self.positions
         if not positions:
-            return []
+            return Replay([], self.sequence, [], [])
         name = self.sequence
         texts = self.texts
-        ids: Iterable[str]
+        ids: list[str]
         if texts is None:
             event_id = event_id_format(epoch, sequence_tag(name)).__mod__
             ordinals = range(self.first_ordinal, self.first_ordinal + len(positions))
-            ids = map(event_id, zip(positions, ordinals, self.stamps, strict=True))
+            ids = list(map(event_id, zip(positions, ordinals, self.stamps, strict=True)))
         else:
             stamps: Any = self.stamps  # text, as the positions are
             ids = _ids(f"{epoch}-", f".{sequence_tag(name)}.", texts, self.first_ordinal, stamps)
-        rows = zip(ids, repeat(name), positions, self.payloads, strict=False)  # repeat: no end
-        return list(map(_new_tuple, repeat(Event), rows))
+        return Replay(ids, name, positions, self.payloads)
 
 
 def _ids(head: str, middle: str, texts: list[str], first: int, stamps: list[str]) -> list[str]:
@@ -178,9 +175,6 @@ def _ids(head: str, middle: str, texts: list[str], first: int, stamps: list[str]
 #: ``"0."`` to ``"999."``, and the same on three digits (``"007."``): the ordinals of ids.
 _ORDINALS = [f"{n}." for n in range(1000)]
 _ORDINALS_3 = [f"{n:03d}." for n in range(1000)]
-
-
-_new_tuple = tuple.__new__  # builds an Event from a row without its Python-level __new__
 
 
 _EMPTY = Chain("", 0, [], [], [])

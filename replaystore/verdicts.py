@@ -12,8 +12,10 @@ written down in ``docs/verdicts.md`` and implemented once, in
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from itertools import repeat
+from typing import Any, NamedTuple, overload
 
 from .cursor import Cursor
 from .errors import ReplayStoreError
@@ -154,6 +156,74 @@ class Event(NamedTuple):
         return Cursor.parse(self.event_id)
 
 
+class Replay(Sequence[Event]):
+    """A replay's events, kept as the columns they were read in: ids, positions, payloads.
+
+    What a resume returns as :attr:`Resumption.events`: a sequence of
+    :class:`Event` (index it, slice it, iterate it, compare it with a list),
+    whose events are built only when one is asked for. A replay costs about
+    what its steps per event cost, and one tuple per event is a step a
+    server that writes the replay out does not need: it reads :attr:`ids`
+    and :attr:`payloads` instead, and builds no event. Not to be changed in
+    place (the columns are shared with its slices' sources).
+    """
+
+    __slots__ = ("_built", "ids", "payloads", "positions", "sequence")
+
+    def __init__(
+        self,
+        ids: list[str],
+        sequence: str,
+        positions: list[int],
+        payloads: list[bytes | None],
+    ) -> None:
+        self.ids = ids
+        self.sequence = sequence
+        self.positions = positions
+        self.payloads = payloads
+        self._built: list[Event] | None = None
+
+    def _events(self) -> list[Event]:
+        built = self._built
+        if built is None:
+            # ``tuple.__new__`` over the rows: no Python code run per event.
+            rows = zip(self.ids, repeat(self.sequence), self.positions, self.payloads)
+            built = self._built = list(map(_new_tuple, repeat(Event), rows))
+        return built
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+    @overload
+    def __getitem__(self, index: slice) -> Replay: ...
+    def __getitem__(self, index: int | slice) -> Event | Replay:
+        if isinstance(index, slice):
+            return Replay(
+                self.ids[index], self.sequence, self.positions[index], self.payloads[index]
+            )
+        return self._events()[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Replay):
+            return self._events() == other._events()
+        if isinstance(other, list):
+            return self._events() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable as one
+
+    def __repr__(self) -> str:
+        return repr(self._events())
+
+
+_new_tuple = tuple.__new__
+
+
 @dataclass(frozen=True, slots=True)
 class Tombstone:
     """Why a session stopped existing, kept for a while after it did.
@@ -224,13 +294,15 @@ class Resumption:
 
     ``events`` holds exactly the events after the cursor in ``sequence``, in
     position order, when the verdict is :attr:`Verdict.RESUMED` and the call
-    replayed; it is empty otherwise. There is never a partial replay.
+    replayed; it is empty otherwise. There is never a partial replay. The
+    built-in backends return it as a :class:`Replay` (a sequence of events
+    read in columns); it compares equal to the list of the same events.
     """
 
     verdict: Verdict
     evidence: Evidence
     sequence: str | None = None
-    events: list[Event] = field(default_factory=list)
+    events: Sequence[Event] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

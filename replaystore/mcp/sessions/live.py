@@ -27,7 +27,7 @@ import anyio
 
 from ...cursor import Cursor
 from ...errors import StorageError, UnknownSessionError
-from ...verdicts import Evidence, Resumption, Verdict
+from ...verdicts import Evidence, Replay, Resumption, Verdict
 from .error_responses import unknown
 from .messages import GET_STREAM, first_response, is_response_payload, payloads_of
 from .tail import Tail
@@ -62,7 +62,7 @@ class Attachment:
 
     resumption: Resumption
     stream: str | None = None
-    replay: list[Event] = field(default_factory=list)
+    replay: Sequence[Event] = field(default_factory=list)
     tail: Tail | None = None
     first: str | None = None
     #: The last event read (the replay's, or the cursor): where a tail starts.
@@ -332,8 +332,7 @@ class LiveStreams:
             return Attachment(resumption)
         stream = resumption.sequence
         assert stream is not None  # a resumed verdict always names its sequence
-        replay: list[Event] = []
-        last, finished = _add_replay(replay, resumption.events, stream, last_event_id)
+        replay, last, finished = _replayed(resumption.events, stream, last_event_id)
         if not finished and stream != GET_STREAM and await self._finished(stream):
             # Answered, but the response may have been stored after the
             # snapshot above was read: read what follows it before ending the
@@ -342,7 +341,8 @@ class LiveStreams:
             if not rest.ok:
                 self.view.closed = True  # the store tore the session down
                 return Attachment(rest)
-            last, _ = _add_replay(replay, rest.events, stream, last)
+            more, last, _ = _replayed(rest.events, stream, last)
+            replay = [*replay, *more]
             finished = True
         return Attachment(resumption, stream, replay, last=last, finished=finished)
 
@@ -499,38 +499,40 @@ class LiveStreams:
             await self.view.replica.bus.unwatch(self.session_id)
 
 
-def _add_replay(
-    replay: list[Event], events: Sequence[Event], stream: str, last: str
-) -> tuple[str, bool]:
-    """Add ``events`` (priming events left out) to ``replay``, up to a request stream's response.
-
-    Returns the id of the last event taken and whether the response was among them.
-    """
+def _replayed(events: Sequence[Event], stream: str, last: str) -> tuple[Sequence[Event], str, bool]:
+    """The events a resume sends of ``events``: priming events left out, up to a request
+    stream's response; the id of the last event taken, and whether the response was among
+    them. The events themselves when all are sent (a replay stays in its columns)."""
     if not events:
-        return last, False
+        return events, last, False
     payloads = payloads_of(events)
     if None in payloads:  # priming events (a stream's first): taken one by one
-        return _add_each(replay, events, stream, last)
-    end = len(events)
+        return _each_replayed(events, stream, last)
     response = None if stream == GET_STREAM else first_response(payloads)  # type: ignore[arg-type]
-    if response is not None:
-        end = response + 1
-    replay.extend(events[:end] if response is not None else events)
-    return events[end - 1].event_id, response is not None
+    if response is None:
+        return events, _last_id(events), False
+    taken = events[: response + 1]
+    return taken, _last_id(taken), True
 
 
-def _add_each(
-    replay: list[Event], events: Sequence[Event], stream: str, last: str
-) -> tuple[str, bool]:
-    """:func:`_add_replay`, event by event."""
+def _last_id(events: Sequence[Event]) -> str:
+    """The id of the last of ``events`` (a replay's from its column: no event built)."""
+    return events.ids[-1] if type(events) is Replay else events[-1].event_id
+
+
+def _each_replayed(
+    events: Sequence[Event], stream: str, last: str
+) -> tuple[list[Event], str, bool]:
+    """:func:`_replayed`, event by event."""
+    replay: list[Event] = []
     for event in events:
         last = event.event_id
         if event.payload is None:
             continue
         replay.append(event)
         if stream != GET_STREAM and is_response_payload(event.payload):
-            return last, True
-    return last, False
+            return replay, last, True
+    return replay, last, False
 
 
 def _superseded(resumption: Resumption) -> Attachment:

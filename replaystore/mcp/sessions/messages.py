@@ -12,13 +12,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse, jsonrpc_message_adapter
 
-if TYPE_CHECKING:
-    from ...verdicts import Event
+from ...verdicts import Event, Replay
 
 __all__ = [
     "GET_STREAM",
@@ -70,8 +69,13 @@ _ID = json.JSONDecoder()
 _AFTER_ID = len(_WITH_ID)
 
 
-def payloads_of(events: Sequence[Event]) -> list[bytes | None]:
-    """The stored payloads of events, in order (``None`` for a priming event)."""
+def payloads_of(events: Sequence[Event]) -> Sequence[bytes | None]:
+    """The stored payloads of events, in order (``None`` for a priming event); read only.
+
+    A replay's own column when the events are one (no event is built for it).
+    """
+    if type(events) is Replay:
+        return events.payloads
     return list(map(_PAYLOAD, events))
 
 

@@ -23,7 +23,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, SSEEvent
 from starlette.types import Send
 
-from ...verdicts import Event
+from ...verdicts import Event, Replay
 
 __all__ = ["SSE_HEADERS", "Handed", "answer_whole", "event_data", "event_frame", "sse_headers"]
 
@@ -97,11 +97,16 @@ def whole_body(events: Sequence[Event]) -> bytes:
     slice into one list of pieces, joined once. A replay holding a line
     break is framed event by event, as :func:`event_frame` frames it (line
     breaks split or dropped). Priming events are never given: they are not
-    replayed.
+    replayed. A :class:`~replaystore.verdicts.Replay` is read in its columns.
     """
     if not events:
         return b""
-    ids, _, _, payloads = zip(*events, strict=True)
+    ids: Sequence[str]
+    payloads: Sequence[bytes]  # no priming event: every payload is there
+    if type(events) is Replay:  # its columns: no event built
+        ids, payloads = events.ids, events.payloads  # type: ignore[assignment]
+    else:
+        ids, _, _, payloads = zip(*events, strict=True)
     text = "\n".join(ids)
     joined = b"".join(payloads)
     id_bytes = text.encode().split(b"\n")  # one more piece than ids if an id holds an LF
