@@ -155,28 +155,35 @@ class PrometheusObserver:
                 "PrometheusObserver needs prometheus_client: pip install 'replaystore[prometheus]'"
             ) from exc
         self.registry = registry if registry is not None else prometheus_client.REGISTRY
+        # One lock for the three: a resumption updates them together, under it once.
+        self._lock = threading.Lock()
         self.resumptions = _Counts(
             f"{namespace}_resumptions",
             "Resumption attempts (GET with Last-Event-ID, or a plain GET catching up), by verdict.",
             "verdict",
+            lock=self._lock,
         )
         self.latency = _Timings(
             f"{namespace}_replay_seconds",
             "Time of the atomic resolve-and-replay, by outcome (resumed, failed, storage_error).",
             "outcome",
             buckets,
+            lock=self._lock,
         )
         self.replayed = _Counts(
-            f"{namespace}_replayed_events", "Messages sent again to resuming clients."
+            f"{namespace}_replayed_events",
+            "Messages sent again to resuming clients.",
+            lock=self._lock,
         )
         self.registry.register(_Collector(self.resumptions, self.latency, self.replayed))
 
     def on_resumption(self, session: str, verdict: str, seconds: float, replayed: int) -> None:
         outcome = verdict if verdict in _OWN_OUTCOMES else "failed"
-        self.resumptions.add(verdict)
-        self.latency.observe(outcome, seconds)
-        if replayed:
-            self.replayed.add("", replayed)
+        with self._lock:
+            self.resumptions.add_held(verdict)
+            self.latency.observe_held(outcome, seconds)
+            if replayed:
+                self.replayed.add_held("", replayed)
 
 
 _OWN_OUTCOMES = frozenset({"resumed", STORAGE_ERROR})
@@ -192,14 +199,25 @@ class _Counts:
     and a collector writes them out as metric families at each scrape.
     """
 
-    def __init__(self, name: str, documentation: str, label: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        label: str | None = None,
+        *,
+        lock: threading.Lock | None = None,
+    ) -> None:
         self.name, self.documentation, self.label = name, documentation, label
         self.values: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.Lock()
 
     def add(self, label: str, amount: float = 1) -> None:
         with self._lock:
-            self.values[label] = self.values.get(label, 0) + amount
+            self.add_held(label, amount)
+
+    def add_held(self, label: str, amount: float = 1) -> None:
+        """:meth:`add`, by a caller holding the lock (given to several instruments at once)."""
+        self.values[label] = self.values.get(label, 0) + amount
 
     def family(self) -> Metric:
         from prometheus_client.core import CounterMetricFamily
@@ -220,21 +238,31 @@ class _Timings:
     """A histogram of seconds by one label, kept as :class:`_Counts` keeps a counter."""
 
     def __init__(
-        self, name: str, documentation: str, label: str, buckets: tuple[float, ...]
+        self,
+        name: str,
+        documentation: str,
+        label: str,
+        buckets: tuple[float, ...],
+        *,
+        lock: threading.Lock | None = None,
     ) -> None:
         self.name, self.documentation, self.label = name, documentation, label
         self.bounds = sorted(buckets)
         #: Per label value: the count of each bucket (the last one +Inf), then the sum.
         self.rows: dict[str, list[float]] = {}
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.Lock()
 
     def observe(self, label: str, seconds: float) -> None:
         with self._lock:
-            row = self.rows.get(label)
-            if row is None:
-                row = self.rows[label] = [0] * (len(self.bounds) + 2)
-            row[bisect_left(self.bounds, seconds)] += 1  # the first bound at or above it
-            row[-1] += seconds
+            self.observe_held(label, seconds)
+
+    def observe_held(self, label: str, seconds: float) -> None:
+        """:meth:`observe`, by a caller holding the lock (given to several instruments at once)."""
+        row = self.rows.get(label)
+        if row is None:
+            row = self.rows[label] = [0] * (len(self.bounds) + 2)
+        row[bisect_left(self.bounds, seconds)] += 1  # the first bound at or above it
+        row[-1] += seconds
 
     def family(self) -> Metric:
         from prometheus_client.core import HistogramMetricFamily

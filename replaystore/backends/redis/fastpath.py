@@ -89,6 +89,8 @@ class FastPath:
     def __init__(self, wire: Wire, retention: Retention, key_base: Callable[[str], str]) -> None:
         self._wire = wire
         self.retention = retention
+        # Read on every resume: the limits as numbers, not through properties.
+        self._limits = (retention.max_events, retention.max_age_ms)
         self.key_base = key_base
         self._reads: dict[tuple[str, str, str | None], _Read] = {}
 
@@ -218,17 +220,17 @@ class FastPath:
         margin for the two clocks' difference; near either moment, or when the
         newest event was stamped ahead of this clock, the script decides.
         """
-        r = self.retention
+        max_events, max_age_ms = self._limits
         retained = int(meta.retained)
-        if retained > r.max_events:
+        if retained > max_events:
             return True
         now_ms = time.time() * 1000 + CLOCK_MARGIN_MS
-        if meta.refresh_at is None or now_ms >= int(meta.refresh_at) or int(state.stamp) > now_ms:
+        if meta.refresh_at is None or now_ms >= int(meta.refresh_at) or state.stamp > now_ms:
             return True
         return bool(
-            r.max_age_ms
+            max_age_ms
             and retained
-            and (meta.oldest_run is None or int(meta.oldest_run) + r.max_age_ms <= now_ms)
+            and (meta.oldest_run is None or int(meta.oldest_run) + max_age_ms <= now_ms)
         )
 
 
