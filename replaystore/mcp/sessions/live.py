@@ -27,9 +27,9 @@ import anyio
 
 from ...cursor import Cursor
 from ...errors import StorageError, UnknownSessionError
-from ...verdicts import Evidence, Replay, Resumption, Verdict
+from ...verdicts import Evidence, Resumption, Verdict
 from .error_responses import unknown
-from .messages import GET_STREAM, first_response, is_response_payload, payloads_of
+from .messages import GET_STREAM, first_response, ids_of, is_response_payload, payloads_of
 from .tail import Tail
 
 if TYPE_CHECKING:
@@ -510,14 +510,9 @@ def _replayed(events: Sequence[Event], stream: str, last: str) -> tuple[Sequence
         return _each_replayed(events, stream, last)
     response = None if stream == GET_STREAM else first_response(payloads)  # type: ignore[arg-type]
     if response is None:
-        return events, _last_id(events), False
+        return events, ids_of(events)[-1], False
     taken = events[: response + 1]
-    return taken, _last_id(taken), True
-
-
-def _last_id(events: Sequence[Event]) -> str:
-    """The id of the last of ``events`` (a replay's from its column: no event built)."""
-    return events.ids[-1] if type(events) is Replay else events[-1].event_id
+    return taken, ids_of(taken)[-1], True
 
 
 def _each_replayed(

@@ -25,6 +25,7 @@ __all__ = [
     "decode_message",
     "encode_message",
     "first_response",
+    "ids_of",
     "is_response",
     "is_response_payload",
     "payloads_of",
@@ -79,7 +80,15 @@ def payloads_of(events: Sequence[Event]) -> Sequence[bytes | None]:
     return list(map(_PAYLOAD, events))
 
 
+def ids_of(events: Sequence[Event]) -> Sequence[str]:
+    """The ids of events, in order; read only (a replay's own column, as :func:`payloads_of`)."""
+    if type(events) is Replay:
+        return events.ids
+    return list(map(_ID_OF, events))
+
+
 _PAYLOAD = itemgetter(3)  # Event.payload
+_ID_OF = itemgetter(0)  # Event.event_id
 
 
 def first_response(payloads: Sequence[bytes]) -> int | None:

@@ -23,7 +23,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, SSEEvent
 from starlette.types import Send
 
-from ...verdicts import Event, Replay
+from ...verdicts import Event
+from .messages import ids_of, payloads_of
 
 __all__ = ["SSE_HEADERS", "Handed", "answer_whole", "event_data", "event_frame", "sse_headers"]
 
@@ -91,22 +92,19 @@ def whole_body(events: Sequence[Event]) -> bytes:
     Stored JSON and the ids issued here hold no line break, so each frame is
     ``id: <id>`` CRLF ``event: message`` CRLF ``data: <payload>`` CRLF CRLF.
     A replay's cost is in the steps taken per event, not in the bytes: the
-    events are taken apart in one step (``zip``), whether any id or payload
+    events are taken apart into their ids and payloads (a
+    :class:`~replaystore.verdicts.Replay`'s own columns), whether any id or payload
     holds a CR or an LF is asked of all of them at once (a byte search of
     each joined text, not a test per event), and the frames are laid out by
     slice into one list of pieces, joined once. A replay holding a line
     break is framed event by event, as :func:`event_frame` frames it (line
     breaks split or dropped). Priming events are never given: they are not
-    replayed. A :class:`~replaystore.verdicts.Replay` is read in its columns.
+    replayed.
     """
     if not events:
         return b""
-    ids: Sequence[str]
-    payloads: Sequence[bytes]  # no priming event: every payload is there
-    if type(events) is Replay:  # its columns: no event built
-        ids, payloads = events.ids, events.payloads  # type: ignore[assignment]
-    else:
-        ids, _, _, payloads = zip(*events, strict=True)
+    ids = ids_of(events)  # a replay's columns: no event built
+    payloads: Sequence[bytes] = payloads_of(events)  # type: ignore[assignment]  # none priming
     text = "\n".join(ids)
     joined = b"".join(payloads)
     id_bytes = text.encode().split(b"\n")  # one more piece than ids if an id holds an LF
